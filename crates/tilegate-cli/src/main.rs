@@ -1,0 +1,2 @@
+//! The `tilegate` command line.
+fn main() {}

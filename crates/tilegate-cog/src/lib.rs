@@ -1,0 +1,1 @@
+//! Window reads and COG encoding through GDAL, and synthetic sample scenes.

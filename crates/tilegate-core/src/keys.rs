@@ -1,0 +1,182 @@
+//! Object keys: pure functions of job ID and window, built only from validated segments.
+//!
+//! Every segment that comes from outside (prefix, tenant, names) is checked against
+//! `[A-Za-z0-9._-]`, must not be `.` or `..`, and is at most [`MAX_SEGMENT_LEN`] bytes. An unsafe
+//! segment is a clear error, never escaped into something else.
+
+use crate::grid::Window;
+use crate::id::JobId;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Longest accepted key segment, in bytes.
+pub const MAX_SEGMENT_LEN: usize = 128;
+/// Most segments in a prefix.
+pub const MAX_PREFIX_SEGMENTS: usize = 16;
+
+/// Why a key segment was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("accept key segment `{shown}`: {reason}")]
+pub struct KeyError {
+    /// The segment, truncated and with control characters escaped, for display only.
+    pub shown: String,
+    pub reason: &'static str,
+}
+
+fn shown(s: &str) -> String {
+    s.chars().take(40).flat_map(char::escape_debug).collect()
+}
+
+/// Validate one key segment.
+pub fn validate_segment(s: &str) -> Result<&str, KeyError> {
+    let fail = |reason| {
+        Err(KeyError {
+            shown: shown(s),
+            reason,
+        })
+    };
+    if s.is_empty() {
+        return fail("empty segment");
+    }
+    if s.len() > MAX_SEGMENT_LEN {
+        return fail("longer than 128 bytes");
+    }
+    if s == "." || s == ".." {
+        return fail("`.` and `..` are not allowed");
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return fail("only A-Z, a-z, 0-9, `.`, `_` and `-` are allowed");
+    }
+    Ok(s)
+}
+
+/// Validate a `/`-separated key (every segment validated).
+pub fn validate_key(key: &str) -> Result<&str, KeyError> {
+    if key.len() > 1024 {
+        return Err(KeyError {
+            shown: shown(key),
+            reason: "key longer than 1024 bytes",
+        });
+    }
+    for seg in key.split('/') {
+        validate_segment(seg)?;
+    }
+    Ok(key)
+}
+
+/// An output prefix: one or more validated segments joined by `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Prefix(String);
+
+impl Prefix {
+    /// The default output prefix.
+    pub const DEFAULT: &'static str = "tilegate";
+
+    pub fn parse(s: &str) -> Result<Self, KeyError> {
+        let trimmed = s.trim_matches('/');
+        let segs: Vec<&str> = trimmed.split('/').collect();
+        if segs.len() > MAX_PREFIX_SEGMENTS {
+            return Err(KeyError {
+                shown: shown(s),
+                reason: "more than 16 segments",
+            });
+        }
+        for seg in &segs {
+            validate_segment(seg)?;
+        }
+        Ok(Self(trimmed.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `{prefix}/tiles/{job_id}/{row:04}_{col:04}.tif`
+    pub fn tile_key(&self, job: &JobId, w: Window) -> String {
+        format!("{}/tiles/{job}/{w}.tif", self.0)
+    }
+
+    /// `{prefix}/tiles/{job_id}/` — for reports only; never listed to count tiles.
+    pub fn tiles_dir(&self, job: &JobId) -> String {
+        format!("{}/tiles/{job}/", self.0)
+    }
+
+    /// `{prefix}/scenes/{job_id}.tif`
+    pub fn scene_key(&self, job: &JobId) -> String {
+        format!("{}/scenes/{job}.tif", self.0)
+    }
+}
+
+impl Default for Prefix {
+    fn default() -> Self {
+        Self(Self::DEFAULT.to_owned())
+    }
+}
+
+impl TryFrom<String> for Prefix {
+    type Error = KeyError;
+    fn try_from(s: String) -> Result<Self, KeyError> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Prefix> for String {
+    fn from(p: Prefix) -> String {
+        p.0
+    }
+}
+
+impl fmt::Display for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn tile_key_shape() {
+        let p = Prefix::parse("out/a-b").unwrap();
+        let j = JobId::derive("u", "e", "r");
+        assert_eq!(
+            p.tile_key(&j, Window::new(3, 12)),
+            format!("out/a-b/tiles/{j}/0003_0012.tif")
+        );
+        assert_eq!(p.scene_key(&j), format!("out/a-b/scenes/{j}.tif"));
+    }
+
+    #[test]
+    fn refuses_unsafe_segments() {
+        let long = "a".repeat(1024);
+        for bad in ["..", ".", "", "a/../b", "a b", "é", "a\0b", "a\\b", long.as_str()] {
+            assert!(Prefix::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(validate_segment("a/b").is_err());
+        assert!(Prefix::parse("ok.name_1-2").is_ok());
+    }
+
+    proptest! {
+        #[test]
+        fn validation_never_panics_and_accepts_only_safe(s in "\\PC{0,200}") {
+            if let Ok(k) = validate_key(&s) {
+                prop_assert!(k.split('/').all(|seg| !seg.is_empty() && seg != ".." && seg != "."));
+                prop_assert!(k.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b)));
+            }
+        }
+
+        #[test]
+        fn keys_are_pure(r in 0u32..10000, c in 0u32..10000) {
+            let p = Prefix::default();
+            let j = JobId::derive("s", "e", "f");
+            prop_assert_eq!(p.tile_key(&j, Window::new(r, c)), p.tile_key(&j, Window::new(r, c)));
+            prop_assert!(validate_key(&p.tile_key(&j, Window::new(r, c))).is_ok());
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! tilegate's identities (job IDs, windows, keys) and storage contracts (objects, tables, queue).
+//!
+//! Architecture invariant: this crate does no I/O and knows no provider type. Stages depend on
+//! the traits here; backends implement them.
+
+pub mod error;
+pub mod etag;
+pub mod grid;
+pub mod id;
+pub mod keys;
+pub mod message;
+pub mod metrics;
+pub mod object;
+pub mod queue;
+pub mod recipe;
+pub mod source;
+pub mod table;
+
+pub use error::{Retry, StoreError, StoreResult};
+pub use etag::{ConditionList, ETag};
+pub use grid::{Grid, Window, WindowRect};
+pub use id::JobId;
+pub use keys::{KeyError, Prefix};
+pub use recipe::{Compression, Recipe};
+pub use source::SourceInfo;
+
+/// Milliseconds since the Unix epoch, the time unit of every stored timestamp.
+pub type UnixMillis = i64;
+
+/// The current wall-clock time in [`UnixMillis`].
+pub fn now_millis() -> UnixMillis {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,271 @@
+//! The object-store contract: create-if-absent, compare-and-swap, conditional reads and
+//! deletes, multipart uploads whose completion honours the same [`PutMode`].
+//!
+//! A rejected precondition is the mechanism succeeding, so it is an outcome value
+//! ([`PutOutcome::AlreadyPresent`], [`PutOutcome::Superseded`]), never an error. Backends
+//! normalise their provider's answers (S3 412 vs 409, Azure 409 vs 412) into these values.
+
+use crate::error::StoreResult;
+use crate::etag::{ConditionList, ETag};
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::time::SystemTime;
+
+/// An object's metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub key: String,
+    pub size: u64,
+    pub e_tag: ETag,
+    pub last_modified: SystemTime,
+    /// A provider version (GCS generation, S3 version ID) where the backend has one.
+    pub version: Option<String>,
+    /// User metadata stored with the object.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// The version an [`PutMode::Update`] or conditional delete expects to replace. Opaque: an
+/// ETag (S3, Azure, local) or a generation number (GCS), as the backend understands.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UpdateVersion {
+    pub e_tag: Option<ETag>,
+    pub version: Option<String>,
+}
+
+impl UpdateVersion {
+    pub fn etag(e_tag: ETag) -> Self {
+        Self {
+            e_tag: Some(e_tag),
+            version: None,
+        }
+    }
+}
+
+impl From<&ObjectMeta> for UpdateVersion {
+    fn from(m: &ObjectMeta) -> Self {
+        Self {
+            e_tag: Some(m.e_tag.clone()),
+            version: m.version.clone(),
+        }
+    }
+}
+
+/// How a write treats an existing object.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PutMode {
+    /// Replace whatever is there (never used for deterministic outputs).
+    #[default]
+    Overwrite,
+    /// Create only if absent (`If-None-Match: *`, `link(2)`).
+    Create,
+    /// Replace only the given version (`If-Match`).
+    Update(UpdateVersion),
+}
+
+/// Options for a write.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PutOptions {
+    pub mode: PutMode,
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl PutOptions {
+    pub fn create() -> Self {
+        Self {
+            mode: PutMode::Create,
+            ..Self::default()
+        }
+    }
+
+    pub fn update(v: UpdateVersion) -> Self {
+        Self {
+            mode: PutMode::Update(v),
+            ..Self::default()
+        }
+    }
+}
+
+/// The result of a write that the storage engine evaluated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The bytes are in place; the new object's metadata.
+    Written(ObjectMeta),
+    /// `Create` found an object already there (a duplicate reached the end state first).
+    AlreadyPresent,
+    /// `Update` found a different version than expected (something rewrote it meanwhile).
+    Superseded,
+}
+
+/// Options for a read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GetOptions {
+    /// Half-open byte range; `end` past the object's size is clamped.
+    pub range: Option<Range<u64>>,
+    /// Serve only if the current ETag strongly matches (else [`GetOutcome::PreconditionFailed`]).
+    pub if_match: Option<ConditionList>,
+    /// Serve only if the current ETag does not match (else [`GetOutcome::NotModified`]).
+    pub if_none_match: Option<ConditionList>,
+}
+
+/// An object's bytes (or a range of them) with its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GetResult {
+    pub meta: ObjectMeta,
+    pub range: Range<u64>,
+    pub bytes: Bytes,
+}
+
+/// The result of a conditional read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GetOutcome {
+    Found(GetResult),
+    /// 304-shaped: `If-None-Match` matched; no body.
+    NotModified,
+    /// 412-shaped: `If-Match` did not match.
+    PreconditionFailed,
+}
+
+/// Options for a delete.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeleteOptions {
+    pub if_match: Option<ETag>,
+}
+
+/// The result of a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    /// Nothing was there.
+    NotFound,
+    /// `if_match` did not match the current object; it was left alone.
+    Superseded,
+}
+
+/// An upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultipartUpload {
+    pub key: String,
+    pub upload_id: String,
+    pub initiated: SystemTime,
+}
+
+/// A part uploaded to a multipart upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartId {
+    /// 1-based part number.
+    pub part_number: u32,
+    pub e_tag: ETag,
+}
+
+/// An object store. Keys are `/`-separated and validated by the caller (see
+/// [`crate::keys::validate_key`]); a backend may refuse keys it cannot represent.
+#[async_trait]
+pub trait ObjectStore: Send + Sync + std::fmt::Debug {
+    /// A short name for logs and errors (`local`, `s3`).
+    fn name(&self) -> &'static str;
+
+    /// The object's metadata, or `None` if absent.
+    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>>;
+
+    /// Read the whole object or a range, optionally conditional. A missing object is
+    /// [`crate::StoreError::NotFound`].
+    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome>;
+
+    /// Write an object in one request, honouring `opts.mode` in that same request.
+    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions)
+    -> StoreResult<PutOutcome>;
+
+    /// Delete, optionally only if the current ETag matches.
+    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome>;
+
+    /// Every object under `prefix` (for reports and reconciliation; never to count outputs).
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>>;
+
+    /// Start a multipart upload. Metadata is applied at completion.
+    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String>;
+
+    /// Upload one part (1-based `part_number`).
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        bytes: Bytes,
+    ) -> StoreResult<PartId>;
+
+    /// Complete an upload; `mode` is evaluated here, atomically with publication.
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: &[PartId],
+        mode: &PutMode,
+    ) -> StoreResult<PutOutcome>;
+
+    /// Abandon an upload and free its parts.
+    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()>;
+
+    /// Incomplete uploads under `prefix`, optionally only those initiated before `older_than`.
+    async fn list_multipart(
+        &self,
+        prefix: &str,
+        older_than: Option<SystemTime>,
+    ) -> StoreResult<Vec<MultipartUpload>>;
+}
+
+/// Conveniences over [`ObjectStore`].
+#[async_trait]
+pub trait ObjectStoreExt: ObjectStore {
+    /// Create if absent.
+    async fn put_create(&self, key: &str, bytes: Bytes) -> StoreResult<PutOutcome> {
+        self.put_opts(key, bytes, PutOptions::create()).await
+    }
+
+    /// Replace only `version`.
+    async fn put_update(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        version: UpdateVersion,
+    ) -> StoreResult<PutOutcome> {
+        self.put_opts(key, bytes, PutOptions::update(version)).await
+    }
+
+    /// Read a whole object unconditionally.
+    async fn get_bytes(&self, key: &str) -> StoreResult<GetResult> {
+        match self.get_opts(key, GetOptions::default()).await? {
+            GetOutcome::Found(r) => Ok(r),
+            GetOutcome::NotModified | GetOutcome::PreconditionFailed => Err(
+                crate::StoreError::backend(
+                    "get",
+                    key,
+                    crate::Retry::Permanent,
+                    "backend answered an unconditional read with a precondition outcome",
+                ),
+            ),
+        }
+    }
+
+    /// Read a byte range unconditionally.
+    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<GetResult> {
+        let opts = GetOptions {
+            range: Some(range),
+            ..GetOptions::default()
+        };
+        match self.get_opts(key, opts).await? {
+            GetOutcome::Found(r) => Ok(r),
+            GetOutcome::NotModified | GetOutcome::PreconditionFailed => Err(
+                crate::StoreError::backend(
+                    "get",
+                    key,
+                    crate::Retry::Permanent,
+                    "backend answered an unconditional read with a precondition outcome",
+                ),
+            ),
+        }
+    }
+}
+
+impl<T: ObjectStore + ?Sized> ObjectStoreExt for T {}

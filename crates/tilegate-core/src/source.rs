@@ -1,0 +1,49 @@
+//! What the planner learned about a source, pinned for every window read.
+
+use crate::etag::ETag;
+use serde::{Deserialize, Serialize};
+
+/// A source as planned: canonical URI, its ETag (a content hash for local files, the
+/// provider's ETag for objects) and size, plus a cheap fingerprint for local files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceInfo {
+    /// Canonical URI: `file:///absolute/path` or `s3://bucket/key`.
+    pub uri: String,
+    pub etag: ETag,
+    pub size: u64,
+    /// For local files: the stat fingerprint seen when the ETag was computed. A worker
+    /// compares it per window and rehashes only when it differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stat: Option<LocalStat>,
+}
+
+/// The stat fields that change whenever a local file's content may have changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LocalStat {
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub inode: u64,
+    pub dev: u64,
+}
+
+/// The raster facts the planner read from the source with GDAL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SceneMeta {
+    pub width: u32,
+    pub height: u32,
+    pub bands: u32,
+    /// GDAL data type name (`Byte`, `UInt16`, ...).
+    pub dtype: String,
+    /// The CRS as WKT; empty if the source has none.
+    pub crs_wkt: String,
+    pub geotransform: [f64; 6],
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodata: Option<f64>,
+}
+
+impl SourceInfo {
+    /// The local path of a `file://` source.
+    pub fn local_path(&self) -> Option<&str> {
+        self.uri.strip_prefix("file://")
+    }
+}

@@ -1,0 +1,197 @@
+//! The table contracts: jobs, the manifest, claims and per-job counters. Every write is
+//! conditional in the storage engine itself (`attribute_not_exists`, a version guard, one
+//! SQLite transaction); a failed condition is an outcome value, never an error.
+
+use crate::error::StoreResult;
+use crate::etag::ETag;
+use crate::grid::{Grid, Window};
+use crate::id::JobId;
+use crate::keys::Prefix;
+use crate::recipe::Recipe;
+use crate::source::{SceneMeta, SourceInfo};
+use crate::UnixMillis;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A row with the version its last write gave it. Versions start at 1 and grow by one per
+/// update; an update names the version it expects to replace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned<T> {
+    pub version: u64,
+    pub row: T,
+}
+
+/// The result of a conditional create.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateOutcome<T> {
+    Created,
+    /// A row was already there; here it is.
+    AlreadyExists(Versioned<T>),
+}
+
+/// The result of a version-guarded update.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpdateOutcome<T> {
+    Updated { version: u64 },
+    /// The row is not at the expected version (or is gone); the current row if any.
+    Superseded(Option<Versioned<T>>),
+}
+
+/// A planned job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub job_id: JobId,
+    pub source: SourceInfo,
+    pub recipe: Recipe,
+    pub grid: Grid,
+    pub prefix: Prefix,
+    pub scene: SceneMeta,
+    pub created_at: UnixMillis,
+    /// The assembled scene, once published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scene_output: Option<OutputRef>,
+}
+
+/// A published object, by exact key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputRef {
+    pub key: String,
+    pub e_tag: ETag,
+    pub size: u64,
+}
+
+/// How a manifest row's tile came to be in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TileOrigin {
+    /// This worker's Create wrote it.
+    Written,
+    /// A duplicate had written it; size and ETag came from a HEAD.
+    AlreadyPresent,
+    /// A repair rewrote it under `If-Match`.
+    Repaired,
+}
+
+/// One row per committed window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestEntry {
+    pub job_id: JobId,
+    pub window: Window,
+    pub key: String,
+    pub size: u64,
+    pub e_tag: ETag,
+    pub origin: TileOrigin,
+    pub recorded_at: UnixMillis,
+}
+
+/// Whether a claim's work is finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClaimState {
+    Held,
+    Done,
+}
+
+/// A lease on a resource (a scene output), guarded by owner and fencing token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRecord {
+    pub resource: String,
+    pub owner: String,
+    /// Grows by one on every successful acquisition, takeovers included.
+    pub fencing_token: u64,
+    pub expires_at: UnixMillis,
+    pub state: ClaimState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputRef>,
+}
+
+/// The result of trying to acquire a claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AcquireOutcome {
+    /// This owner holds the claim now, with a new fencing token.
+    Acquired(Versioned<ClaimRecord>),
+    /// Someone else holds it (unexpired) or it is done.
+    Existing(Versioned<ClaimRecord>),
+}
+
+/// A change a claim holder makes, guarded by owner and fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimChange {
+    /// Extend the lease.
+    Renew { expires_at: UnixMillis },
+    /// Mark the work done with its output.
+    Complete { output: OutputRef },
+    /// Give the claim up so another owner may take it at once.
+    Release,
+}
+
+/// Jobs.
+#[async_trait]
+pub trait JobTable: Send + Sync + std::fmt::Debug {
+    /// Create if absent; an existing row means "already planned".
+    async fn create_job(&self, job: &JobRecord) -> StoreResult<CreateOutcome<JobRecord>>;
+    async fn get_job(&self, id: &JobId) -> StoreResult<Option<Versioned<JobRecord>>>;
+    /// Replace the row only if it is at `expected` version.
+    async fn update_job(
+        &self,
+        job: &JobRecord,
+        expected: u64,
+    ) -> StoreResult<UpdateOutcome<JobRecord>>;
+    /// Jobs, newest first, at most `limit`.
+    async fn list_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>>;
+}
+
+/// The manifest: one row per committed window; the assembler counts these, never objects.
+#[async_trait]
+pub trait ManifestTable: Send + Sync + std::fmt::Debug {
+    /// Create if absent.
+    async fn put_entry(&self, e: &ManifestEntry) -> StoreResult<CreateOutcome<ManifestEntry>>;
+    /// Replace only if at `expected` version.
+    async fn update_entry(
+        &self,
+        e: &ManifestEntry,
+        expected: u64,
+    ) -> StoreResult<UpdateOutcome<ManifestEntry>>;
+    async fn get_entry(
+        &self,
+        job: &JobId,
+        w: Window,
+    ) -> StoreResult<Option<Versioned<ManifestEntry>>>;
+    /// Every row of a job, ordered by window.
+    async fn list_entries(&self, job: &JobId) -> StoreResult<Vec<Versioned<ManifestEntry>>>;
+    /// Number of rows of a job.
+    async fn count_entries(&self, job: &JobId) -> StoreResult<u64>;
+}
+
+/// Claims (leases) for the claim gate.
+#[async_trait]
+pub trait ClaimTable: Send + Sync + std::fmt::Debug {
+    /// Acquire in one conditional write: succeeds if no claim exists, or the existing one
+    /// expired (`expires_at < now`) and is not done. The backend assigns the fencing token
+    /// (previous + 1, or 1).
+    async fn acquire(
+        &self,
+        resource: &str,
+        owner: &str,
+        now: UnixMillis,
+        expires_at: UnixMillis,
+    ) -> StoreResult<AcquireOutcome>;
+    /// Apply a change only if `owner` and `fencing_token` still hold the claim (and, for
+    /// renew and complete, it is not done).
+    async fn change(
+        &self,
+        resource: &str,
+        owner: &str,
+        fencing_token: u64,
+        change: ClaimChange,
+    ) -> StoreResult<UpdateOutcome<ClaimRecord>>;
+    async fn get_claim(&self, resource: &str) -> StoreResult<Option<Versioned<ClaimRecord>>>;
+}
+
+/// Per-job counters, added atomically by every worker (`ADD` on DynamoDB, `+=` in SQLite).
+#[async_trait]
+pub trait CounterTable: Send + Sync + std::fmt::Debug {
+    async fn add_counters(&self, job: &JobId, deltas: &[(&str, u64)]) -> StoreResult<()>;
+    async fn get_counters(&self, job: &JobId) -> StoreResult<BTreeMap<String, u64>>;
+}

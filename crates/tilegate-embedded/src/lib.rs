@@ -1,0 +1,1 @@
+//! The embedded backend: objects as files, tables and queue in one SQLite file.

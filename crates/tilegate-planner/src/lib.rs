@@ -1,0 +1,1 @@
+//! The planner: source metadata and recipe in, job row and window messages out.

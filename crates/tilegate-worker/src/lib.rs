@@ -1,0 +1,1 @@
+//! The worker: receive, validate, encode, commit once, record, acknowledge.

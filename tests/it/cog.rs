@@ -1,0 +1,1 @@
+//! COG encoder tests: validator-clean tiles whose pixels equal the source window.

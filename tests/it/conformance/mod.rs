@@ -1,0 +1,1 @@
+//! The backend conformance suite: the same test functions run against every backend.

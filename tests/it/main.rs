@@ -1,0 +1,4 @@
+//! tilegate integration tests: one binary, one module per area.
+
+mod cog;
+mod conformance;

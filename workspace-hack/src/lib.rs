@@ -1,0 +1,1 @@
+//! Unifies dependency features across the workspace; managed by cargo-hakari.
