@@ -1,0 +1,317 @@
+//! Multipart uploads for the local store: parts staged under `.tilegate/uploads/<id>/`,
+//! concatenated at completion into one fsynced temp file that is then published exactly like a
+//! single put, honouring the same [`PutMode`].
+
+use super::fsx::{Staged, TempFile, etag_of, fsync_dir};
+use super::{Local, check_key};
+use crate::error::{EmbeddedError, io_error, own_error};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, Read as _, Write as _};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tilegate_core::object::{MultipartUpload, PartId, PutMode, PutOutcome};
+use tilegate_core::{Retry, StoreError, StoreResult, UnixMillis, now_millis};
+use tracing::{debug, warn};
+
+/// S3's part-number range, kept so callers behave the same on every backend.
+const MAX_PART_NUMBER: u32 = 10_000;
+const INFO_FILE: &str = "upload.json";
+
+/// `uploads/<id>/upload.json`.
+#[derive(Debug, Serialize, Deserialize)]
+struct UploadInfo {
+    key: String,
+    initiated_ms: UnixMillis,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+}
+
+/// Upload IDs are our own UUIDs (32 lowercase hex); anything else names no upload, and is
+/// never joined to a path.
+fn valid_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn no_upload(key: &str) -> StoreError {
+    StoreError::NotFound {
+        what: "multipart upload",
+        key: key.to_owned(),
+    }
+}
+
+fn part_name(n: u32) -> String {
+    format!("part-{n:05}")
+}
+
+impl Local {
+    /// The directory and record of upload `id`, which must be for `key` (else not found, as
+    /// S3's NoSuchUpload).
+    fn upload(
+        &self,
+        operation: &'static str,
+        key: &str,
+        id: &str,
+    ) -> StoreResult<(PathBuf, UploadInfo)> {
+        if !valid_id(id) {
+            return Err(no_upload(key));
+        }
+        let dir = self.uploads.join(id);
+        let text = match fs::read(dir.join(INFO_FILE)) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(no_upload(key)),
+            Err(e) => return Err(io_error(operation, key, e)),
+        };
+        let info: UploadInfo = serde_json::from_slice(&text).map_err(|e| StoreError::Corrupt {
+            what: "multipart upload record",
+            key: id.to_owned(),
+            detail: e.to_string(),
+        })?;
+        if info.key != key {
+            return Err(no_upload(key));
+        }
+        Ok((dir, info))
+    }
+
+    pub(super) fn create_multipart(
+        &self,
+        key: &str,
+        metadata: BTreeMap<String, String>,
+    ) -> StoreResult<String> {
+        const OP: &str = "create multipart upload";
+        check_key(key)?;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let info = UploadInfo {
+            key: key.to_owned(),
+            initiated_ms: now_millis(),
+            metadata,
+        };
+        let json = serde_json::to_vec(&info).map_err(|e| io_error(OP, key, io::Error::other(e)))?;
+        // Build the upload directory in tmp and rename it into uploads/ whole, so a listing
+        // never sees a directory without its record.
+        let staging = self.tmp.join(format!("upload-{id}"));
+        let build = || -> io::Result<()> {
+            fs::create_dir(&staging)?;
+            let mut f = File::create(staging.join(INFO_FILE))?;
+            f.write_all(&json)?;
+            f.sync_all()?;
+            fsync_dir(&staging)?;
+            fs::rename(&staging, self.uploads.join(&id))?;
+            fsync_dir(&self.uploads)
+        };
+        if let Err(e) = build() {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(io_error(OP, key, e));
+        }
+        debug!(store = "local", key, upload_id = %id, "multipart upload created");
+        Ok(id)
+    }
+
+    pub(super) fn upload_part(
+        &self,
+        key: &str,
+        id: &str,
+        part_number: u32,
+        bytes: &[u8],
+    ) -> StoreResult<PartId> {
+        const OP: &str = "upload part";
+        check_key(key)?;
+        if part_number == 0 || part_number > MAX_PART_NUMBER {
+            return Err(own_error(
+                OP,
+                key,
+                Retry::Permanent,
+                EmbeddedError::InvalidPart {
+                    part_number,
+                    reason: "part numbers run from 1 to 10000",
+                },
+            ));
+        }
+        let (dir, _) = self.upload(OP, key, id)?;
+        let staged = Staged::write(&self.tmp, bytes).map_err(|e| io_error(OP, key, e))?;
+        // rename(2) replaces a part uploaded earlier under the same number, as S3 does.
+        match fs::rename(&staged.tmp.path, dir.join(part_name(part_number))) {
+            Ok(()) => {}
+            // The upload was completed or aborted meanwhile.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(no_upload(key)),
+            Err(e) => return Err(io_error(OP, key, e)),
+        }
+        fsync_dir(&dir).map_err(|e| io_error(OP, key, e))?;
+        Ok(PartId {
+            part_number,
+            e_tag: staged.e_tag.clone(),
+        })
+    }
+
+    pub(super) fn complete_multipart(
+        &self,
+        key: &str,
+        id: &str,
+        parts: &[PartId],
+        mode: &PutMode,
+    ) -> StoreResult<PutOutcome> {
+        const OP: &str = "complete multipart upload";
+        check_key(key)?;
+        let (dir, info) = self.upload(OP, key, id)?;
+        let invalid = |e| own_error(OP, key, Retry::Permanent, e);
+        if parts.is_empty() {
+            return Err(invalid(EmbeddedError::InvalidPartList(
+                "no parts were named",
+            )));
+        }
+        if parts
+            .windows(2)
+            .any(|w| w[0].part_number >= w[1].part_number)
+        {
+            return Err(invalid(EmbeddedError::InvalidPartList(
+                "part numbers must be strictly ascending",
+            )));
+        }
+        let staged = self.concatenate(key, &dir, parts)?;
+
+        // Claim the upload: rename(2) of its directory is atomic, so of two concurrent
+        // completions (or a completion and an abort) exactly one moves it; the other sees
+        // ENOENT, as S3 answers NoSuchUpload to the second.
+        let claimed = self.tmp.join(format!("completing-{id}"));
+        match fs::rename(&dir, &claimed) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(no_upload(key)),
+            Err(e) => return Err(io_error(OP, key, e)),
+        }
+        let out = self.publish(OP, key, staged, mode, info.metadata);
+        if out.is_err() {
+            // A fault (not an outcome): hand the upload back so the caller can retry or abort.
+            if let Err(e) = fs::rename(&claimed, &dir) {
+                warn!(store = "local", key, upload_id = id, error = %e, "restore upload after a failed completion");
+            }
+        } else if let Err(e) = fs::remove_dir_all(&claimed) {
+            warn!(store = "local", key, upload_id = id, error = %e, "remove completed upload (the sweep will retry)");
+        }
+        out
+    }
+
+    /// Concatenate the named parts, in order, into one fsynced temp file, checking each part's
+    /// ETag against the one the caller was given (S3's InvalidPart otherwise).
+    fn concatenate(
+        &self,
+        key: &str,
+        dir: &std::path::Path,
+        parts: &[PartId],
+    ) -> StoreResult<Staged> {
+        const OP: &str = "complete multipart upload";
+        let mut tmp = TempFile::create(&self.tmp).map_err(|e| io_error(OP, key, e))?;
+        let mut whole = blake3::Hasher::new();
+        let mut buf = vec![0u8; 1 << 20];
+        for p in parts {
+            let bad = |reason| {
+                own_error(
+                    OP,
+                    key,
+                    Retry::Permanent,
+                    EmbeddedError::InvalidPart {
+                        part_number: p.part_number,
+                        reason,
+                    },
+                )
+            };
+            let mut f = match File::open(dir.join(part_name(p.part_number))) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(bad("it was not uploaded"));
+                }
+                Err(e) => return Err(io_error(OP, key, e)),
+            };
+            let mut part = blake3::Hasher::new();
+            loop {
+                let n = match f.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(io_error(OP, key, e)),
+                };
+                part.update(&buf[..n]);
+                whole.update(&buf[..n]);
+                tmp.file
+                    .write_all(&buf[..n])
+                    .map_err(|e| io_error(OP, key, e))?;
+            }
+            if !etag_of(&part.finalize()).strong_eq(&p.e_tag) {
+                return Err(bad("its ETag differs from the uploaded part's"));
+            }
+        }
+        tmp.file.sync_all().map_err(|e| io_error(OP, key, e))?;
+        Ok(Staged {
+            tmp,
+            e_tag: etag_of(&whole.finalize()),
+        })
+    }
+
+    pub(super) fn abort_multipart(&self, key: &str, id: &str) -> StoreResult<()> {
+        const OP: &str = "abort multipart upload";
+        check_key(key)?;
+        let (dir, _) = self.upload(OP, key, id)?;
+        // Move it out of uploads/ first (atomic), then delete at leisure: a part upload racing
+        // the abort then fails cleanly instead of repopulating a half-deleted directory.
+        let doomed = self.tmp.join(format!("aborting-{id}"));
+        match fs::rename(&dir, &doomed) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(no_upload(key)),
+            Err(e) => return Err(io_error(OP, key, e)),
+        }
+        if let Err(e) = fs::remove_dir_all(&doomed) {
+            warn!(store = "local", key, upload_id = id, error = %e, "remove aborted upload (the sweep will retry)");
+        }
+        debug!(
+            store = "local",
+            key,
+            upload_id = id,
+            "multipart upload aborted"
+        );
+        Ok(())
+    }
+
+    pub(super) fn list_multipart(
+        &self,
+        prefix: &str,
+        older_than: Option<SystemTime>,
+    ) -> StoreResult<Vec<MultipartUpload>> {
+        const OP: &str = "list multipart uploads";
+        let entries = fs::read_dir(&self.uploads).map_err(|e| io_error(OP, prefix, e))?;
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(OP, prefix, e))?;
+            let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if !valid_id(&id) {
+                continue;
+            }
+            // Unreadable or vanished (completed meanwhile): not an incomplete upload to report.
+            let Ok(text) = fs::read(entry.path().join(INFO_FILE)) else {
+                continue;
+            };
+            let Ok(info) = serde_json::from_slice::<UploadInfo>(&text) else {
+                warn!(store = "local", upload_id = %id, "unreadable multipart upload record");
+                continue;
+            };
+            let initiated =
+                UNIX_EPOCH + Duration::from_millis(u64::try_from(info.initiated_ms).unwrap_or(0));
+            if !info.key.starts_with(prefix) || older_than.is_some_and(|t| initiated >= t) {
+                continue;
+            }
+            out.push(MultipartUpload {
+                key: info.key,
+                upload_id: id,
+                initiated,
+            });
+        }
+        out.sort_by(|a, b| {
+            (&a.key, a.initiated, &a.upload_id).cmp(&(&b.key, b.initiated, &b.upload_id))
+        });
+        Ok(out)
+    }
+}

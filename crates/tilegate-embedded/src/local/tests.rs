@@ -1,0 +1,197 @@
+//! Local-store behaviour that only a directory has: files people drop in, sidecars, the
+//! internal directory, crash-leftover sweeps, key/directory conflicts. The behaviour every
+//! backend shares is in the conformance suite (`tests/it/conformance`).
+
+use super::*;
+use tilegate_core::object::ObjectStoreExt as _;
+
+fn store() -> (tempfile::TempDir, LocalObjectStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalObjectStore::open(dir.path()).unwrap();
+    (dir, s)
+}
+
+fn count_files(dir: &Path) -> usize {
+    fs::read_dir(dir).unwrap().count()
+}
+
+fn content_etag(bytes: &[u8]) -> ETag {
+    fsx::etag_of(&blake3::hash(bytes))
+}
+
+#[tokio::test]
+async fn a_file_dropped_in_by_a_person_is_an_object() {
+    let (dir, s) = store();
+    fs::create_dir_all(dir.path().join("in")).unwrap();
+    fs::write(dir.path().join("in/scene.tif"), b"hand-made").unwrap();
+    let meta = s.head("in/scene.tif").await.unwrap().unwrap();
+    assert_eq!(meta.e_tag, content_etag(b"hand-made"));
+    assert_eq!(meta.size, 9);
+    let out = s
+        .put_update(
+            "in/scene.tif",
+            Bytes::from_static(b"v2"),
+            UpdateVersion::from(&meta),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(out, PutOutcome::Written(_)), "{out:?}");
+    assert_eq!(
+        fs::read(dir.path().join("in/scene.tif")).unwrap(),
+        b"v2".to_vec()
+    );
+}
+
+#[tokio::test]
+async fn an_in_place_rewrite_invalidates_the_sidecar() {
+    let (dir, s) = store();
+    s.put_create("k/a", Bytes::from_static(b"first"))
+        .await
+        .unwrap();
+    // A person rewrites the file in place (same inode, new size and mtime).
+    fs::write(dir.path().join("k/a"), b"second, longer").unwrap();
+    let meta = s.head("k/a").await.unwrap().unwrap();
+    assert_eq!(meta.e_tag, content_etag(b"second, longer"));
+}
+
+#[tokio::test]
+async fn create_leaves_one_sidecar_and_no_temp_files() {
+    let (dir, s) = store();
+    let mut opts = PutOptions::create();
+    opts.metadata.insert("attempt".into(), "a1".into());
+    s.put_opts("k/a", Bytes::from_static(b"1"), opts.clone())
+        .await
+        .unwrap();
+    let second = s
+        .put_opts("k/a", Bytes::from_static(b"2"), opts)
+        .await
+        .unwrap();
+    assert_eq!(second, PutOutcome::AlreadyPresent);
+    let internal = dir.path().join(INTERNAL_DIR);
+    assert_eq!(count_files(&internal.join("tmp")), 0);
+    assert_eq!(count_files(&internal.join("meta")), 1);
+    let meta = s.head("k/a").await.unwrap().unwrap();
+    assert_eq!(meta.metadata.get("attempt").map(String::as_str), Some("a1"));
+
+    s.delete_opts("k/a", DeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(count_files(&internal.join("meta")), 0);
+}
+
+#[tokio::test]
+async fn update_replaces_the_sidecar() {
+    let (dir, s) = store();
+    let PutOutcome::Written(m) = s.put_create("k/a", Bytes::from_static(b"1")).await.unwrap()
+    else {
+        panic!("not written")
+    };
+    s.put_update("k/a", Bytes::from_static(b"2"), UpdateVersion::from(&m))
+        .await
+        .unwrap();
+    assert_eq!(count_files(&dir.path().join(INTERNAL_DIR).join("meta")), 1);
+}
+
+#[tokio::test]
+async fn internal_directory_is_neither_addressable_nor_listed() {
+    let (_dir, s) = store();
+    s.put_create("x", Bytes::from_static(b"1")).await.unwrap();
+    let err = s
+        .put_create(".tilegate/tmp/evil", Bytes::from_static(b"1"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidKey { .. }), "{err:?}");
+    assert!(matches!(
+        s.head(".tilegate/meta").await.unwrap_err(),
+        StoreError::InvalidKey { .. }
+    ));
+    let keys: Vec<String> = s
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key)
+        .collect();
+    assert_eq!(keys, vec!["x".to_owned()]);
+    assert!(s.list(".tilegate/").await.unwrap().is_empty());
+}
+
+#[test]
+fn open_sweeps_old_temp_files_only() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(LocalObjectStore::open(dir.path()).unwrap());
+    let tmp = dir.path().join(INTERNAL_DIR).join("tmp");
+    let old = tmp.join("old.tmp");
+    let fresh = tmp.join("fresh.tmp");
+    fs::write(&old, b"partial").unwrap();
+    fs::write(&fresh, b"in flight").unwrap();
+    let two_hours_ago = SystemTime::now() - Duration::from_secs(7200);
+    File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(two_hours_ago)
+        .unwrap();
+    drop(LocalObjectStore::open(dir.path()).unwrap());
+    assert!(!old.exists());
+    assert!(fresh.exists());
+}
+
+#[tokio::test]
+async fn an_object_cannot_also_be_a_directory() {
+    let (_dir, s) = store();
+    s.put_create("a/b", Bytes::from_static(b"1")).await.unwrap();
+    let err = s
+        .put_create("a/b/c", Bytes::from_static(b"2"))
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    let err = s
+        .put_create("a", Bytes::from_static(b"3"))
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(s.head("a").await.unwrap().is_none());
+}
+
+#[test]
+fn range_resolution() {
+    assert_eq!(resolve_range(None, 10).unwrap(), 0..10);
+    assert_eq!(resolve_range(Some(2..5), 10).unwrap(), 2..5);
+    assert_eq!(resolve_range(Some(5..100), 10).unwrap(), 5..10);
+    assert_eq!(resolve_range(Some(0..4), 0).unwrap(), 0..0);
+    assert!(matches!(
+        resolve_range(Some(10..12), 10),
+        Err(EmbeddedError::RangeNotSatisfiable { .. })
+    ));
+    assert!(matches!(
+        resolve_range(Some(4..4), 10),
+        Err(EmbeddedError::EmptyRange { .. })
+    ));
+}
+
+#[tokio::test]
+async fn multipart_part_etag_mismatch_is_refused_and_upload_kept() {
+    let (_dir, s) = store();
+    let id = s
+        .create_multipart("m/x", &PutOptions::default())
+        .await
+        .unwrap();
+    let mut p = s
+        .upload_part("m/x", &id, 1, Bytes::from_static(b"abc"))
+        .await
+        .unwrap();
+    p.e_tag = ETag::new("\"wrong\"");
+    let err = s
+        .complete_multipart("m/x", &id, &[p], &PutMode::Create)
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable());
+    assert_eq!(s.list_multipart("m/", None).await.unwrap().len(), 1);
+    assert!(s.head("m/x").await.unwrap().is_none());
+    // An upload ID is never a path.
+    assert!(matches!(
+        s.abort_multipart("m/x", "../../x").await.unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+}

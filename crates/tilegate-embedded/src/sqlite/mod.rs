@@ -1,0 +1,331 @@
+//! [`SqliteBackend`]: jobs, manifest, claims, counters (and, in [`queue`], the work queue) in
+//! one SQLite file, correct across every process that opens it.
+//!
+//! Every conditional write is one statement or one `BEGIN IMMEDIATE` transaction. IMMEDIATE
+//! takes SQLite's write lock at `BEGIN`, before anything is read, so read-compare-write inside
+//! it is serialised against every other writer in every process; a deferred transaction would
+//! read first and could fail to upgrade (`SQLITE_BUSY_SNAPSHOT`) or, worse, decide on a stale
+//! read. WAL mode lets readers run beside the one writer; `busy_timeout` makes a contended
+//! writer wait instead of failing at once, and a wait longer than that is a retryable error.
+//!
+//! Durability: `synchronous=NORMAL` in WAL mode never corrupts the database and loses nothing
+//! when a process crashes; a power loss can roll back the last transactions before it.
+
+pub mod queue;
+mod tables;
+
+use crate::blocking;
+use crate::error::{EmbeddedError, sql_error};
+use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tilegate_core::{Retry, StoreError, StoreResult};
+use tokio::sync::Notify;
+
+pub use queue::SqliteQueue;
+
+/// How long a writer waits for another process's write lock before a retryable error.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The schema version this build writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = r"
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id      TEXT PRIMARY KEY,
+    version     INTEGER NOT NULL,
+    created_at  INTEGER NOT NULL,
+    body        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at DESC, job_id);
+
+CREATE TABLE IF NOT EXISTS manifest (
+    job_id      TEXT NOT NULL,
+    win_row     INTEGER NOT NULL,
+    win_col     INTEGER NOT NULL,
+    version     INTEGER NOT NULL,
+    body        TEXT NOT NULL,
+    PRIMARY KEY (job_id, win_row, win_col)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS claims (
+    resource      TEXT PRIMARY KEY,
+    version       INTEGER NOT NULL,
+    owner         TEXT NOT NULL,
+    fencing_token INTEGER NOT NULL,
+    expires_at    INTEGER NOT NULL,
+    state         TEXT NOT NULL,
+    body          TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS counters (
+    job_id  TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    value   INTEGER NOT NULL,
+    PRIMARY KEY (job_id, name)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS queue_messages (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue         TEXT NOT NULL,
+    message_id    TEXT NOT NULL UNIQUE,
+    body          TEXT NOT NULL,
+    sent_at       INTEGER NOT NULL,
+    visible_at    INTEGER NOT NULL,
+    receive_count INTEGER NOT NULL DEFAULT 0,
+    receipt       TEXT UNIQUE
+);
+CREATE INDEX IF NOT EXISTS queue_messages_visible ON queue_messages (queue, visible_at);
+
+CREATE TABLE IF NOT EXISTS queue_dead_letters (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue         TEXT NOT NULL,
+    message_id    TEXT NOT NULL UNIQUE,
+    body          TEXT NOT NULL,
+    sent_at       INTEGER NOT NULL,
+    reason        TEXT NOT NULL,
+    receive_count INTEGER NOT NULL,
+    dead_at       INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_dead_letters_by_queue ON queue_dead_letters (queue, seq);
+";
+
+/// Jobs, manifest, claims, counters and queues in one SQLite file. Cheap to clone; clones
+/// share one connection.
+#[derive(Clone)]
+pub struct SqliteBackend {
+    inner: Arc<Db>,
+}
+
+struct Db {
+    path: PathBuf,
+    /// One connection per process: SQLite serialises writers anyway, and a connection must not
+    /// be used by two threads at once.
+    conn: Mutex<Connection>,
+    /// Wakes this process's long-polling receivers when this process sends; receivers in other
+    /// processes find new messages by polling.
+    sent: Notify,
+}
+
+impl fmt::Debug for SqliteBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteBackend")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failure inside a transaction: SQLite's, or one we raise ourselves (a corrupt row).
+#[derive(Debug)]
+pub(crate) enum TxError {
+    Sql(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for TxError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Sql(e)
+    }
+}
+
+impl From<StoreError> for TxError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+pub(crate) type TxResult<T> = Result<T, TxError>;
+
+impl SqliteBackend {
+    /// Open (creating if needed) the database at `path`: WAL mode, `synchronous=NORMAL`,
+    /// `busy_timeout` = [`BUSY_TIMEOUT`], schema created or checked.
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let shown = path.display().to_string();
+        let conn = Self::connect(&path).map_err(|e| match e {
+            TxError::Sql(e) => sql_error("open the database", &shown, e),
+            TxError::Store(e) => e,
+        })?;
+        Ok(Self {
+            inner: Arc::new(Db {
+                path,
+                conn: Mutex::new(conn),
+                sent: Notify::new(),
+            }),
+        })
+    }
+
+    fn connect(path: &Path) -> TxResult<Connection> {
+        let mut conn = Connection::open(path)?;
+        // Set first, so that the journal-mode switch and schema creation below wait for a
+        // concurrently opening process instead of failing.
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(TxError::Store(StoreError::backend(
+                "open the database",
+                path.display().to_string(),
+                Retry::Permanent,
+                EmbeddedError::NoWal(mode),
+            )));
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if found > SCHEMA_VERSION {
+            return Err(TxError::Store(StoreError::backend(
+                "open the database",
+                path.display().to_string(),
+                Retry::Permanent,
+                EmbeddedError::SchemaTooNew {
+                    found,
+                    supported: SCHEMA_VERSION,
+                },
+            )));
+        }
+        tx.execute_batch(SCHEMA)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.commit()?;
+        Ok(conn)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// A work queue named `name` in this database, sharing this connection. Messages received
+    /// `max_receive_count` times without an ack go to its dead letters on the next receive
+    /// (at least 1).
+    pub fn queue(&self, name: &str, max_receive_count: u32) -> SqliteQueue {
+        SqliteQueue::new(self.clone(), name, max_receive_count)
+    }
+
+    /// Run `f` in one `BEGIN IMMEDIATE` transaction on the blocking pool, committing if it
+    /// returns `Ok`; `operation` and `key` name the failure.
+    pub(crate) async fn write<T, F>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        f: F,
+    ) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>) -> TxResult<T> + Send + 'static,
+    {
+        let db = Arc::clone(&self.inner);
+        let k = key.to_owned();
+        blocking::run(operation, key, move || {
+            let mut conn = db.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let run = || -> TxResult<T> {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let out = f(&tx)?;
+                tx.commit()?;
+                Ok(out)
+            };
+            run().map_err(|e| match e {
+                TxError::Sql(e) => sql_error(operation, &k, e),
+                TxError::Store(e) => e,
+            })
+        })
+        .await
+    }
+
+    /// Run `f` on the connection (autocommit: each statement is its own transaction) on the
+    /// blocking pool. For reads and single-statement writes.
+    pub(crate) async fn with_conn<T, F>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        f: F,
+    ) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> TxResult<T> + Send + 'static,
+    {
+        let db = Arc::clone(&self.inner);
+        let k = key.to_owned();
+        blocking::run(operation, key, move || {
+            let conn = db.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&conn).map_err(|e| match e {
+                TxError::Sql(e) => sql_error(operation, &k, e),
+                TxError::Store(e) => e,
+            })
+        })
+        .await
+    }
+
+    pub(crate) fn sent(&self) -> &Notify {
+        &self.inner.sent
+    }
+}
+
+/// An unsigned number as SQLite's signed 64-bit integer, refusing what does not fit.
+pub(crate) fn to_i64(what: &'static str, key: &str, v: u64) -> TxResult<i64> {
+    i64::try_from(v).map_err(|_| {
+        TxError::Store(StoreError::backend(
+            "store",
+            key,
+            Retry::Permanent,
+            EmbeddedError::OutOfRange {
+                what,
+                value: u128::from(v),
+            },
+        ))
+    })
+}
+
+/// A stored signed integer that must be non-negative, as a `u64`.
+pub(crate) fn to_u64(what: &'static str, key: &str, v: i64) -> TxResult<u64> {
+    u64::try_from(v).map_err(|_| {
+        TxError::Store(StoreError::Corrupt {
+            what,
+            key: key.to_owned(),
+            detail: format!("negative value {v}"),
+        })
+    })
+}
+
+/// Decode a row's JSON body.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    key: &str,
+    body: &str,
+) -> TxResult<T> {
+    serde_json::from_str(body).map_err(|e| {
+        TxError::Store(StoreError::Corrupt {
+            what,
+            key: key.to_owned(),
+            detail: e.to_string(),
+        })
+    })
+}
+
+/// Encode a row's JSON body.
+pub(crate) fn encode<T: serde::Serialize>(
+    what: &'static str,
+    key: &str,
+    row: &T,
+) -> TxResult<String> {
+    serde_json::to_string(row).map_err(|e| {
+        TxError::Store(StoreError::backend(
+            "encode",
+            format!("{what} {key}"),
+            Retry::Permanent,
+            e,
+        ))
+    })
+}
+
+/// `SELECT version, body ... WHERE <key>` as an optional `(version, body)`.
+pub(crate) fn select_versioned(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> TxResult<Option<(i64, String)>> {
+    Ok(conn
+        .query_row(sql, params, |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
+}

@@ -1,0 +1,436 @@
+//! The table contracts on SQLite: each row stored as JSON with a `version` (1 on create, +1 per
+//! update); conditional creates by `INSERT ... ON CONFLICT DO NOTHING`, conditional updates by
+//! `UPDATE ... WHERE version = ?`, each inside one IMMEDIATE transaction so the row read back
+//! after a refused write is the row that refused it.
+
+use super::{SqliteBackend, TxError, TxResult, decode, encode, select_versioned, to_i64, to_u64};
+use crate::error::EmbeddedError;
+use async_trait::async_trait;
+use rusqlite::{Connection, params};
+use std::collections::BTreeMap;
+use tilegate_core::grid::Window;
+use tilegate_core::id::JobId;
+use tilegate_core::table::{
+    AcquireOutcome, ClaimChange, ClaimRecord, ClaimState, ClaimTable, CounterTable, CreateOutcome,
+    JobRecord, JobTable, ManifestEntry, ManifestTable, UpdateOutcome, Versioned,
+};
+use tilegate_core::{Retry, StoreError, StoreResult, UnixMillis};
+use tracing::debug;
+
+fn versioned<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    key: &str,
+    (version, body): (i64, String),
+) -> TxResult<Versioned<T>> {
+    Ok(Versioned {
+        version: to_u64(what, key, version)?,
+        row: decode(what, key, &body)?,
+    })
+}
+
+fn get_job_row(conn: &Connection, id: &str) -> TxResult<Option<Versioned<JobRecord>>> {
+    select_versioned(
+        conn,
+        "SELECT version, body FROM jobs WHERE job_id = ?1",
+        [id],
+    )?
+    .map(|r| versioned("job row", id, r))
+    .transpose()
+}
+
+#[async_trait]
+impl JobTable for SqliteBackend {
+    async fn create_job(&self, job: &JobRecord) -> StoreResult<CreateOutcome<JobRecord>> {
+        let job = job.clone();
+        let id = job.job_id.to_string();
+        self.write("create job", &id.clone(), move |tx| {
+            let body = encode("job row", &id, &job)?;
+            let n = tx.execute(
+                "INSERT INTO jobs (job_id, version, created_at, body) VALUES (?1, 1, ?2, ?3)
+                 ON CONFLICT (job_id) DO NOTHING",
+                params![id, job.created_at, body],
+            )?;
+            if n == 1 {
+                debug!(store = "sqlite", job_id = %id, outcome = "created", "create job");
+                return Ok(CreateOutcome::Created);
+            }
+            let existing = get_job_row(tx, &id)?.ok_or_else(|| vanished("job row", &id))?;
+            debug!(store = "sqlite", job_id = %id, outcome = "already-exists", "create job");
+            Ok(CreateOutcome::AlreadyExists(existing))
+        })
+        .await
+    }
+
+    async fn get_job(&self, id: &JobId) -> StoreResult<Option<Versioned<JobRecord>>> {
+        let id = id.to_string();
+        self.with_conn("get job", &id.clone(), move |c| get_job_row(c, &id))
+            .await
+    }
+
+    async fn update_job(
+        &self,
+        job: &JobRecord,
+        expected: u64,
+    ) -> StoreResult<UpdateOutcome<JobRecord>> {
+        let job = job.clone();
+        let id = job.job_id.to_string();
+        self.write("update job", &id.clone(), move |tx| {
+            let body = encode("job row", &id, &job)?;
+            let exp = to_i64("version", &id, expected)?;
+            let n = tx.execute(
+                "UPDATE jobs SET version = version + 1, created_at = ?2, body = ?3
+                 WHERE job_id = ?1 AND version = ?4",
+                params![id, job.created_at, body, exp],
+            )?;
+            if n == 1 {
+                return Ok(UpdateOutcome::Updated {
+                    version: expected + 1,
+                });
+            }
+            debug!(store = "sqlite", job_id = %id, outcome = "superseded", expected, "update job");
+            Ok(UpdateOutcome::Superseded(get_job_row(tx, &id)?))
+        })
+        .await
+    }
+
+    async fn list_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        self.with_conn("list jobs", "jobs", move |c| {
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut stmt = c.prepare(
+                "SELECT job_id, version, body FROM jobs
+                 ORDER BY created_at DESC, job_id LIMIT ?1",
+            )?;
+            let rows = stmt.query_map([limit], |r| {
+                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, version, body) = row?;
+                out.push(versioned("job row", &id, (version, body))?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+/// A row that the same transaction found conflicting is gone: impossible under IMMEDIATE
+/// unless the database is damaged.
+fn vanished(what: &'static str, key: &str) -> TxError {
+    TxError::Store(StoreError::Corrupt {
+        what,
+        key: key.to_owned(),
+        detail: "the row refused an insert but cannot be read back".to_owned(),
+    })
+}
+
+fn manifest_key(job: &str, w: Window) -> String {
+    format!("{job}/{w}")
+}
+
+fn get_entry_row(
+    conn: &Connection,
+    job: &str,
+    w: Window,
+) -> TxResult<Option<Versioned<ManifestEntry>>> {
+    select_versioned(
+        conn,
+        "SELECT version, body FROM manifest WHERE job_id = ?1 AND win_row = ?2 AND win_col = ?3",
+        params![job, w.row, w.col],
+    )?
+    .map(|r| versioned("manifest row", &manifest_key(job, w), r))
+    .transpose()
+}
+
+#[async_trait]
+impl ManifestTable for SqliteBackend {
+    async fn put_entry(&self, e: &ManifestEntry) -> StoreResult<CreateOutcome<ManifestEntry>> {
+        let e = e.clone();
+        let key = manifest_key(e.job_id.as_str(), e.window);
+        self.write("put manifest entry", &key.clone(), move |tx| {
+            let body = encode("manifest row", &key, &e)?;
+            let n = tx.execute(
+                "INSERT INTO manifest (job_id, win_row, win_col, version, body)
+                 VALUES (?1, ?2, ?3, 1, ?4) ON CONFLICT DO NOTHING",
+                params![e.job_id.as_str(), e.window.row, e.window.col, body],
+            )?;
+            if n == 1 {
+                return Ok(CreateOutcome::Created);
+            }
+            let existing = get_entry_row(tx, e.job_id.as_str(), e.window)?
+                .ok_or_else(|| vanished("manifest row", &key))?;
+            debug!(store = "sqlite", job_id = %e.job_id, window = %e.window, outcome = "already-exists", "put manifest entry");
+            Ok(CreateOutcome::AlreadyExists(existing))
+        })
+        .await
+    }
+
+    async fn update_entry(
+        &self,
+        e: &ManifestEntry,
+        expected: u64,
+    ) -> StoreResult<UpdateOutcome<ManifestEntry>> {
+        let e = e.clone();
+        let key = manifest_key(e.job_id.as_str(), e.window);
+        self.write("update manifest entry", &key.clone(), move |tx| {
+            let body = encode("manifest row", &key, &e)?;
+            let exp = to_i64("version", &key, expected)?;
+            let n = tx.execute(
+                "UPDATE manifest SET version = version + 1, body = ?4
+                 WHERE job_id = ?1 AND win_row = ?2 AND win_col = ?3 AND version = ?5",
+                params![e.job_id.as_str(), e.window.row, e.window.col, body, exp],
+            )?;
+            if n == 1 {
+                return Ok(UpdateOutcome::Updated {
+                    version: expected + 1,
+                });
+            }
+            Ok(UpdateOutcome::Superseded(get_entry_row(
+                tx,
+                e.job_id.as_str(),
+                e.window,
+            )?))
+        })
+        .await
+    }
+
+    async fn get_entry(
+        &self,
+        job: &JobId,
+        w: Window,
+    ) -> StoreResult<Option<Versioned<ManifestEntry>>> {
+        let job = job.to_string();
+        self.with_conn("get manifest entry", &manifest_key(&job, w), move |c| {
+            get_entry_row(c, &job, w)
+        })
+        .await
+    }
+
+    async fn list_entries(&self, job: &JobId) -> StoreResult<Vec<Versioned<ManifestEntry>>> {
+        let job = job.to_string();
+        self.with_conn("list manifest entries", &job.clone(), move |c| {
+            // (win_row, win_col) is the order of `Window`'s `Ord`.
+            let mut stmt = c.prepare(
+                "SELECT win_row, win_col, version, body FROM manifest
+                 WHERE job_id = ?1 ORDER BY win_row, win_col",
+            )?;
+            let rows = stmt.query_map([&job], |r| {
+                Ok((
+                    Window::new(r.get(0)?, r.get(1)?),
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (w, version, body) = row?;
+                out.push(versioned(
+                    "manifest row",
+                    &manifest_key(&job, w),
+                    (version, body),
+                )?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn count_entries(&self, job: &JobId) -> StoreResult<u64> {
+        let job = job.to_string();
+        self.with_conn("count manifest entries", &job.clone(), move |c| {
+            let n: i64 = c.query_row(
+                "SELECT COUNT(*) FROM manifest WHERE job_id = ?1",
+                [&job],
+                |r| r.get(0),
+            )?;
+            to_u64("manifest count", &job, n)
+        })
+        .await
+    }
+}
+
+fn get_claim_row(conn: &Connection, resource: &str) -> TxResult<Option<Versioned<ClaimRecord>>> {
+    select_versioned(
+        conn,
+        "SELECT version, body FROM claims WHERE resource = ?1",
+        [resource],
+    )?
+    .map(|r| versioned("claim row", resource, r))
+    .transpose()
+}
+
+fn state_name(s: ClaimState) -> &'static str {
+    match s {
+        ClaimState::Held => "held",
+        ClaimState::Done => "done",
+    }
+}
+
+/// Write `claim` as the row's new content at `version` (insert or replace). The caller has
+/// already decided, inside the same IMMEDIATE transaction, that the write is allowed.
+fn store_claim(tx: &Connection, claim: &ClaimRecord, version: u64) -> TxResult<()> {
+    let r = claim.resource.as_str();
+    tx.execute(
+        "INSERT INTO claims (resource, version, owner, fencing_token, expires_at, state, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (resource) DO UPDATE SET version = excluded.version, owner = excluded.owner,
+           fencing_token = excluded.fencing_token, expires_at = excluded.expires_at,
+           state = excluded.state, body = excluded.body",
+        params![
+            r,
+            to_i64("version", r, version)?,
+            claim.owner,
+            to_i64("fencing token", r, claim.fencing_token)?,
+            claim.expires_at,
+            state_name(claim.state),
+            encode("claim row", r, claim)?,
+        ],
+    )?;
+    Ok(())
+}
+
+#[async_trait]
+impl ClaimTable for SqliteBackend {
+    async fn acquire(
+        &self,
+        resource: &str,
+        owner: &str,
+        now: UnixMillis,
+        expires_at: UnixMillis,
+    ) -> StoreResult<AcquireOutcome> {
+        let (resource, owner) = (resource.to_owned(), owner.to_owned());
+        self.write("acquire claim", &resource.clone(), move |tx| {
+            // One IMMEDIATE transaction: the predicate (no row, or expired and not done) is
+            // evaluated under the write lock, so two acquirers can never both see it true.
+            let current = get_claim_row(tx, &resource)?;
+            let (token, version) = match &current {
+                None => (1, 1),
+                Some(c) if c.row.expires_at < now && c.row.state != ClaimState::Done => {
+                    (c.row.fencing_token + 1, c.version + 1)
+                }
+                Some(c) => {
+                    debug!(store = "sqlite", resource = %resource, owner = %owner, holder = %c.row.owner, outcome = "existing", "acquire claim");
+                    return Ok(AcquireOutcome::Existing(c.clone()));
+                }
+            };
+            let claim = ClaimRecord {
+                resource: resource.clone(),
+                owner: owner.clone(),
+                fencing_token: token,
+                expires_at,
+                state: ClaimState::Held,
+                output: None,
+            };
+            store_claim(tx, &claim, version)?;
+            debug!(store = "sqlite", resource = %resource, owner = %owner, fencing_token = token, outcome = "acquired", "acquire claim");
+            Ok(AcquireOutcome::Acquired(Versioned {
+                version,
+                row: claim,
+            }))
+        })
+        .await
+    }
+
+    async fn change(
+        &self,
+        resource: &str,
+        owner: &str,
+        fencing_token: u64,
+        change: ClaimChange,
+    ) -> StoreResult<UpdateOutcome<ClaimRecord>> {
+        let (resource, owner) = (resource.to_owned(), owner.to_owned());
+        self.write("change claim", &resource.clone(), move |tx| {
+            let Some(current) = get_claim_row(tx, &resource)? else {
+                return Ok(UpdateOutcome::Superseded(None));
+            };
+            let c = &current.row;
+            let holds = c.owner == owner && c.fencing_token == fencing_token;
+            let allowed = match change {
+                ClaimChange::Renew { .. } | ClaimChange::Complete { .. } => {
+                    holds && c.state == ClaimState::Held
+                }
+                ClaimChange::Release => holds,
+            };
+            if !allowed {
+                debug!(store = "sqlite", resource = %resource, owner = %owner, fencing_token, holder = %c.owner, outcome = "superseded", "change claim");
+                return Ok(UpdateOutcome::Superseded(Some(current)));
+            }
+            let mut next = c.clone();
+            match change {
+                ClaimChange::Renew { expires_at } => next.expires_at = expires_at,
+                ClaimChange::Complete { output } => {
+                    next.state = ClaimState::Done;
+                    next.output = Some(output);
+                }
+                // Expired at once: `expires_at < now` holds for any later acquirer. The state is
+                // kept, so releasing a done claim never reopens it.
+                ClaimChange::Release => next.expires_at = UnixMillis::MIN,
+            }
+            let version = current.version + 1;
+            store_claim(tx, &next, version)?;
+            Ok(UpdateOutcome::Updated { version })
+        })
+        .await
+    }
+
+    async fn get_claim(&self, resource: &str) -> StoreResult<Option<Versioned<ClaimRecord>>> {
+        let resource = resource.to_owned();
+        self.with_conn("get claim", &resource.clone(), move |c| {
+            get_claim_row(c, &resource)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl CounterTable for SqliteBackend {
+    async fn add_counters(&self, job: &JobId, deltas: &[(&str, u64)]) -> StoreResult<()> {
+        let job = job.to_string();
+        let deltas: Vec<(String, u64)> =
+            deltas.iter().map(|(n, d)| ((*n).to_owned(), *d)).collect();
+        self.write("add counters", &job.clone(), move |tx| {
+            for (name, delta) in &deltas {
+                let d = to_i64("counter delta", &job, *delta)?;
+                // `value = value + ?` in the storage engine, never read-modify-write here. The
+                // guard keeps the sum an integer (SQLite would silently turn an overflowing
+                // sum into a float).
+                let n = tx.execute(
+                    "INSERT INTO counters (job_id, name, value) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (job_id, name) DO UPDATE SET value = value + excluded.value
+                     WHERE value <= 9223372036854775807 - excluded.value",
+                    params![job, name, d],
+                )?;
+                if n == 0 {
+                    return Err(TxError::Store(StoreError::backend(
+                        "add counters",
+                        format!("{job}/{name}"),
+                        Retry::Permanent,
+                        EmbeddedError::OutOfRange {
+                            what: "counter sum",
+                            value: u128::from(*delta),
+                        },
+                    )));
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_counters(&self, job: &JobId) -> StoreResult<BTreeMap<String, u64>> {
+        let job = job.to_string();
+        self.with_conn("get counters", &job.clone(), move |c| {
+            let mut stmt = c.prepare("SELECT name, value FROM counters WHERE job_id = ?1")?;
+            let rows = stmt.query_map([&job], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+            })?;
+            let mut out = BTreeMap::new();
+            for row in rows {
+                let (name, v) = row?;
+                out.insert(name, to_u64("counter", &job, v)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+}

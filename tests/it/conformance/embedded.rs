@@ -1,0 +1,77 @@
+//! The conformance suite instantiated for the embedded backend: a local directory for
+//! objects, one SQLite file for tables and queues — a fresh pair per test.
+
+use super::{Capabilities, ChildUrls, Harness, conformance_suite};
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+use tilegate_core::object::ObjectStore;
+use tilegate_core::queue::WorkQueue;
+use tilegate_core::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
+use tilegate_embedded::{LocalObjectStore, SqliteBackend};
+
+struct Embedded {
+    objects: LocalObjectStore,
+    db: SqliteBackend,
+    _dir: tempfile::TempDir,
+}
+
+/// A fresh embedded backend in a temporary directory.
+pub async fn harness() -> Arc<dyn Harness> {
+    let dir = tilegate_tests::tempdir();
+    let objects = LocalObjectStore::open(dir.path().join("objects")).expect("open local store");
+    let db = SqliteBackend::open(dir.path().join("tilegate.db")).expect("open sqlite");
+    Arc::new(Embedded {
+        objects,
+        db,
+        _dir: dir,
+    })
+}
+
+#[async_trait]
+impl Harness for Embedded {
+    fn caps(&self) -> Capabilities {
+        Capabilities {
+            cross_process: true,
+            refuses_invalid_keys: true,
+            reserved_segment: Some(".tilegate"),
+            // The store pushes a rewrite's mtime past the previous one's.
+            last_modified_resolution: Duration::ZERO,
+            min_part_size: 0,
+            exclusive_receive: true,
+        }
+    }
+
+    fn objects(&self) -> Arc<dyn ObjectStore> {
+        Arc::new(self.objects.clone())
+    }
+
+    fn jobs(&self) -> Arc<dyn JobTable> {
+        Arc::new(self.db.clone())
+    }
+
+    fn manifest(&self) -> Arc<dyn ManifestTable> {
+        Arc::new(self.db.clone())
+    }
+
+    fn claims(&self) -> Arc<dyn ClaimTable> {
+        Arc::new(self.db.clone())
+    }
+
+    fn counters(&self) -> Arc<dyn CounterTable> {
+        Arc::new(self.db.clone())
+    }
+
+    async fn queue(&self, name: &str, max_receive_count: u32) -> Arc<dyn WorkQueue> {
+        Arc::new(self.db.queue(name, max_receive_count))
+    }
+
+    fn child_urls(&self) -> Option<ChildUrls> {
+        Some(ChildUrls {
+            objects: format!("file://{}", self.objects.root().display()),
+            tables: format!("sqlite://{}", self.db.path().display()),
+        })
+    }
+}
+
+conformance_suite!(crate::conformance::embedded::harness);
