@@ -1,1 +1,27 @@
 //! Window reads and COG encoding through GDAL, and synthetic sample scenes.
+//!
+//! * [`probe`] reads a source's [`SceneMeta`](tilegate_core::source::SceneMeta).
+//! * [`encode_window`] turns one window into a single-block COG tile (bytes in memory), reading
+//!   through one GDAL dataset handle per thread; [`encode_windows_parallel`] fans out on rayon.
+//! * [`read_raster`] and [`tiff_layout`] read pixels and layout back, for checks.
+//! * [`sample_scene`] writes a deterministic terrain-like GeoTIFF for tests and benchmarks.
+//!
+//! Everything is synchronous; callers on an async runtime use a blocking pool.
+
+mod dtype;
+mod encode;
+mod error;
+mod ffi;
+mod probe;
+mod read;
+mod sample;
+
+pub use dtype::Dtype;
+pub use encode::{
+    EncodeRequest, NDVI_NODATA, clear_thread_cache, encode_window, encode_windows_parallel, ndvi,
+    shifted_geotransform, source_opens, vsimem_leftovers,
+};
+pub use error::{CogError, RectDisplay};
+pub use probe::probe;
+pub use read::{RasterData, TiffLayout, read_raster, tiff_layout};
+pub use sample::{SAMPLE_BLOCK, SAMPLE_EPSG, SAMPLE_GEOTRANSFORM, SampleOptions, sample_scene};

@@ -1,0 +1,427 @@
+//! The COG tile encoder: read one window through a per-thread GDAL handle, apply the recipe,
+//! and encode the result as a single-block Cloud Optimized GeoTIFF in memory.
+//!
+//! A tile is exactly one `recipe.window`-sized block (padded where the window is partial), no
+//! overviews and no statistics, so that the assembler can copy each tile's compressed block
+//! into the scene COG byte for byte.
+
+use crate::dtype::Dtype;
+use crate::error::CogError;
+use crate::ffi::{self, ConfigGuard, Layout, VsiMemFile};
+use crate::probe;
+use gdal::errors::GdalError;
+use gdal::{Dataset, DriverManager};
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tilegate_core::WindowRect;
+use tilegate_core::recipe::{Operation, Recipe};
+use tilegate_core::source::SceneMeta;
+
+/// The nodata value of an NDVI tile: written where either input is nodata (or NaN) or where
+/// `nir + red == 0`.
+pub const NDVI_NODATA: f64 = -9999.0;
+
+/// Below this block size GDAL's COG option list warns (it still writes a valid COG).
+const COG_LISTED_MIN_BLOCK: u32 = 128;
+
+/// How many sources each thread keeps open (least recently used is closed first).
+const CACHE_CAPACITY: usize = 4;
+
+/// One window to encode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncodeRequest {
+    /// GDAL path of the source: a plain path or e.g. `/vsis3/bucket/key.tif`.
+    pub path: String,
+    /// Identifies the source's content (e.g. its ETag). When it changes for the same path,
+    /// each thread's cached dataset is closed and the source reopened.
+    pub cache_key: String,
+    /// The planned scene; the opened source must still match its size, bands and type.
+    pub scene: SceneMeta,
+    pub recipe: Recipe,
+    /// The window, in scene pixels.
+    pub rect: WindowRect,
+}
+
+/// Encode one window as a COG tile and return the file's bytes.
+///
+/// * `copy`: the selected bands (all by default), same type and per-band nodata as the source.
+/// * `ndvi`: one Float32 band `(nir - red) / (nir + red)`, computed in f64 from the two bands
+///   and rounded once; [`NDVI_NODATA`] where either input is its band's nodata or NaN, or
+///   where `nir + red == 0`.
+///
+/// The tile's geotransform is the scene's with its origin moved to the window's top-left
+/// corner (left as GDAL's default where the scene has none); its CRS is the scene's.
+pub fn encode_window(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
+    let _gdal_log = ffi::ErrorScope::new();
+    let rect = req.rect;
+    let _span = tracing::debug_span!(
+        "encode_window",
+        path = %req.path,
+        x = rect.x,
+        y = rect.y,
+        width = rect.width,
+        height = rect.height
+    )
+    .entered();
+    let bands = req.recipe.input_bands(req.scene.bands)?;
+    check_window(req)?;
+    let tile = with_source(req, |src| {
+        let pixels = match &req.recipe.operation {
+            Operation::Copy { .. } => read_copy(src, req, &bands)?,
+            Operation::Ndvi { .. } => read_ndvi(src, req, &bands)?,
+        };
+        write_tile(req, pixels)
+    })
+    .inspect_err(|e| {
+        if matches!(e, CogError::Read { .. } | CogError::CorruptWindow { .. }) {
+            // A retry must not reuse a handle that failed mid-read.
+            evict(&req.path);
+        }
+    })?;
+    tracing::debug!(bytes = tile.len(), "encoded tile");
+    Ok(tile)
+}
+
+/// Encode every request on rayon's pool; results are in request order.
+pub fn encode_windows_parallel(reqs: &[EncodeRequest]) -> Vec<Result<Vec<u8>, CogError>> {
+    reqs.par_iter().map(encode_window).collect()
+}
+
+/// Close every source the calling thread holds open.
+pub fn clear_thread_cache() {
+    SOURCES.with(|s| s.borrow_mut().clear());
+}
+
+/// How many times this process has opened a source for encoding (each thread opens each
+/// source once while its cache key stays the same).
+pub fn source_opens() -> u64 {
+    OPENS.load(Ordering::Relaxed)
+}
+
+/// `/vsimem/` files left behind by this crate in this process (always empty unless a tile
+/// leaked; for leak checks).
+pub fn vsimem_leftovers() -> Vec<String> {
+    gdal::vsi::read_dir(ffi::VSIMEM_DIR, true)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+static OPENS: AtomicU64 = AtomicU64::new(0);
+
+/// A source opened by one thread, with the facts checked against the plan.
+struct CachedSource {
+    path: String,
+    cache_key: String,
+    ds: Dataset,
+    dtype: Dtype,
+    nodata: Vec<Option<f64>>,
+}
+
+thread_local! {
+    /// One dataset handle per source per thread: `Dataset` is `Send` but not `Sync`, and
+    /// rayon's `map_init` runs per split rather than per thread.
+    static SOURCES: RefCell<Vec<CachedSource>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_source<T>(
+    req: &EncodeRequest,
+    f: impl FnOnce(&CachedSource) -> Result<T, CogError>,
+) -> Result<T, CogError> {
+    SOURCES.with(|cell| {
+        let mut cache = cell.borrow_mut();
+        let pos = cache.iter().position(|s| s.path == req.path);
+        if let Some(i) = pos
+            && cache[i].cache_key != req.cache_key
+        {
+            tracing::debug!(path = %req.path, cache_key = %req.cache_key, "source changed, reopening");
+            cache.remove(i);
+        }
+        match cache.iter().position(|s| s.path == req.path) {
+            Some(i) => {
+                let src = cache.remove(i);
+                cache.push(src);
+            }
+            None => {
+                let src = open_checked(req)?;
+                if cache.len() >= CACHE_CAPACITY {
+                    cache.remove(0);
+                }
+                cache.push(src);
+            }
+        }
+        let src = cache.last().expect("just pushed");
+        f(src)
+    })
+}
+
+fn evict(path: &str) {
+    SOURCES.with(|cell| cell.borrow_mut().retain(|s| s.path != path));
+}
+
+fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
+    let ds = ffi::open_raster(&req.path)?;
+    OPENS.fetch_add(1, Ordering::Relaxed);
+    let found = probe::scene_meta(&ds, &req.path)?;
+    let plan = &req.scene;
+    if (found.width, found.height, found.bands, found.dtype.as_str())
+        != (plan.width, plan.height, plan.bands, plan.dtype.as_str())
+    {
+        let show = |m: &SceneMeta| format!("{}x{} {}-band {}", m.width, m.height, m.bands, m.dtype);
+        return Err(CogError::SceneMismatch {
+            path: req.path.clone(),
+            planned: show(plan),
+            found: show(&found),
+        });
+    }
+    let dtype = probe::dataset_dtype(&ds)?;
+    let nodata = probe::band_nodata(&ds, &req.path)?;
+    tracing::debug!(path = %req.path, cache_key = %req.cache_key, "opened source for this thread");
+    Ok(CachedSource {
+        path: req.path.clone(),
+        cache_key: req.cache_key.clone(),
+        ds,
+        dtype,
+        nodata,
+    })
+}
+
+fn check_window(req: &EncodeRequest) -> Result<(), CogError> {
+    let (r, s) = (req.rect, &req.scene);
+    let inside = r.width > 0
+        && r.height > 0
+        && u64::from(r.x) + u64::from(r.width) <= u64::from(s.width)
+        && u64::from(r.y) + u64::from(r.height) <= u64::from(s.height);
+    if !inside {
+        return Err(CogError::WindowOutside {
+            path: req.path.clone(),
+            rect: r,
+            width: s.width,
+            height: s.height,
+        });
+    }
+    let w = req.recipe.window;
+    let reason = if w == 0 || !w.is_multiple_of(16) {
+        Some(format!("window size {w} must be a positive multiple of 16"))
+    } else if r.width > w || r.height > w {
+        Some(format!(
+            "the window is larger than the {w}-pixel tile block"
+        ))
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(CogError::BadWindow {
+            path: req.path.clone(),
+            rect: r,
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A window's output pixels, band-sequential, native-endian.
+struct Pixels {
+    dtype: Dtype,
+    bands: u32,
+    nodata: Vec<Option<f64>>,
+    bytes: Vec<u8>,
+}
+
+fn read_err(req: &EncodeRequest, source: GdalError) -> CogError {
+    let (path, rect) = (req.path.clone(), req.rect);
+    if ffi::is_network(&req.path) {
+        CogError::Read { path, rect, source }
+    } else {
+        CogError::CorruptWindow { path, rect, source }
+    }
+}
+
+fn read_bands(
+    src: &CachedSource,
+    req: &EncodeRequest,
+    bands: &[u32],
+    dtype: Dtype,
+) -> Result<Vec<u8>, CogError> {
+    let r = req.rect;
+    let mut buf = vec![0u8; r.width as usize * r.height as usize * bands.len() * dtype.size()];
+    ffi::raster_io(
+        &src.ds,
+        false,
+        r,
+        bands,
+        dtype,
+        Layout::BandSequential,
+        &mut buf,
+    )
+    .map_err(|e| read_err(req, e))?;
+    Ok(buf)
+}
+
+fn read_copy(src: &CachedSource, req: &EncodeRequest, bands: &[u32]) -> Result<Pixels, CogError> {
+    let bytes = read_bands(src, req, bands, src.dtype)?;
+    Ok(Pixels {
+        dtype: src.dtype,
+        bands: u32::try_from(bands.len()).unwrap_or(u32::MAX),
+        nodata: bands.iter().map(|&b| src.nodata[b as usize - 1]).collect(),
+        bytes,
+    })
+}
+
+fn read_ndvi(src: &CachedSource, req: &EncodeRequest, bands: &[u32]) -> Result<Pixels, CogError> {
+    // Read as Float64: exact for every supported input type, so nodata compares exactly.
+    let bytes = read_bands(src, req, bands, Dtype::Float64)?;
+    let values = Dtype::Float64.decode_f64(&bytes);
+    let n = values.len() / 2;
+    let (red, nir) = values.split_at(n);
+    let nd_red = src.nodata[bands[0] as usize - 1];
+    let nd_nir = src.nodata[bands[1] as usize - 1];
+    let out = ndvi(red, nir, nd_red, nd_nir);
+    let mut bytes = Vec::with_capacity(out.len() * 4);
+    for v in out {
+        bytes.extend_from_slice(&v.to_ne_bytes());
+    }
+    Ok(Pixels {
+        dtype: Dtype::Float32,
+        bands: 1,
+        nodata: vec![Some(NDVI_NODATA)],
+        bytes,
+    })
+}
+
+/// NDVI of two bands with their nodata values; see [`encode_window`].
+pub fn ndvi(
+    red: &[f64],
+    nir: &[f64],
+    nodata_red: Option<f64>,
+    nodata_nir: Option<f64>,
+) -> Vec<f32> {
+    let is_nd = |v: f64, nd: Option<f64>| v.is_nan() || nd.is_some_and(|n| n == v);
+    red.iter()
+        .zip(nir)
+        .map(|(&r, &n)| {
+            let sum = n + r;
+            if is_nd(r, nodata_red) || is_nd(n, nodata_nir) || sum == 0.0 {
+                NDVI_NODATA as f32
+            } else {
+                ((n - r) / sum) as f32
+            }
+        })
+        .collect()
+}
+
+/// The scene's geotransform with its origin moved to the window's top-left pixel.
+pub fn shifted_geotransform(gt: &[f64; 6], rect: WindowRect) -> [f64; 6] {
+    let (x, y) = (f64::from(rect.x), f64::from(rect.y));
+    [
+        gt[0] + x * gt[1] + y * gt[2],
+        gt[1],
+        gt[2],
+        gt[3] + x * gt[4] + y * gt[5],
+        gt[4],
+        gt[5],
+    ]
+}
+
+fn write_tile(req: &EncodeRequest, mut px: Pixels) -> Result<Vec<u8>, CogError> {
+    let encode_err = |source| CogError::Encode {
+        path: req.path.clone(),
+        rect: req.rect,
+        source,
+    };
+    let r = req.rect;
+    let mem_driver = DriverManager::get_driver_by_name("MEM").map_err(encode_err)?;
+    let cog_driver = DriverManager::get_driver_by_name("COG").map_err(encode_err)?;
+    let mut mem = ffi::create(&mem_driver, "", r.width, r.height, px.bands, px.dtype, &[])
+        .map_err(encode_err)?;
+    if req.scene.geotransform != [0.0, 1.0, 0.0, 0.0, 0.0, 1.0] {
+        mem.set_geo_transform(&shifted_geotransform(&req.scene.geotransform, r))
+            .map_err(encode_err)?;
+    }
+    if !req.scene.crs_wkt.is_empty() {
+        mem.set_projection(&req.scene.crs_wkt).map_err(encode_err)?;
+    }
+    for (i, nd) in px.nodata.iter().enumerate() {
+        if nd.is_some() {
+            mem.rasterband(i + 1)
+                .and_then(|mut b| b.set_no_data_value(*nd))
+                .map_err(encode_err)?;
+        }
+    }
+    let all: Vec<u32> = (1..=px.bands).collect();
+    let whole = WindowRect { x: 0, y: 0, ..r };
+    ffi::raster_io(
+        &mem,
+        true,
+        whole,
+        &all,
+        px.dtype,
+        Layout::BandSequential,
+        &mut px.bytes,
+    )
+    .map_err(encode_err)?;
+
+    let options = [
+        ("COMPRESS", req.recipe.compression.gdal_name().to_owned()),
+        // YES: GDAL picks 2 (horizontal) for integers and 3 (floating point) for floats.
+        ("PREDICTOR", "YES".to_owned()),
+        ("BLOCKSIZE", req.recipe.window.to_string()),
+        ("OVERVIEWS", "NONE".to_owned()),
+        ("NUM_THREADS", "1".to_owned()),
+        ("SPARSE_OK", "FALSE".to_owned()),
+    ];
+    let mut opts = gdal::raster::RasterCreationOptions::new();
+    for (k, v) in &options {
+        opts.set_name_value(k, v).map_err(encode_err)?;
+    }
+    let file = VsiMemFile::new(&format!("w{}_{}", r.x, r.y));
+    {
+        // No side-car .aux.xml in /vsimem/ (statistics or metadata GDAL could not store).
+        let mut config = vec![("GDAL_PAM_ENABLED", "NO")];
+        if req.recipe.window < COG_LISTED_MIN_BLOCK {
+            // Small blocks are valid TIFF and COG; only the option list's advice says 128.
+            config.push(("GDAL_VALIDATE_CREATION_OPTIONS", "NO"));
+        }
+        let _cfg = ConfigGuard::set(&config).map_err(encode_err)?;
+        let out = mem
+            .create_copy(&cog_driver, file.name(), &opts)
+            .map_err(encode_err)?;
+        drop(out);
+    }
+    drop(mem);
+    file.take().map_err(encode_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ndvi_rules() {
+        let red = [10.0, 0.0, 5.0, 0.0, f64::NAN, 3.0];
+        let nir = [30.0, 0.0, 5.0, 7.0, 1.0, 65535.0];
+        let got = ndvi(&red, &nir, Some(3.0), Some(65535.0));
+        let nd = NDVI_NODATA as f32;
+        // (30-10)/40; sum zero; equal bands; red zero is valid; NaN; nodata in both.
+        assert_eq!(got, vec![0.5, nd, 0.0, 1.0, nd, nd]);
+        let got = ndvi(&[1.0, -2.0], &[3.0, 2.0], None, None);
+        assert_eq!(got, vec![0.5, nd]);
+    }
+
+    #[test]
+    fn geotransform_moves_to_the_window() {
+        let gt = [500_000.0, 10.0, 0.0, 5_000_000.0, 0.0, -10.0];
+        let rect = WindowRect {
+            x: 512,
+            y: 1024,
+            width: 512,
+            height: 100,
+        };
+        assert_eq!(
+            shifted_geotransform(&gt, rect),
+            [505_120.0, 10.0, 0.0, 4_989_760.0, 0.0, -10.0]
+        );
+    }
+}

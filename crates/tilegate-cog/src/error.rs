@@ -1,0 +1,182 @@
+//! [`CogError`]: every failure of probing, reading, encoding and sample writing, with the
+//! window's context, a retry classification and a stable kebab-case reason code.
+
+use gdal::errors::GdalError;
+use std::fmt;
+use tilegate_core::WindowRect;
+use tilegate_core::recipe::RecipeError;
+
+/// A window rectangle rendered as `x,y+WxH` in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RectDisplay(pub WindowRect);
+
+impl fmt::Display for RectDisplay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.0;
+        write!(f, "{},{}+{}x{}", r.x, r.y, r.width, r.height)
+    }
+}
+
+/// A failure of this crate. `Display` is a lowercase fragment that reads after "failed to …";
+/// the GDAL error, where there is one, is the [`std::error::Error::source`].
+///
+/// Classification ([`CogError::is_retryable`]): only faults that repeating may cure are
+/// retryable — an open or read failure of a remote (`/vsi…`) source that is not proven
+/// missing or corrupt. A missing file, a corrupt raster, a bad recipe, an unsupported type or
+/// a failed encode of valid pixels are permanent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CogError {
+    /// The source does not exist.
+    #[error("find source `{path}`")]
+    Missing { path: String },
+    /// The source exists but GDAL cannot open it as a raster (garbage, truncated header).
+    #[error("open source `{path}` as a raster")]
+    Corrupt {
+        path: String,
+        #[source]
+        source: GdalError,
+    },
+    /// A local source opened but a window of it could not be decoded (truncated data).
+    #[error("decode window {} of `{path}`", RectDisplay(*rect))]
+    CorruptWindow {
+        path: String,
+        rect: WindowRect,
+        #[source]
+        source: GdalError,
+    },
+    /// A remote source failed to open for a reason not proven permanent (network, 5xx).
+    #[error("open source `{path}`")]
+    Open {
+        path: String,
+        #[source]
+        source: GdalError,
+    },
+    /// A remote source failed while reading a window.
+    #[error("read window {} of `{path}`", RectDisplay(*rect))]
+    Read {
+        path: String,
+        rect: WindowRect,
+        #[source]
+        source: GdalError,
+    },
+    /// The window's pixels could not be encoded as a COG tile.
+    #[error("encode window {} of `{path}` as a COG tile", RectDisplay(*rect))]
+    Encode {
+        path: String,
+        rect: WindowRect,
+        #[source]
+        source: GdalError,
+    },
+    /// The source's pixel type is not one of the supported seven.
+    #[error(
+        "accept data type `{dtype}` (supported: Byte, UInt16, Int16, UInt32, Int32, Float32, Float64)"
+    )]
+    UnsupportedDtype { dtype: String },
+    /// The source has zero width, height or bands.
+    #[error("use zero-sized raster `{path}` ({width}x{height}, {bands} bands)")]
+    EmptyRaster {
+        path: String,
+        width: u32,
+        height: u32,
+        bands: u32,
+    },
+    /// The window does not lie inside the scene.
+    #[error("read window {} outside `{path}` ({width}x{height})", RectDisplay(*rect))]
+    WindowOutside {
+        path: String,
+        rect: WindowRect,
+        width: u32,
+        height: u32,
+    },
+    /// The window cannot be one tile block (too large, or a bad block size).
+    #[error("tile window {} of `{path}`: {reason}", RectDisplay(*rect))]
+    BadWindow {
+        path: String,
+        rect: WindowRect,
+        reason: String,
+    },
+    /// The opened source differs from the planned [`tilegate_core::source::SceneMeta`].
+    #[error("match source `{path}` to its plan: planned {planned}, found {found}")]
+    SceneMismatch {
+        path: String,
+        planned: String,
+        found: String,
+    },
+    /// The recipe does not fit the scene.
+    #[error(transparent)]
+    Recipe(#[from] RecipeError),
+    /// Sample-scene options are unusable.
+    #[error("generate a sample scene: {reason}")]
+    BadSample { reason: String },
+    /// Writing a raster file (a sample scene) failed.
+    #[error("write raster `{path}`")]
+    Write {
+        path: String,
+        #[source]
+        source: GdalError,
+    },
+    /// Any other GDAL call, named by what it was doing.
+    #[error("{operation}")]
+    Gdal {
+        operation: &'static str,
+        #[source]
+        source: GdalError,
+    },
+}
+
+impl CogError {
+    /// True if repeating the same request may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Open { .. } | Self::Read { .. })
+    }
+
+    /// A stable kebab-case name for counters, logs and dead-letter reasons.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            Self::Missing { .. } => "source-missing",
+            Self::Corrupt { .. } | Self::CorruptWindow { .. } => "corrupt-raster",
+            Self::Open { .. } => "open-failed",
+            Self::Read { .. } => "read-failed",
+            Self::Encode { .. } => "encode-failed",
+            Self::UnsupportedDtype { .. } => "unsupported-dtype",
+            Self::EmptyRaster { .. } => "zero-sized-raster",
+            Self::WindowOutside { .. } => "window-outside-scene",
+            Self::BadWindow { .. } => "bad-window",
+            Self::SceneMismatch { .. } => "source-changed",
+            Self::Recipe(_) => "bad-recipe",
+            Self::BadSample { .. } => "bad-sample-options",
+            Self::Write { .. } => "write-failed",
+            Self::Gdal { .. } => "gdal-error",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_is_a_lowercase_fragment_without_the_source() {
+        let rect = WindowRect {
+            x: 512,
+            y: 0,
+            width: 488,
+            height: 512,
+        };
+        let e = CogError::Read {
+            path: "/vsis3/b/k.tif".into(),
+            rect,
+            source: GdalError::BadArgument("boom".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "read window 512,0+488x512 of `/vsis3/b/k.tif`"
+        );
+        assert!(e.is_retryable());
+        assert_eq!(e.reason_code(), "read-failed");
+        let m = CogError::Missing { path: "x".into() };
+        assert!(!m.is_retryable());
+        assert_eq!(m.reason_code(), "source-missing");
+    }
+}

@@ -1,0 +1,76 @@
+//! `probe`: what the planner learns about a source with GDAL (size, bands, type, CRS,
+//! geotransform, nodata), refusing rasters tilegate cannot tile.
+
+use crate::dtype::Dtype;
+use crate::error::CogError;
+use crate::ffi;
+use gdal::Dataset;
+use tilegate_core::source::SceneMeta;
+
+/// The identity geotransform GDAL reports for a raster without georeferencing.
+const NO_GEOTRANSFORM: [f64; 6] = [0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+
+/// Open `path` (a plain path or any GDAL path such as `/vsis3/bucket/key.tif`) and read its
+/// [`SceneMeta`]. Refuses a zero-sized raster ([`CogError::EmptyRaster`]) and unsupported or
+/// mixed pixel types ([`CogError::UnsupportedDtype`]).
+pub fn probe(path: &str) -> Result<SceneMeta, CogError> {
+    let _gdal_log = ffi::ErrorScope::new();
+    let ds = ffi::open_raster(path)?;
+    let meta = scene_meta(&ds, path)?;
+    tracing::debug!(
+        path,
+        width = meta.width,
+        height = meta.height,
+        bands = meta.bands,
+        dtype = %meta.dtype,
+        "probed source"
+    );
+    Ok(meta)
+}
+
+/// The facts of an open dataset, checked.
+pub(crate) fn scene_meta(ds: &Dataset, path: &str) -> Result<SceneMeta, CogError> {
+    let (w, h) = ds.raster_size();
+    let bands = ds.raster_count();
+    let to_u32 = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+    let (width, height, bands) = (to_u32(w), to_u32(h), to_u32(bands));
+    if width == 0 || height == 0 || bands == 0 {
+        return Err(CogError::EmptyRaster {
+            path: path.to_owned(),
+            width,
+            height,
+            bands,
+        });
+    }
+    let dtype = dataset_dtype(ds)?;
+    let geotransform = ds.geo_transform().unwrap_or(NO_GEOTRANSFORM);
+    let nodata = band_nodata(ds, path)?.first().copied().flatten();
+    Ok(SceneMeta {
+        width,
+        height,
+        bands,
+        dtype: dtype.name().to_owned(),
+        crs_wkt: ds.projection(),
+        geotransform,
+        nodata,
+    })
+}
+
+/// The shared, supported pixel type of every band.
+pub(crate) fn dataset_dtype(ds: &Dataset) -> Result<Dtype, CogError> {
+    ffi::dataset_dtype(ds).map_err(|dtype| CogError::UnsupportedDtype { dtype })
+}
+
+/// Each band's nodata value, in band order.
+pub(crate) fn band_nodata(ds: &Dataset, path: &str) -> Result<Vec<Option<f64>>, CogError> {
+    (1..=ds.raster_count())
+        .map(|i| {
+            ds.rasterband(i)
+                .map(|b| b.no_data_value())
+                .map_err(|source| CogError::Corrupt {
+                    path: path.to_owned(),
+                    source,
+                })
+        })
+        .collect()
+}
