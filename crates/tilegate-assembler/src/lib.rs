@@ -1,0 +1,461 @@
+//! The assembler: count the job's manifest rows (never list the prefix), check each row against
+//! its object, build the scene COG from the tiles' compressed blocks, and publish it exactly once
+//! through the claim gate — multipart above a threshold, completed with create-if-absent.
+//!
+//! Architecture invariant: a claim loser never starts a multipart upload; a holder that finds
+//! its lease lost aborts its upload instead of completing it.
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use std::time::{Duration, Instant};
+use tilegate_claim::{ClaimGate, ClaimOutcome, KeepAlive, Lease, LeaseState};
+use tilegate_cogwrite::{AssemblyPath, Resampling, SceneSpec, TileInput};
+use tilegate_core::metrics::{self as m, Counters};
+use tilegate_core::object::{ObjectStoreExt, PartId, PutMode, PutOptions, PutOutcome};
+use tilegate_core::table::{JobRecord, OutputRef, UpdateOutcome};
+use tilegate_core::{Backends, ETag, JobId, StoreError, UnixMillis, Window};
+
+/// Default size above which the scene goes up as a multipart upload.
+pub const DEFAULT_MULTIPART_THRESHOLD: u64 = 64 * 1024 * 1024;
+/// Hard ceiling of a single PUT (S3's limit).
+pub const SINGLE_PUT_CEILING: u64 = 5 * 1024 * 1024 * 1024;
+
+/// How to assemble.
+#[derive(Debug, Clone)]
+pub struct AssembleOptions {
+    /// Claim owner: unique per process and attempt ([`tilegate_claim::unique_owner`]).
+    pub owner: String,
+    pub lease_ttl: Duration,
+    pub multipart_threshold: u64,
+    pub part_size: u64,
+    pub resampling: Resampling,
+    /// Test hook: stop renewing the lease after this many parts, and wait `part_delay`
+    /// between parts, so that the lease lapses mid-upload.
+    pub pause_renewals_after_parts: Option<u32>,
+    pub part_delay: Duration,
+}
+
+impl AssembleOptions {
+    pub fn new(owner: String) -> Self {
+        Self {
+            owner,
+            lease_ttl: Duration::from_secs(60),
+            multipart_threshold: DEFAULT_MULTIPART_THRESHOLD,
+            part_size: 16 * 1024 * 1024,
+            resampling: Resampling::Average,
+            pause_renewals_after_parts: None,
+            part_delay: Duration::ZERO,
+        }
+    }
+}
+
+/// What became of the scene.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AssembleOutcome {
+    /// This assembler published the scene.
+    Written,
+    /// Another assembler holds the lease; nothing was uploaded.
+    HeldBy {
+        owner: String,
+        expires_at: UnixMillis,
+    },
+    /// The scene was already published.
+    AlreadyDone,
+    /// The lease lapsed and was taken over mid-upload; the upload was aborted.
+    LeaseLost,
+}
+
+impl AssembleOutcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Written => "written",
+            Self::HeldBy { .. } => "held_by",
+            Self::AlreadyDone => "already_done",
+            Self::LeaseLost => "lease_lost",
+        }
+    }
+}
+
+/// A finished assembly attempt.
+#[derive(Debug, Clone)]
+pub struct AssembleReport {
+    pub job_id: JobId,
+    pub outcome: AssembleOutcome,
+    pub scene_key: String,
+    pub scene_etag: Option<ETag>,
+    pub scene_size: Option<u64>,
+    pub path: Option<AssemblyPath>,
+    pub multipart: bool,
+    pub multipart_bytes_uploaded: u64,
+    pub build_s: f64,
+    pub upload_s: f64,
+}
+
+/// Why assembly was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AssembleError {
+    #[error("assemble job {0}: no such job")]
+    UnknownJob(JobId),
+    #[error("assemble job {job}: {have} of {want} windows are in the manifest; missing {}", shown(.missing))]
+    Incomplete {
+        job: JobId,
+        have: u64,
+        want: u64,
+        missing: Vec<Window>,
+    },
+    #[error(
+        "assemble job {job}: tile `{key}` of window {window} is {found} bytes, its manifest row says {recorded}"
+    )]
+    SizeMismatch {
+        job: JobId,
+        window: Window,
+        key: String,
+        recorded: u64,
+        found: u64,
+    },
+    #[error(
+        "assemble job {job}: tile `{key}` of window {window} has ETag {found}, its manifest row says {recorded}"
+    )]
+    ETagMismatch {
+        job: JobId,
+        window: Window,
+        key: String,
+        recorded: ETag,
+        found: ETag,
+    },
+    #[error("assemble job {job}: build the scene COG")]
+    Build {
+        job: JobId,
+        #[source]
+        source: tilegate_cogwrite::AssembleError,
+    },
+    #[error("assemble: storage")]
+    Store(#[from] StoreError),
+}
+
+fn shown(missing: &[Window]) -> String {
+    let mut s: Vec<String> = missing.iter().take(20).map(Window::to_string).collect();
+    if missing.len() > 20 {
+        s.push(format!("… ({} in all)", missing.len()));
+    }
+    s.join(" ")
+}
+
+impl AssembleError {
+    /// A short name of the failure, for scripts.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            Self::UnknownJob(_) => "unknown-job",
+            Self::Incomplete { .. } => "incomplete",
+            Self::SizeMismatch { .. } => "manifest-size-mismatch",
+            Self::ETagMismatch { .. } => "manifest-etag-mismatch",
+            Self::Build { source, .. } => source.reason_code(),
+            Self::Store(_) => "storage",
+        }
+    }
+}
+
+/// Assemble a job's scene COG and publish it once.
+pub async fn assemble(
+    b: &Backends,
+    job_id: &JobId,
+    opts: &AssembleOptions,
+    counters: &Counters,
+) -> Result<AssembleReport, AssembleError> {
+    let job = b
+        .jobs
+        .get_job(job_id)
+        .await?
+        .ok_or_else(|| AssembleError::UnknownJob(job_id.clone()))?
+        .row;
+    let scene_key = job.prefix.scene_key(&job.job_id);
+    let mut report = AssembleReport {
+        job_id: job.job_id.clone(),
+        outcome: AssembleOutcome::AlreadyDone,
+        scene_key: scene_key.clone(),
+        scene_etag: job.scene_output.as_ref().map(|o| o.e_tag.clone()),
+        scene_size: job.scene_output.as_ref().map(|o| o.size),
+        path: None,
+        multipart: false,
+        multipart_bytes_uploaded: 0,
+        build_s: 0.0,
+        upload_s: 0.0,
+    };
+    if job.scene_output.is_some() {
+        return Ok(report);
+    }
+
+    // Count rows, never objects: a stray object under the tiles prefix must not count.
+    let want = job.grid.len();
+    let have = b.manifest.count_entries(&job.job_id).await?;
+    if have < want {
+        let entries = b.manifest.list_entries(&job.job_id).await?;
+        let done: std::collections::HashSet<_> = entries.iter().map(|e| e.row.window).collect();
+        let missing = job.grid.windows().filter(|w| !done.contains(w)).collect();
+        return Err(AssembleError::Incomplete {
+            job: job.job_id.clone(),
+            have,
+            want,
+            missing,
+        });
+    }
+
+    let gate = ClaimGate::new(b.claims.clone());
+    let mut lease = match gate
+        .try_claim(&scene_key, &opts.owner, opts.lease_ttl)
+        .await?
+    {
+        ClaimOutcome::Claimed(lease) => {
+            counters.inc(m::CLAIMS_WON);
+            lease
+        }
+        ClaimOutcome::HeldBy { owner, expires_at } => {
+            counters.inc(m::CLAIMS_LOST);
+            report.outcome = AssembleOutcome::HeldBy { owner, expires_at };
+            return Ok(report);
+        }
+        ClaimOutcome::AlreadyDone { output } => {
+            counters.inc(m::CLAIMS_LOST);
+            report.scene_etag = output.as_ref().map(|o| o.e_tag.clone());
+            report.scene_size = output.as_ref().map(|o| o.size);
+            return Ok(report);
+        }
+    };
+    let keep_alive = gate.keep_alive(&lease);
+    let result = build_and_publish(
+        b,
+        &job,
+        &gate,
+        &mut lease,
+        &keep_alive,
+        opts,
+        counters,
+        &mut report,
+    )
+    .await;
+    keep_alive.stop();
+    if let Err(e) = &result {
+        // Let another assembler try at once rather than after the lease lapses.
+        tracing::warn!(job_id = %job.job_id, error = %e, "assembly failed; releasing the claim");
+        let _ = gate.release(&lease).await;
+    }
+    result.map(|()| report)
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site; the pieces are distinct"
+)]
+async fn build_and_publish(
+    b: &Backends,
+    job: &JobRecord,
+    gate: &ClaimGate,
+    lease: &mut Lease,
+    keep_alive: &KeepAlive,
+    opts: &AssembleOptions,
+    counters: &Counters,
+    report: &mut AssembleReport,
+) -> Result<(), AssembleError> {
+    let started = Instant::now();
+    let tiles = fetch_tiles(b, job).await?;
+    let spec = SceneSpec {
+        grid: job.grid,
+        scene: job.scene.clone(),
+        resampling: opts.resampling,
+        force_bigtiff: false,
+    };
+    let job_id = job.job_id.clone();
+    let cog = tokio::task::spawn_blocking(move || tilegate_cogwrite::assemble(&spec, tiles))
+        .await
+        .expect("assembly task panicked")
+        .map_err(|source| AssembleError::Build {
+            job: job_id,
+            source,
+        })?;
+    report.build_s = started.elapsed().as_secs_f64();
+    report.path = Some(cog.path);
+    let size = cog.bytes.len() as u64;
+    let bytes = Bytes::from(cog.bytes);
+    let key = report.scene_key.clone();
+
+    let uploaded = Instant::now();
+    let outcome = if size <= opts.multipart_threshold.min(SINGLE_PUT_CEILING) {
+        if gate.renew(lease).await? == LeaseState::Lost {
+            report.outcome = AssembleOutcome::LeaseLost;
+            return Ok(());
+        }
+        b.objects.put_create(&key, bytes).await?
+    } else {
+        report.multipart = true;
+        match multipart(
+            b, &key, bytes, gate, lease, keep_alive, opts, counters, report,
+        )
+        .await?
+        {
+            Some(outcome) => outcome,
+            None => {
+                report.outcome = AssembleOutcome::LeaseLost;
+                return Ok(());
+            }
+        }
+    };
+    report.upload_s = uploaded.elapsed().as_secs_f64();
+    let meta = match outcome {
+        PutOutcome::Written(meta) => meta,
+        // A lapsed holder's upload landed first; its bytes are the same deterministic scene.
+        PutOutcome::AlreadyPresent | PutOutcome::Superseded => {
+            b.objects.head(&key).await?.ok_or_else(|| {
+                StoreError::backend(
+                    "publish scene",
+                    &key,
+                    tilegate_core::Retry::Retryable,
+                    "refused as present but not found",
+                )
+            })?
+        }
+    };
+    let output = OutputRef {
+        key: key.clone(),
+        e_tag: meta.e_tag.clone(),
+        size: meta.size,
+    };
+    if gate.complete(lease, output.clone()).await? == LeaseState::Lost {
+        tracing::warn!(job_id = %job.job_id, "lease lost before completion was recorded");
+    }
+    record_scene(b, &job.job_id, output).await?;
+    report.outcome = AssembleOutcome::Written;
+    report.scene_etag = Some(meta.e_tag);
+    report.scene_size = Some(meta.size);
+    tracing::info!(job_id = %job.job_id, key = %key, size = meta.size, "scene published");
+    Ok(())
+}
+
+/// Read every tile named by the manifest, checking its size and ETag against the row.
+async fn fetch_tiles(b: &Backends, job: &JobRecord) -> Result<Vec<TileInput>, AssembleError> {
+    let entries = b.manifest.list_entries(&job.job_id).await?;
+    futures::stream::iter(entries)
+        .map(|e| async move {
+            let got = b.objects.get_bytes(&e.row.key).await?;
+            if got.meta.size != e.row.size {
+                return Err(AssembleError::SizeMismatch {
+                    job: job.job_id.clone(),
+                    window: e.row.window,
+                    key: e.row.key.clone(),
+                    recorded: e.row.size,
+                    found: got.meta.size,
+                });
+            }
+            if got.meta.e_tag != e.row.e_tag {
+                return Err(AssembleError::ETagMismatch {
+                    job: job.job_id.clone(),
+                    window: e.row.window,
+                    key: e.row.key.clone(),
+                    recorded: e.row.e_tag.clone(),
+                    found: got.meta.e_tag,
+                });
+            }
+            Ok(TileInput {
+                window: e.row.window,
+                bytes: got.bytes,
+            })
+        })
+        .buffer_unordered(16)
+        .try_collect()
+        .await
+}
+
+/// Upload in parts while the lease holds; `None` if it was lost (the upload is aborted).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site; the pieces are distinct"
+)]
+async fn multipart(
+    b: &Backends,
+    key: &str,
+    bytes: Bytes,
+    gate: &ClaimGate,
+    lease: &mut Lease,
+    keep_alive: &KeepAlive,
+    opts: &AssembleOptions,
+    counters: &Counters,
+    report: &mut AssembleReport,
+) -> Result<Option<PutOutcome>, AssembleError> {
+    let upload_id = b
+        .objects
+        .create_multipart(key, &PutOptions::create())
+        .await?;
+    let part_size = opts.part_size.max(5 * 1024 * 1024) as usize;
+    let mut parts: Vec<PartId> = Vec::new();
+    let mut offset = 0usize;
+    let mut n = 0u32;
+    while offset < bytes.len() {
+        if keep_alive.is_lost() {
+            return abort(b, key, &upload_id).await;
+        }
+        let end = (offset + part_size).min(bytes.len());
+        n += 1;
+        let part = b
+            .objects
+            .upload_part(key, &upload_id, n, bytes.slice(offset..end))
+            .await?;
+        let len = (end - offset) as u64;
+        counters.add(m::MULTIPART_BYTES_UPLOADED, len);
+        report.multipart_bytes_uploaded += len;
+        parts.push(part);
+        offset = end;
+        if opts.pause_renewals_after_parts == Some(n) {
+            keep_alive.pause();
+        }
+        if !opts.part_delay.is_zero() {
+            tokio::time::sleep(opts.part_delay).await;
+        }
+    }
+    // The last word before completing: a guarded renewal proves the lease is still ours.
+    if gate.renew(lease).await? == LeaseState::Lost {
+        return abort(b, key, &upload_id).await;
+    }
+    Ok(Some(
+        b.objects
+            .complete_multipart(key, &upload_id, &parts, &PutMode::Create)
+            .await?,
+    ))
+}
+
+async fn abort(
+    b: &Backends,
+    key: &str,
+    upload_id: &str,
+) -> Result<Option<PutOutcome>, AssembleError> {
+    tracing::warn!(
+        key,
+        upload_id,
+        "lease lost mid-upload; aborting the multipart upload"
+    );
+    b.objects.abort_multipart(key, upload_id).await?;
+    Ok(None)
+}
+
+/// Record the scene on the job row under the row's version guard (re-read on a race).
+async fn record_scene(b: &Backends, job: &JobId, output: OutputRef) -> Result<(), AssembleError> {
+    for _ in 0..16 {
+        let Some(row) = b.jobs.get_job(job).await? else {
+            return Err(AssembleError::UnknownJob(job.clone()));
+        };
+        if row.row.scene_output.is_some() {
+            return Ok(());
+        }
+        let mut next = row.row.clone();
+        next.scene_output = Some(output.clone());
+        match b.jobs.update_job(&next, row.version).await? {
+            UpdateOutcome::Updated { .. } => return Ok(()),
+            UpdateOutcome::Superseded(_) => continue,
+        }
+    }
+    Err(StoreError::backend(
+        "record scene output",
+        job.as_str(),
+        tilegate_core::Retry::Retryable,
+        "job row kept changing",
+    )
+    .into())
+}
