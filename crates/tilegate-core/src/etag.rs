@@ -144,11 +144,7 @@ impl ConditionList {
     pub fn to_header(&self) -> String {
         match self {
             Self::Any => "*".to_owned(),
-            Self::Tags(tags) => tags
-                .iter()
-                .map(ETag::as_str)
-                .collect::<Vec<_>>()
-                .join(", "),
+            Self::Tags(tags) => tags.iter().map(ETag::as_str).collect::<Vec<_>>().join(", "),
         }
     }
 }

@@ -65,7 +65,7 @@ impl Grid {
         if width == 0 || height == 0 {
             return Err(GridError::EmptyScene { width, height });
         }
-        if window == 0 || window % 16 != 0 {
+        if window == 0 || !window.is_multiple_of(16) {
             return Err(GridError::BadWindow(window));
         }
         Ok(Self {

@@ -155,7 +155,17 @@ mod tests {
     #[test]
     fn refuses_unsafe_segments() {
         let long = "a".repeat(1024);
-        for bad in ["..", ".", "", "a/../b", "a b", "é", "a\0b", "a\\b", long.as_str()] {
+        for bad in [
+            "..",
+            ".",
+            "",
+            "a/../b",
+            "a b",
+            "é",
+            "a\0b",
+            "a\\b",
+            long.as_str(),
+        ] {
             assert!(Prefix::parse(bad).is_err(), "{bad:?} accepted");
         }
         assert!(validate_segment("a/b").is_err());

@@ -3,6 +3,7 @@
 //! Architecture invariant: this crate does no I/O and knows no provider type. Stages depend on
 //! the traits here; backends implement them.
 
+pub mod backends;
 pub mod error;
 pub mod etag;
 pub mod grid;
@@ -16,6 +17,7 @@ pub mod recipe;
 pub mod source;
 pub mod table;
 
+pub use backends::Backends;
 pub use error::{Retry, StoreError, StoreResult};
 pub use etag::{ConditionList, ETag};
 pub use grid::{Grid, Window, WindowRect};

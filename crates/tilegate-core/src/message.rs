@@ -38,7 +38,11 @@ pub enum MessageError {
     #[error("decode message: {0}")]
     UnsafeKey(#[from] KeyError),
     #[error("decode message: window {window} is outside the {rows}×{cols} grid")]
-    WindowOutsideScene { window: Window, rows: u32, cols: u32 },
+    WindowOutsideScene {
+        window: Window,
+        rows: u32,
+        cols: u32,
+    },
     #[error("decode message: job id {claimed} does not match its source and recipe ({derived})")]
     JobIdMismatch { claimed: JobId, derived: JobId },
 }

@@ -74,10 +74,8 @@ impl Counters {
 
     /// Every counter (zeros included) and the per-reason dead-letter counts.
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
-        let mut m: BTreeMap<String, u64> = ALL
-            .iter()
-            .map(|n| ((*n).to_owned(), self.get(n)))
-            .collect();
+        let mut m: BTreeMap<String, u64> =
+            ALL.iter().map(|n| ((*n).to_owned(), self.get(n))).collect();
         m.extend(
             self.by_reason
                 .lock()

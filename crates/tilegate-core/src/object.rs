@@ -174,8 +174,7 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome>;
 
     /// Write an object in one request, honouring `opts.mode` in that same request.
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions)
-    -> StoreResult<PutOutcome>;
+    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome>;
 
     /// Delete, optionally only if the current ETag matches.
     async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome>;
@@ -237,14 +236,14 @@ pub trait ObjectStoreExt: ObjectStore {
     async fn get_bytes(&self, key: &str) -> StoreResult<GetResult> {
         match self.get_opts(key, GetOptions::default()).await? {
             GetOutcome::Found(r) => Ok(r),
-            GetOutcome::NotModified | GetOutcome::PreconditionFailed => Err(
-                crate::StoreError::backend(
+            GetOutcome::NotModified | GetOutcome::PreconditionFailed => {
+                Err(crate::StoreError::backend(
                     "get",
                     key,
                     crate::Retry::Permanent,
                     "backend answered an unconditional read with a precondition outcome",
-                ),
-            ),
+                ))
+            }
         }
     }
 
@@ -256,14 +255,14 @@ pub trait ObjectStoreExt: ObjectStore {
         };
         match self.get_opts(key, opts).await? {
             GetOutcome::Found(r) => Ok(r),
-            GetOutcome::NotModified | GetOutcome::PreconditionFailed => Err(
-                crate::StoreError::backend(
+            GetOutcome::NotModified | GetOutcome::PreconditionFailed => {
+                Err(crate::StoreError::backend(
                     "get",
                     key,
                     crate::Retry::Permanent,
                     "backend answered an unconditional read with a precondition outcome",
-                ),
-            ),
+                ))
+            }
         }
     }
 }

@@ -82,8 +82,7 @@ pub trait WorkQueue: Send + Sync + std::fmt::Debug {
     async fn receive(&self, opts: ReceiveOptions) -> StoreResult<Vec<Received>>;
     async fn ack(&self, receipt: &str) -> StoreResult<AckOutcome>;
     /// Reset a received message's visibility timeout (extend while working; zero releases it).
-    async fn change_visibility(&self, receipt: &str, timeout: Duration)
-    -> StoreResult<AckOutcome>;
+    async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<AckOutcome>;
     /// Move a received message to the dead-letter queue at once, with its reason.
     async fn dead_letter(&self, msg: &Received, reason: &str) -> StoreResult<()>;
     /// Dead letters, oldest first, at most `max`.

@@ -2,6 +2,7 @@
 //! conditional in the storage engine itself (`attribute_not_exists`, a version guard, one
 //! SQLite transaction); a failed condition is an outcome value, never an error.
 
+use crate::UnixMillis;
 use crate::error::StoreResult;
 use crate::etag::ETag;
 use crate::grid::{Grid, Window};
@@ -9,7 +10,6 @@ use crate::id::JobId;
 use crate::keys::Prefix;
 use crate::recipe::Recipe;
 use crate::source::{SceneMeta, SourceInfo};
-use crate::UnixMillis;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -33,7 +33,9 @@ pub enum CreateOutcome<T> {
 /// The result of a version-guarded update.
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpdateOutcome<T> {
-    Updated { version: u64 },
+    Updated {
+        version: u64,
+    },
     /// The row is not at the expected version (or is gone); the current row if any.
     Superseded(Option<Versioned<T>>),
 }

@@ -1,1 +1,13 @@
 //! The worker: receive, validate, encode, commit once, record, acknowledge.
+//!
+//! Architecture invariant: the worker never decides that a tile is absent; it asks the store to
+//! create it, and the store refuses the second copy in the same request. A HEAD before encoding
+//! only saves work; it is never the guard.
+
+pub mod fault;
+mod handle;
+pub mod pool;
+pub mod repair;
+
+pub use handle::WindowOutcome;
+pub use pool::{StopWhen, WorkReport, Worker, WorkerConfig};

@@ -1,0 +1,28 @@
+"""Serve moto (the AWS emulator) on 127.0.0.1 for tilegate's tests.
+
+Two servers, because moto's threaded server is not atomic under concurrent conditional writes
+(concurrent If-None-Match completes produced several winners), while a single-threaded server
+blocks every request behind an SQS long poll:
+
+  * S3 and DynamoDB on a single-threaded server: conditional writes are evaluated one request
+    at a time, as the real services guarantee.
+  * SQS on a threaded server, reached through AWS_ENDPOINT_URL_SQS.
+
+Usage: moto_server.py PORT (threaded|single)
+"""
+
+import sys
+
+from moto.server import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import run_simple
+
+port = int(sys.argv[1])
+threaded = sys.argv[2] == "threaded"
+run_simple(
+    "127.0.0.1",
+    port,
+    DomainDispatcherApplication(create_backend_app),
+    threaded=threaded,
+    use_reloader=False,
+    use_debugger=False,
+)

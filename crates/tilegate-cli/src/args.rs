@@ -1,0 +1,260 @@
+//! Command-line arguments.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// tilegate turns one raster scene into Cloud Optimized GeoTIFF tiles, written exactly once
+/// however often workers repeat, crash or race.
+///
+/// Quick start:  tilegate demo
+///               tilegate run scene.tif && tilegate status
+///
+/// Every command works on the embedded backend in --data DIR (objects as ordinary files
+/// under DIR/objects, tables and queue in DIR/tilegate.db), shared safely by several
+/// processes on one machine.
+#[derive(Debug, Parser)]
+#[command(name = "tilegate", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Data directory of the embedded backend.
+    #[arg(
+        long,
+        global = true,
+        env = "TILEGATE_DATA",
+        default_value = "./tilegate-data"
+    )]
+    pub data: PathBuf,
+    /// Print one machine-readable JSON document on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More log output on stderr (-v: info, -vv: debug). TILEGATE_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write a deterministic synthetic terrain scene (tiled GeoTIFF, EPSG:32633, 10 m pixels).
+    SampleScene(SampleArgs),
+    /// Plan a job and enqueue its windows (planning twice enqueues duplicates; that is safe).
+    Plan(PlanArgs),
+    /// Work on queued windows until stopped (Ctrl-C / SIGTERM finishes in-flight work).
+    Work(WorkArgs),
+    /// Plan, then work in this process until every window of the job is in the manifest.
+    Run(RunArgs),
+    /// Assemble a complete job's tiles into one scene COG, published once through the claim gate.
+    Assemble(AssembleArgs),
+    /// Recompute one window and replace its tile only if it is unchanged since read (If-Match).
+    Repair(RepairArgs),
+    /// Re-enqueue a job's windows (all, or only those missing from the manifest) beside live work.
+    Backfill(BackfillArgs),
+    /// Abort incomplete multipart uploads older than a given age.
+    CleanupUploads(CleanupArgs),
+    /// Show a job: windows done and missing, counters, queue depth.
+    Status(StatusArgs),
+    /// List or redrive dead letters.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+    /// Make a 4096×4096 sample scene (if absent) and run it: 64 tiles.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SampleArgs {
+    /// Output GeoTIFF path.
+    pub out: PathBuf,
+    /// Width and height in pixels.
+    #[arg(long, default_value_t = 4096)]
+    pub size: u32,
+    /// Width (overrides --size).
+    #[arg(long)]
+    pub width: Option<u32>,
+    /// Height (overrides --size).
+    #[arg(long)]
+    pub height: Option<u32>,
+    /// Number of bands.
+    #[arg(long, default_value_t = 1)]
+    pub bands: u32,
+    /// Data type: Byte, UInt16, Int16, UInt32, Int32, Float32, Float64.
+    #[arg(long, default_value = "UInt16")]
+    pub dtype: String,
+    /// Nodata value; a corner region of the scene is set to it.
+    #[arg(long, allow_negative_numbers = true)]
+    pub nodata: Option<f64>,
+    /// Seed of the synthetic terrain.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// What to make of each window.
+#[derive(Debug, Args, Clone)]
+pub struct RecipeArgs {
+    /// Operation: `copy` (re-encode) or `ndvi` (two bands → Float32).
+    #[arg(long, default_value = "copy")]
+    pub recipe: String,
+    /// Bands for `copy`, 1-based, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub bands: Option<Vec<u32>>,
+    /// Red band for `ndvi`.
+    #[arg(long, default_value_t = 3)]
+    pub red: u32,
+    /// Near-infrared band for `ndvi`.
+    #[arg(long, default_value_t = 4)]
+    pub nir: u32,
+    /// Tile compression: deflate, zstd or lzw.
+    #[arg(long, default_value = "deflate")]
+    pub compress: String,
+    /// Window and COG block size in pixels (a multiple of 16).
+    #[arg(long, default_value_t = 512)]
+    pub window: u32,
+    /// Output key prefix: segments of [A-Za-z0-9._-] joined by `/`.
+    #[arg(long, default_value = "tilegate")]
+    pub prefix: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Source raster: a path or file:// URI.
+    pub source: String,
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
+    /// Enqueue only windows with no manifest row yet.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct PoolArgs {
+    /// Encoder threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Messages in flight at once (default: 2 × threads + 2).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Visibility timeout of received messages, seconds (renewed while work runs).
+    #[arg(long, default_value_t = 120)]
+    pub visibility: u64,
+    /// Encode even when the tile already exists (the Create still refuses the copy).
+    #[arg(long)]
+    pub no_skip_existing: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    /// Exit once nothing is visible or in flight in the queue.
+    #[arg(long)]
+    pub until_empty: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Source raster: a path or file:// URI.
+    pub source: String,
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    #[command(flatten)]
+    pub assemble: AssembleFlags,
+    /// Stop once the tiles are in place; do not assemble the scene.
+    #[arg(long)]
+    pub no_assemble: bool,
+}
+
+/// How the scene COG is built and published.
+#[derive(Debug, Args, Clone)]
+pub struct AssembleFlags {
+    /// Scenes larger than this many bytes go up as multipart uploads.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub multipart_threshold: u64,
+    /// Multipart part size in bytes (at least 5 MiB).
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    pub part_size: u64,
+    /// Claim lease time-to-live in milliseconds (renewed every third of it while working).
+    #[arg(long, default_value_t = 60_000)]
+    pub lease_ttl_ms: u64,
+    /// Overview resampling: average (nodata-aware) or nearest.
+    #[arg(long, default_value = "average")]
+    pub resampling: String,
+    /// Test hook: stop renewing the lease after this many uploaded parts.
+    #[arg(long, hide = true)]
+    pub test_pause_renewals_after_parts: Option<u32>,
+    /// Test hook: wait this many milliseconds after each uploaded part.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub test_part_delay_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct AssembleArgs {
+    /// Job ID, or a unique prefix of one (default: the newest job).
+    pub job: Option<String>,
+    #[command(flatten)]
+    pub flags: AssembleFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// Job ID, or a unique prefix of one.
+    pub job: String,
+    /// The window, as ROW_COL (e.g. 3_12 or 0003_0012).
+    #[arg(long)]
+    pub window: String,
+}
+
+#[derive(Debug, Args)]
+pub struct BackfillArgs {
+    /// Job ID, or a unique prefix of one.
+    pub job: String,
+    /// Only windows with no manifest row.
+    #[arg(long)]
+    pub missing: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    /// Abort uploads initiated more than this many seconds ago.
+    #[arg(long, default_value_t = 3600)]
+    pub older_than_s: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Job ID, or a unique prefix of one (default: the newest job).
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters with their reasons.
+    List {
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Return dead letters to the work queue with a fresh receive count.
+    Redrive {
+        /// Only these message IDs (default: all).
+        #[arg(long = "id")]
+        ids: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Sample scene size in pixels.
+    #[arg(long, default_value_t = 4096)]
+    pub size: u32,
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    #[command(flatten)]
+    pub assemble: AssembleFlags,
+}

@@ -1,0 +1,598 @@
+//! One function per command. Each returns the process exit code.
+
+use crate::args::{
+    AssembleArgs, AssembleFlags, BackfillArgs, CleanupArgs, Cli, Command, DemoArgs, DlqCommand,
+    PlanArgs, PoolArgs, RecipeArgs, RepairArgs, RunArgs, SampleArgs, StatusArgs, WorkArgs,
+};
+use crate::backends::open_embedded;
+use crate::output::{self, Out};
+use anyhow::{Context, bail};
+use serde_json::json;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tilegate_core::message::WindowMessage;
+use tilegate_core::metrics::{self as m, Counters};
+use tilegate_core::recipe::Operation;
+use tilegate_core::table::JobRecord;
+use tilegate_core::{Backends, Compression, JobId, Prefix, Recipe};
+use tilegate_planner::{PlanOptions, plan};
+use tilegate_worker::{StopWhen, WorkReport, Worker, WorkerConfig};
+use tokio::sync::watch;
+
+/// Exit code when a job could not complete (missing windows, dead letters).
+pub const EXIT_INCOMPLETE: u8 = 3;
+/// Exit code when `assemble` refuses a job whose manifest is short.
+pub const EXIT_MANIFEST_SHORT: u8 = 4;
+
+pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let out = Out::new(cli.global.json);
+    let data = cli.global.data;
+    match cli.command {
+        Command::SampleScene(a) => sample_scene(&out, a).await,
+        Command::Plan(a) => plan_cmd(&out, &open_embedded(&data)?, a).await,
+        Command::Work(a) => work(&out, &open_embedded(&data)?, a).await,
+        Command::Run(a) => run(&out, &open_embedded(&data)?, a).await,
+        Command::Assemble(a) => assemble_cmd(&out, &open_embedded(&data)?, a).await,
+        Command::Repair(a) => repair_cmd(&out, &open_embedded(&data)?, a).await,
+        Command::Backfill(a) => backfill_cmd(&out, &open_embedded(&data)?, a).await,
+        Command::CleanupUploads(a) => cleanup_uploads(&out, &open_embedded(&data)?, a).await,
+        Command::Status(a) => status(&out, &open_embedded(&data)?, a).await,
+        Command::Dlq(c) => dlq(&out, &open_embedded(&data)?, c).await,
+        Command::Demo(a) => demo(&out, &data, a).await,
+    }
+}
+
+fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Prefix)> {
+    let operation = match a.recipe.as_str() {
+        "copy" => Operation::Copy {
+            bands: a.bands.clone(),
+        },
+        "ndvi" => Operation::Ndvi {
+            red: a.red,
+            nir: a.nir,
+        },
+        other => bail!("unknown recipe `{other}`: expected `copy` or `ndvi`"),
+    };
+    let compression = Compression::parse(&a.compress).with_context(|| {
+        format!(
+            "unknown compression `{}`: expected deflate, zstd or lzw",
+            a.compress
+        )
+    })?;
+    if a.window == 0 || !a.window.is_multiple_of(16) {
+        bail!("window size {} is not a positive multiple of 16", a.window);
+    }
+    let prefix = Prefix::parse(&a.prefix).context("invalid --prefix")?;
+    Ok((
+        Recipe {
+            operation,
+            compression,
+            window: a.window,
+        },
+        prefix,
+    ))
+}
+
+fn worker_config(p: &PoolArgs, stop: StopWhen) -> WorkerConfig {
+    let mut cfg = WorkerConfig::default();
+    if let Some(t) = p.threads {
+        cfg.threads = t.max(1);
+        cfg.concurrency = cfg.threads * 2 + 2;
+    }
+    if let Some(c) = p.concurrency {
+        cfg.concurrency = c.max(1);
+    }
+    cfg.visibility = Duration::from_secs(p.visibility.max(1));
+    cfg.skip_existing = !p.no_skip_existing;
+    cfg.stop = stop;
+    cfg
+}
+
+/// A stop signal that flips on Ctrl-C or SIGTERM.
+fn stop_on_signals() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("tilegate: stopping: finishing in-flight windows");
+        let _ = tx.send(true);
+        // Keep the sender alive so receivers see `true`, not a closed channel.
+        std::future::pending::<()>().await;
+    });
+    rx
+}
+
+async fn sample_scene(out: &Out, a: SampleArgs) -> anyhow::Result<ExitCode> {
+    let opts = tilegate_cog::SampleOptions {
+        width: a.width.unwrap_or(a.size),
+        height: a.height.unwrap_or(a.size),
+        bands: a.bands,
+        dtype: a.dtype.clone(),
+        nodata: a.nodata,
+        seed: a.seed,
+    };
+    let started = Instant::now();
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    let path = a.out.clone();
+    let meta = tokio::task::spawn_blocking(move || tilegate_cog::sample_scene(&path, &opts))
+        .await?
+        .with_context(|| format!("write sample scene {}", a.out.display()))?;
+    let doc = json!({
+        "path": a.out,
+        "width": meta.width,
+        "height": meta.height,
+        "bands": meta.bands,
+        "dtype": meta.dtype,
+        "nodata": meta.nodata,
+        "elapsed_s": started.elapsed().as_secs_f64(),
+    });
+    out.emit(&doc, || {
+        format!(
+            "wrote {} ({}×{}, {} band(s) {}) in {:.2} s",
+            a.out.display(),
+            meta.width,
+            meta.height,
+            meta.bands,
+            meta.dtype,
+            started.elapsed().as_secs_f64()
+        )
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCode> {
+    let (recipe, prefix) = recipe_from(&a.recipe)?;
+    let started = Instant::now();
+    let p = plan(
+        b,
+        &a.source,
+        &PlanOptions {
+            recipe,
+            prefix,
+            resume: a.resume,
+        },
+    )
+    .await
+    .with_context(|| format!("plan {}", a.source))?;
+    let doc = json!({
+        "job_id": p.job.job_id,
+        "windows": p.windows,
+        "enqueued": p.enqueued,
+        "already_recorded": p.already_recorded,
+        "newly_planned": p.newly_planned,
+        "source": p.job.source.uri,
+        "source_etag": p.job.source.etag,
+        "elapsed_s": started.elapsed().as_secs_f64(),
+    });
+    out.emit(&doc, || {
+        format!(
+            "job {} {}: {} windows, {} enqueued ({} already recorded)",
+            p.job.job_id,
+            if p.newly_planned {
+                "planned"
+            } else {
+                "already planned"
+            },
+            p.windows,
+            p.enqueued,
+            p.already_recorded
+        )
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> {
+    let stop = if a.until_empty {
+        StopWhen::QueueDrained
+    } else {
+        StopWhen::Signal
+    };
+    let counters = Arc::new(Counters::new());
+    let worker = Worker::new(b.clone(), worker_config(&a.pool, stop), counters.clone());
+    let started = Instant::now();
+    let report = worker.run(stop_on_signals()).await.context("work")?;
+    let doc = json!({
+        "handled": report.handled,
+        "written": report.written,
+        "already_present": report.already_present,
+        "skipped": report.skipped,
+        "dead_lettered": report.dead_lettered,
+        "retried": report.retried,
+        "counters": counters.snapshot(),
+        "elapsed_s": started.elapsed().as_secs_f64(),
+    });
+    out.emit(&doc, || {
+        format!(
+            "handled {} message(s): {} written, {} already present, {} skipped, {} dead-lettered, {} retried ({:.2} s)",
+            report.handled,
+            report.written,
+            report.already_present,
+            report.skipped,
+            report.dead_lettered,
+            report.retried,
+            started.elapsed().as_secs_f64()
+        )
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<ExitCode> {
+    let (recipe, prefix) = recipe_from(&a.recipe)?;
+    let assemble = (!a.no_assemble).then_some(&a.assemble);
+    run_source(out, b, &a.source, recipe, prefix, &a.pool, assemble).await
+}
+
+async fn run_source(
+    out: &Out,
+    b: &Backends,
+    source: &str,
+    recipe: Recipe,
+    prefix: Prefix,
+    pool: &PoolArgs,
+    assemble: Option<&AssembleFlags>,
+) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let p = plan(
+        b,
+        source,
+        &PlanOptions {
+            recipe,
+            prefix,
+            resume: true,
+        },
+    )
+    .await
+    .with_context(|| format!("plan {source}"))?;
+    let job = p.job.clone();
+    let counters = Arc::new(Counters::new());
+    let worker = Worker::new(
+        b.clone(),
+        worker_config(pool, StopWhen::JobComplete(job.job_id.clone())),
+        counters.clone(),
+    );
+    let progress = output::progress(out, b.clone(), &job);
+    let report = worker.run(stop_on_signals()).await.context("work")?;
+    progress.finish().await;
+    let manifest_rows = b.manifest.count_entries(&job.job_id).await?;
+    let complete = manifest_rows == p.windows;
+    let scene = match assemble {
+        Some(flags) if complete => {
+            let r =
+                tilegate_assembler::assemble(b, &job.job_id, &assemble_options(flags)?, &counters)
+                    .await
+                    .context("assemble the scene")?;
+            Some(assemble_doc(&r, &counters))
+        }
+        _ => None,
+    };
+    let mut doc = run_summary(
+        &p.job,
+        p.windows,
+        p.already_recorded,
+        &report,
+        &counters,
+        manifest_rows,
+        started,
+    );
+    doc["scene"] = scene.unwrap_or(serde_json::Value::Null);
+    out.emit(&doc, || output::run_text(&doc, &job));
+    Ok(if complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_INCOMPLETE)
+    })
+}
+
+fn run_summary(
+    job: &JobRecord,
+    windows: u64,
+    already_recorded: u64,
+    report: &WorkReport,
+    counters: &Counters,
+    manifest_rows: u64,
+    started: Instant,
+) -> serde_json::Value {
+    json!({
+        "job_id": job.job_id,
+        "windows": windows,
+        "tiles_written": counters.get(m::TILES_WRITTEN),
+        "already_present": already_recorded + report.already_present + report.skipped,
+        "duplicate_encodes_skipped": counters.get(m::DUPLICATE_ENCODES_SKIPPED),
+        "manifest_rows": manifest_rows,
+        "dead_lettered": report.dead_lettered,
+        "retried": report.retried,
+        "complete": manifest_rows == windows,
+        "tiles_prefix": job.prefix.tiles_dir(&job.job_id),
+        "counters": counters.snapshot(),
+        "elapsed_s": started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Resolve a job argument: a full ID, a unique prefix, or (none) the newest job.
+async fn find_job(b: &Backends, arg: Option<&str>) -> anyhow::Result<JobRecord> {
+    if let Some(s) = arg
+        && let Ok(id) = JobId::parse(s)
+    {
+        return Ok(b
+            .jobs
+            .get_job(&id)
+            .await?
+            .with_context(|| format!("no job {id} in this data directory"))?
+            .row);
+    }
+    let jobs = b.jobs.list_jobs(10_000).await?;
+    let matching: Vec<_> = jobs
+        .into_iter()
+        .filter(|j| arg.is_none_or(|p| j.row.job_id.as_str().starts_with(p)))
+        .collect();
+    match (arg, matching.as_slice()) {
+        (None, []) => bail!("no job has been planned in this data directory"),
+        (None, [newest, ..]) => Ok(newest.row.clone()),
+        (Some(p), []) => bail!("no job matches `{p}`"),
+        (Some(_), [one]) => Ok(one.row.clone()),
+        (Some(p), many) => bail!("`{p}` matches {} jobs; give more characters", many.len()),
+    }
+}
+
+async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<ExitCode> {
+    let job = find_job(b, a.job.as_deref()).await?;
+    let entries = b.manifest.list_entries(&job.job_id).await?;
+    let done: std::collections::HashSet<_> = entries.iter().map(|e| e.row.window).collect();
+    let missing: Vec<String> = job
+        .grid
+        .windows()
+        .filter(|w| !done.contains(w))
+        .map(|w| w.to_string())
+        .collect();
+    let mut counters = b.counters.get_counters(&job.job_id).await?;
+    for name in m::ALL {
+        counters.entry(name.to_owned()).or_insert(0);
+    }
+    let depth = b.queue.depth().await?;
+    let dead: Vec<_> = b
+        .queue
+        .list_dead_letters(10_000)
+        .await?
+        .into_iter()
+        .filter(|d| dead_letter_job(&d.body).as_ref() == Some(&job.job_id))
+        .collect();
+    let doc = json!({
+        "job_id": job.job_id,
+        "source": job.source.uri,
+        "source_etag": job.source.etag,
+        "scene": {"width": job.grid.width, "height": job.grid.height, "bands": job.scene.bands, "dtype": job.scene.dtype},
+        "window": job.grid.window,
+        "windows": job.grid.len(),
+        "manifest_rows": entries.len(),
+        "missing_windows": missing.len(),
+        "missing": missing.iter().take(50).collect::<Vec<_>>(),
+        "complete": missing.is_empty(),
+        "tiles_prefix": job.prefix.tiles_dir(&job.job_id),
+        "scene_output": job.scene_output,
+        "counters": counters,
+        "queue": {"visible": depth.visible, "in_flight": depth.in_flight, "dead": depth.dead},
+        "dead_letters_for_job": dead.len(),
+    });
+    out.emit(&doc, || output::status_text(&doc));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The job a dead letter belonged to, if its body still parses that far.
+fn dead_letter_job(body: &str) -> Option<JobId> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    JobId::parse(v.get("job_id")?.as_str()?).ok()
+}
+
+async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode> {
+    match c {
+        DlqCommand::List { limit } => {
+            let dead = b.queue.list_dead_letters(limit).await?;
+            let rows: Vec<_> = dead
+                .iter()
+                .map(|d| {
+                    let parsed = WindowMessage::decode(&d.body).ok();
+                    json!({
+                        "message_id": d.message_id,
+                        "reason": d.reason,
+                        "receive_count": d.receive_count,
+                        "dead_at_ms": d.dead_at,
+                        "job_id": dead_letter_job(&d.body),
+                        "window": parsed.map(|p| p.window.to_string()),
+                        "body_bytes": d.body.len(),
+                    })
+                })
+                .collect();
+            let doc = json!({ "dead_letters": rows, "count": rows.len() });
+            out.emit(&doc, || output::dlq_text(&rows));
+        }
+        DlqCommand::Redrive { ids } => {
+            let moved = if ids.is_empty() {
+                b.queue.redrive(None).await?
+            } else {
+                b.queue.redrive(Some(&ids)).await?
+            };
+            let doc = json!({ "redriven": moved });
+            out.emit(&doc, || {
+                format!("returned {moved} dead letter(s) to the work queue")
+            });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn demo(out: &Out, data: &std::path::Path, a: DemoArgs) -> anyhow::Result<ExitCode> {
+    let b = open_embedded(data)?;
+    let scene = data.join(format!("sample-{}.tif", a.size));
+    if !scene.exists() {
+        if !out.json {
+            eprintln!(
+                "tilegate: writing a {0}×{0} UInt16 sample scene to {1}",
+                a.size,
+                scene.display()
+            );
+        }
+        let path = scene.clone();
+        let opts = tilegate_cog::SampleOptions {
+            width: a.size,
+            height: a.size,
+            bands: 1,
+            dtype: "UInt16".into(),
+            nodata: None,
+            seed: 1,
+        };
+        tokio::task::spawn_blocking(move || tilegate_cog::sample_scene(&path, &opts))
+            .await?
+            .with_context(|| format!("write sample scene {}", scene.display()))?;
+    }
+    let source = scene.to_string_lossy().into_owned();
+    run_source(
+        out,
+        &b,
+        &source,
+        Recipe::copy_all(),
+        Prefix::default(),
+        &a.pool,
+        Some(&a.assemble),
+    )
+    .await
+}
+
+fn assemble_options(f: &AssembleFlags) -> anyhow::Result<tilegate_assembler::AssembleOptions> {
+    let mut o = tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner("assemble"));
+    o.multipart_threshold = f.multipart_threshold;
+    o.part_size = f.part_size;
+    o.lease_ttl = Duration::from_millis(f.lease_ttl_ms.max(1));
+    o.resampling = match f.resampling.as_str() {
+        "average" => tilegate_cogwrite::Resampling::Average,
+        "nearest" => tilegate_cogwrite::Resampling::Nearest,
+        other => bail!("unknown resampling `{other}`: expected average or nearest"),
+    };
+    o.pause_renewals_after_parts = f.test_pause_renewals_after_parts;
+    o.part_delay = Duration::from_millis(f.test_part_delay_ms);
+    Ok(o)
+}
+
+fn assemble_doc(r: &tilegate_assembler::AssembleReport, counters: &Counters) -> serde_json::Value {
+    let mut doc = json!({
+        "job_id": r.job_id,
+        "outcome": r.outcome.as_str(),
+        "scene_key": r.scene_key,
+        "scene_etag": r.scene_etag,
+        "scene_size": r.scene_size,
+        "assembly_path": r.path.map(|p| format!("{p:?}")),
+        "multipart": r.multipart,
+        "build_s": r.build_s,
+        "upload_s": r.upload_s,
+        "claims_won_total": counters.get(m::CLAIMS_WON),
+        "claims_lost_total": counters.get(m::CLAIMS_LOST),
+        "multipart_bytes_uploaded_total": counters.get(m::MULTIPART_BYTES_UPLOADED),
+    });
+    if let tilegate_assembler::AssembleOutcome::HeldBy { owner, expires_at } = &r.outcome {
+        doc["held_by"] = json!({ "owner": owner, "expires_at_ms": expires_at });
+    }
+    doc
+}
+
+async fn assemble_cmd(out: &Out, b: &Backends, a: AssembleArgs) -> anyhow::Result<ExitCode> {
+    let job = find_job(b, a.job.as_deref()).await?;
+    let counters = Counters::new();
+    let started = Instant::now();
+    match tilegate_assembler::assemble(b, &job.job_id, &assemble_options(&a.flags)?, &counters)
+        .await
+    {
+        Ok(r) => {
+            let mut doc = assemble_doc(&r, &counters);
+            doc["elapsed_s"] = json!(started.elapsed().as_secs_f64());
+            out.emit(&doc, || output::assemble_text(&doc));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ tilegate_assembler::AssembleError::Incomplete { .. }) => {
+            let tilegate_assembler::AssembleError::Incomplete {
+                have,
+                want,
+                missing,
+                ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            let doc = json!({
+                "job_id": job.job_id,
+                "outcome": "incomplete",
+                "manifest_rows": have,
+                "windows": want,
+                "missing": missing.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+            });
+            if out.json {
+                out.emit(&doc, String::new);
+            }
+            eprintln!("tilegate: error: {e}");
+            Ok(ExitCode::from(EXIT_MANIFEST_SHORT))
+        }
+        Err(e) => Err(anyhow::Error::new(e)),
+    }
+}
+
+async fn repair_cmd(out: &Out, b: &Backends, a: RepairArgs) -> anyhow::Result<ExitCode> {
+    let job = find_job(b, Some(&a.job)).await?;
+    let window = tilegate_core::Window::parse(&a.window).with_context(|| {
+        format!(
+            "`{}` is not a window: expected ROW_COL, e.g. 3_12",
+            a.window
+        )
+    })?;
+    let prepared = tilegate_worker::repair::prepare(b, &job.job_id, window).await?;
+    let key = prepared.key.clone();
+    let outcome = tilegate_worker::repair::commit(b, prepared).await?;
+    let doc = match &outcome {
+        tilegate_worker::repair::RepairOutcome::Written { e_tag, size } => {
+            json!({"outcome": "written", "key": key, "e_tag": e_tag, "size": size})
+        }
+        tilegate_worker::repair::RepairOutcome::Superseded => {
+            json!({"outcome": "superseded", "key": key})
+        }
+    };
+    out.emit(&doc, || match &outcome {
+        tilegate_worker::repair::RepairOutcome::Written { e_tag, .. } => {
+            format!("repaired {key} (now {e_tag})")
+        }
+        tilegate_worker::repair::RepairOutcome::Superseded => {
+            format!("{key} changed while it was recomputed; left the newer tile in place")
+        }
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn backfill_cmd(out: &Out, b: &Backends, a: BackfillArgs) -> anyhow::Result<ExitCode> {
+    let job = find_job(b, Some(&a.job)).await?;
+    let (enqueued, recorded) = tilegate_planner::enqueue_windows(b, &job, a.missing).await?;
+    let doc = json!({"job_id": job.job_id, "enqueued": enqueued, "already_recorded": recorded, "windows": job.grid.len()});
+    out.emit(&doc, || {
+        format!(
+            "enqueued {enqueued} window(s) of job {} ({recorded} of {} already recorded)",
+            job.job_id,
+            job.grid.len()
+        )
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn cleanup_uploads(out: &Out, b: &Backends, a: CleanupArgs) -> anyhow::Result<ExitCode> {
+    let cutoff = std::time::SystemTime::now() - Duration::from_secs(a.older_than_s);
+    let stale = b.objects.list_multipart("", Some(cutoff)).await?;
+    for u in &stale {
+        b.objects.abort_multipart(&u.key, &u.upload_id).await?;
+    }
+    let doc = json!({"aborted": stale.len(), "uploads": stale.iter().map(|u| json!({"key": u.key, "upload_id": u.upload_id})).collect::<Vec<_>>()});
+    out.emit(&doc, || {
+        format!("aborted {} stale multipart upload(s)", stale.len())
+    });
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,194 @@
+//! Printing results: one JSON document with `--json`, readable text otherwise, and a progress
+//! bar on stderr for long work (drawn only on a terminal).
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+use std::time::Duration;
+use tilegate_core::Backends;
+use tilegate_core::table::JobRecord;
+
+/// Where results go.
+#[derive(Debug, Clone, Copy)]
+pub struct Out {
+    pub json: bool,
+}
+
+impl Out {
+    pub fn new(json: bool) -> Self {
+        Self { json }
+    }
+
+    /// Print `doc` as JSON, or the text `text()` renders.
+    pub fn emit(&self, doc: &Value, text: impl FnOnce() -> String) {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(doc).expect("json documents serialise")
+            );
+        } else {
+            println!("{}", text());
+        }
+    }
+}
+
+/// A progress bar following a job's manifest count.
+pub struct Progress {
+    bar: ProgressBar,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Progress {
+    pub async fn finish(self) {
+        self.task.abort();
+        self.bar.finish_and_clear();
+    }
+}
+
+pub fn progress(out: &Out, b: Backends, job: &JobRecord) -> Progress {
+    let bar = if out.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(job.grid.len())
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {pos}/{len} windows [{bar:40}] {per_sec} eta {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    let id = job.job_id.clone();
+    let b2 = bar.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            if let Ok(n) = b.manifest.count_entries(&id).await {
+                b2.set_position(n);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    Progress { bar, task }
+}
+
+fn n(doc: &Value, k: &str) -> u64 {
+    doc.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+pub fn run_text(doc: &Value, job: &JobRecord) -> String {
+    let complete = doc["complete"].as_bool().unwrap_or(false);
+    let mut s = format!(
+        "job {}  {}×{} {} band(s) {}, {} windows of {} px\n",
+        job.job_id,
+        job.grid.width,
+        job.grid.height,
+        job.scene.bands,
+        job.scene.dtype,
+        job.grid.len(),
+        job.grid.window
+    );
+    for (label, key) in [
+        ("tiles written", "tiles_written"),
+        ("already present", "already_present"),
+        ("duplicate encodes skipped", "duplicate_encodes_skipped"),
+        ("manifest rows", "manifest_rows"),
+        ("dead-lettered", "dead_lettered"),
+    ] {
+        s.push_str(&format!("  {label:<27}{:>8}\n", n(doc, key)));
+    }
+    s.push_str(&format!(
+        "  {:<27}{:>8.2} s\n",
+        "elapsed",
+        doc["elapsed_s"].as_f64().unwrap_or(0.0)
+    ));
+    if complete {
+        s.push_str(&format!(
+            "  tiles under {}",
+            doc["tiles_prefix"].as_str().unwrap_or("")
+        ));
+        if let Some(key) = doc["scene"]["scene_key"].as_str() {
+            s.push_str(&format!(
+                "\n  scene {key} ({})",
+                doc["scene"]["outcome"].as_str().unwrap_or("")
+            ));
+        }
+    } else {
+        s.push_str("  INCOMPLETE: see `tilegate status` and `tilegate dlq list`");
+    }
+    s
+}
+
+pub fn status_text(doc: &Value) -> String {
+    let mut s = format!(
+        "job {}\n  source       {} {}\n  windows      {} done of {} ({} missing)\n",
+        doc["job_id"].as_str().unwrap_or(""),
+        doc["source"].as_str().unwrap_or(""),
+        doc["source_etag"].as_str().unwrap_or(""),
+        n(doc, "manifest_rows"),
+        n(doc, "windows"),
+        n(doc, "missing_windows"),
+    );
+    if let Some(missing) = doc["missing"].as_array()
+        && !missing.is_empty()
+    {
+        let names: Vec<&str> = missing.iter().filter_map(Value::as_str).take(10).collect();
+        s.push_str(&format!(
+            "  missing      {}{}\n",
+            names.join(" "),
+            if missing.len() > 10 { " …" } else { "" }
+        ));
+    }
+    let q = &doc["queue"];
+    s.push_str(&format!(
+        "  queue        {} visible, {} in flight, {} dead ({} of this job)\n  counters\n",
+        n(q, "visible"),
+        n(q, "in_flight"),
+        n(q, "dead"),
+        n(doc, "dead_letters_for_job")
+    ));
+    if let Some(c) = doc["counters"].as_object() {
+        for (k, v) in c {
+            s.push_str(&format!("    {k:<46}{:>8}\n", v.as_u64().unwrap_or(0)));
+        }
+    }
+    s.trim_end().to_owned()
+}
+
+pub fn dlq_text(rows: &[Value]) -> String {
+    if rows.is_empty() {
+        return "no dead letters".to_owned();
+    }
+    let mut s = format!("{} dead letter(s)\n", rows.len());
+    for r in rows {
+        s.push_str(&format!(
+            "  {}  window {}  received {}×  {}\n",
+            r["message_id"].as_str().unwrap_or(""),
+            r["window"].as_str().unwrap_or("-"),
+            r["receive_count"].as_u64().unwrap_or(0),
+            r["reason"].as_str().unwrap_or("")
+        ));
+    }
+    s.trim_end().to_owned()
+}
+
+pub fn assemble_text(doc: &Value) -> String {
+    let outcome = doc["outcome"].as_str().unwrap_or("");
+    let key = doc["scene_key"].as_str().unwrap_or("");
+    match outcome {
+        "written" => format!(
+            "published {key} ({} bytes, {}) in {:.2} s; {} multipart bytes uploaded",
+            n(doc, "scene_size"),
+            doc["scene_etag"].as_str().unwrap_or(""),
+            doc["elapsed_s"].as_f64().unwrap_or(0.0),
+            n(doc, "multipart_bytes_uploaded_total")
+        ),
+        "already_done" => format!(
+            "{key} was already published ({})",
+            doc["scene_etag"].as_str().unwrap_or("")
+        ),
+        "held_by" => format!(
+            "another assembler holds the claim on {key} ({}); nothing uploaded",
+            doc["held_by"]["owner"].as_str().unwrap_or("")
+        ),
+        _ => format!("{key}: lease lost mid-upload; upload aborted"),
+    }
+}

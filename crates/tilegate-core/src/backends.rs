@@ -1,0 +1,18 @@
+//! The set of storage a pipeline stage works against, as trait objects. Stages receive a
+//! [`Backends`]; only the CLI (or a test) decides which implementations fill it.
+
+use crate::object::ObjectStore;
+use crate::queue::WorkQueue;
+use crate::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
+use std::sync::Arc;
+
+/// Objects, tables and queue for one deployment.
+#[derive(Debug, Clone)]
+pub struct Backends {
+    pub objects: Arc<dyn ObjectStore>,
+    pub jobs: Arc<dyn JobTable>,
+    pub manifest: Arc<dyn ManifestTable>,
+    pub claims: Arc<dyn ClaimTable>,
+    pub counters: Arc<dyn CounterTable>,
+    pub queue: Arc<dyn WorkQueue>,
+}

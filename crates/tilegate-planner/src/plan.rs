@@ -1,0 +1,139 @@
+//! `plan`: pin the source, derive the job, write the job row (create-if-absent), and enqueue
+//! one self-contained message per window (or, resuming, per window with no manifest row).
+
+use crate::source::{SourceError, resolve_source};
+use std::collections::HashSet;
+use tilegate_cog::CogError;
+use tilegate_core::grid::GridError;
+use tilegate_core::message::WindowMessage;
+use tilegate_core::recipe::RecipeError;
+use tilegate_core::table::{CreateOutcome, JobRecord};
+use tilegate_core::{Backends, Grid, JobId, Prefix, Recipe, StoreError, now_millis};
+
+/// What to plan.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    pub recipe: Recipe,
+    pub prefix: Prefix,
+    /// Enqueue only windows that have no manifest row yet.
+    pub resume: bool,
+}
+
+/// What planning did.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub job: JobRecord,
+    /// False if the job row already existed ("already planned").
+    pub newly_planned: bool,
+    pub windows: u64,
+    /// Windows that already had a manifest row before this plan.
+    pub already_recorded: u64,
+    pub enqueued: u64,
+}
+
+/// Why planning failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Raster(#[from] CogError),
+    #[error("plan the window grid")]
+    Grid(#[from] GridError),
+    #[error("plan the recipe")]
+    Recipe(#[from] RecipeError),
+    #[error("plan: storage")]
+    Store(#[from] StoreError),
+}
+
+/// Messages sent per queue call; the queue splits them into its provider's batches.
+const SEND_CHUNK: usize = 1000;
+
+/// Plan a job for `source` and enqueue its windows.
+pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    let source_input = source.to_owned();
+    let (resolved, scene) = tokio::task::spawn_blocking(move || -> Result<_, PlanError> {
+        let resolved = resolve_source(&source_input)?;
+        let scene = tilegate_cog::probe(&resolved.gdal_path)?;
+        Ok((resolved, scene))
+    })
+    .await
+    .expect("planning task panicked")?;
+    opts.recipe.input_bands(scene.bands)?;
+    let grid = Grid::new(scene.width, scene.height, opts.recipe.window)?;
+    let job_id = JobId::derive(
+        &resolved.info.uri,
+        resolved.info.etag.as_str(),
+        &opts.recipe.fingerprint(),
+    );
+    let record = JobRecord {
+        job_id: job_id.clone(),
+        source: resolved.info,
+        recipe: opts.recipe.clone(),
+        grid,
+        prefix: opts.prefix.clone(),
+        scene,
+        created_at: now_millis(),
+        scene_output: None,
+    };
+    let (job, newly_planned) = match b.jobs.create_job(&record).await? {
+        CreateOutcome::Created => (record, true),
+        CreateOutcome::AlreadyExists(existing) => (existing.row, false),
+    };
+    tracing::info!(job_id = %job.job_id, windows = grid.len(), newly_planned, "job planned");
+
+    let (enqueued, already_recorded) = enqueue_windows(b, &job, opts.resume).await?;
+    Ok(Plan {
+        windows: job.grid.len(),
+        already_recorded,
+        job,
+        newly_planned,
+        enqueued,
+    })
+}
+
+/// Enqueue one message per window of `job` — or, with `only_missing`, per window that has no
+/// manifest row. Returns (enqueued, windows already recorded). Used by `plan`, `--resume` and
+/// `backfill`; duplicates are allowed and absorbed by the workers.
+pub async fn enqueue_windows(
+    b: &Backends,
+    job: &JobRecord,
+    only_missing: bool,
+) -> Result<(u64, u64), StoreError> {
+    let recorded: HashSet<_> = b
+        .manifest
+        .list_entries(&job.job_id)
+        .await?
+        .into_iter()
+        .map(|e| e.row.window)
+        .collect();
+    let mut enqueued = 0u64;
+    let mut chunk = Vec::with_capacity(SEND_CHUNK);
+    for w in job.grid.windows() {
+        if only_missing && recorded.contains(&w) {
+            continue;
+        }
+        chunk.push(
+            WindowMessage::new(
+                job.job_id.clone(),
+                job.source.clone(),
+                job.recipe.clone(),
+                job.grid,
+                job.prefix.clone(),
+                w,
+            )
+            .encode(),
+        );
+        if chunk.len() == SEND_CHUNK {
+            b.queue.send_batch(&chunk).await?;
+            enqueued += chunk.len() as u64;
+            chunk.clear();
+        }
+    }
+    if !chunk.is_empty() {
+        b.queue.send_batch(&chunk).await?;
+        enqueued += chunk.len() as u64;
+    }
+    tracing::info!(job_id = %job.job_id, enqueued, only_missing, "windows enqueued");
+    Ok((enqueued, recorded.len() as u64))
+}

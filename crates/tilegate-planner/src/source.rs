@@ -1,0 +1,184 @@
+//! Sources: resolving a user's path or URI to a pinned [`SourceInfo`], and the cheap check a
+//! worker makes per window that the source is still the one planned.
+//!
+//! For a local file the ETag is a content hash (BLAKE3), computed once when planning. A
+//! worker compares size, mtime and inode per window and rehashes only when they differ.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tilegate_core::source::LocalStat;
+use tilegate_core::{ETag, SourceInfo};
+
+/// Why a source cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("open source `{path}`: no such file")]
+    Missing { path: String },
+    #[error("read source `{path}`")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("read source `{uri}`: the `{scheme}` scheme is not supported by this build")]
+    UnsupportedScheme { uri: String, scheme: String },
+    #[error(
+        "verify source `{uri}`: content changed after planning (planned {planned}, found {found})"
+    )]
+    Changed {
+        uri: String,
+        planned: ETag,
+        found: ETag,
+    },
+}
+
+impl SourceError {
+    /// The named reason used for dead letters.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            Self::Missing { .. } => "source-missing",
+            Self::Io { .. } => "source-unreadable",
+            Self::UnsupportedScheme { .. } => "unsupported-source",
+            Self::Changed { .. } => "source-changed",
+        }
+    }
+
+    /// Only an I/O hiccup may go away by itself.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Io { source, .. } if source.kind() != std::io::ErrorKind::PermissionDenied)
+    }
+}
+
+/// A resolved source: what to pin and where GDAL opens it.
+#[derive(Debug, Clone)]
+pub struct ResolvedSource {
+    pub info: SourceInfo,
+    pub gdal_path: String,
+}
+
+/// Resolve a path or `file://` URI: canonical URI, content-hash ETag, size and stat.
+pub fn resolve_source(input: &str) -> Result<ResolvedSource, SourceError> {
+    let path = if let Some(p) = input.strip_prefix("file://") {
+        PathBuf::from(p)
+    } else if let Some((scheme, _)) = input.split_once("://") {
+        return Err(SourceError::UnsupportedScheme {
+            uri: input.to_owned(),
+            scheme: scheme.to_owned(),
+        });
+    } else {
+        PathBuf::from(input)
+    };
+    let canon = std::fs::canonicalize(&path).map_err(|e| io_error(&path, e))?;
+    let stat = local_stat(&canon)?;
+    let etag = hash_file(&canon)?;
+    let gdal_path = canon.to_string_lossy().into_owned();
+    Ok(ResolvedSource {
+        info: SourceInfo {
+            uri: format!("file://{gdal_path}"),
+            etag,
+            size: stat.size,
+            stat: Some(stat),
+        },
+        gdal_path,
+    })
+}
+
+/// Where GDAL opens a planned source.
+pub fn gdal_path(info: &SourceInfo) -> Result<String, SourceError> {
+    match info.local_path() {
+        Some(p) => Ok(p.to_owned()),
+        None => Err(SourceError::UnsupportedScheme {
+            uri: info.uri.clone(),
+            scheme: info.uri.split("://").next().unwrap_or("").to_owned(),
+        }),
+    }
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> SourceError {
+    let path = path.display().to_string();
+    if e.kind() == std::io::ErrorKind::NotFound {
+        SourceError::Missing { path }
+    } else {
+        SourceError::Io { path, source: e }
+    }
+}
+
+/// The stat fingerprint of a local file.
+pub fn local_stat(path: &Path) -> Result<LocalStat, SourceError> {
+    let m = std::fs::metadata(path).map_err(|e| io_error(path, e))?;
+    if !m.is_file() {
+        return Err(SourceError::Io {
+            path: path.display().to_string(),
+            source: std::io::Error::other("not a regular file"),
+        });
+    }
+    Ok(LocalStat {
+        size: m.len(),
+        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        inode: m.ino(),
+        dev: m.dev(),
+    })
+}
+
+/// The content-hash ETag of a local file: quoted, first 128 bits of BLAKE3, hex.
+pub fn hash_file(path: &Path) -> Result<ETag, SourceError> {
+    let mut h = blake3::Hasher::new();
+    h.update_mmap_rayon(path).map_err(|e| io_error(path, e))?;
+    Ok(ETag::new(format!("\"{}\"", &h.finalize().to_hex()[..32])))
+}
+
+/// A worker's per-process memory of local sources it has verified, so that a source is
+/// rehashed only when its stat fingerprint changes.
+#[derive(Debug, Default)]
+pub struct SourceGuard {
+    seen: Mutex<HashMap<PathBuf, (LocalStat, ETag)>>,
+}
+
+impl SourceGuard {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Check that the source still has its planned content. Cheap when nothing changed: one
+    /// `stat`.
+    pub fn verify(&self, info: &SourceInfo) -> Result<(), SourceError> {
+        let path = PathBuf::from(gdal_path(info)?);
+        let now = local_stat(&path)?;
+        if info.stat == Some(now) {
+            return Ok(());
+        }
+        let known = self
+            .seen
+            .lock()
+            .expect("source guard lock")
+            .get(&path)
+            .filter(|(stat, _)| *stat == now)
+            .map(|(_, etag)| etag.clone());
+        let found = match known {
+            Some(etag) => etag,
+            None => {
+                tracing::info!(source = %info.uri, "source stat changed since planning; rehashing");
+                let etag = hash_file(&path)?;
+                // Only remember the hash if the file did not change while it was hashed.
+                if local_stat(&path)? == now {
+                    self.seen
+                        .lock()
+                        .expect("source guard lock")
+                        .insert(path, (now, etag.clone()));
+                }
+                etag
+            }
+        };
+        if found == info.etag {
+            Ok(())
+        } else {
+            Err(SourceError::Changed {
+                uri: info.uri.clone(),
+                planned: info.etag.clone(),
+                found,
+            })
+        }
+    }
+}

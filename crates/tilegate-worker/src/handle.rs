@@ -1,0 +1,337 @@
+//! One message, start to finish: validate → (skip if present) → verify source → encode →
+//! create-if-absent → manifest row → acknowledge.
+
+use crate::fault;
+use crate::pool::Shared;
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+use tilegate_cog::{CogError, EncodeRequest};
+use tilegate_core::error::chain;
+use tilegate_core::message::WindowMessage;
+use tilegate_core::metrics as m;
+use tilegate_core::object::{ObjectMeta, ObjectStoreExt, PutOutcome};
+use tilegate_core::queue::Received;
+use tilegate_core::table::{CreateOutcome, JobRecord, ManifestEntry, TileOrigin};
+use tilegate_core::{JobId, StoreError, Window, now_millis};
+use tilegate_planner::SourceError;
+use tilegate_planner::source::gdal_path;
+
+/// What became of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowOutcome {
+    /// This worker's Create wrote the tile.
+    Written,
+    /// The Create was refused: a duplicate had written the tile (the mechanism succeeding).
+    AlreadyPresent,
+    /// The tile was already there before encoding; encoding was skipped.
+    Skipped,
+    /// Permanently unusable: moved to the dead-letter queue with this reason.
+    DeadLettered(String),
+    /// A genuine, retryable fault: left for redelivery after a backoff.
+    Retry(String),
+}
+
+/// A permanent failure: its reason code and detail.
+struct Permanent {
+    code: &'static str,
+    detail: String,
+}
+
+/// Why a message did not complete.
+enum Failure {
+    Permanent(Permanent),
+    Retryable(String),
+}
+
+impl Failure {
+    fn permanent(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::Permanent(Permanent {
+            code,
+            detail: detail.into(),
+        })
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        if e.is_retryable() {
+            Self::Retryable(chain(&e))
+        } else {
+            Self::permanent("storage-refused", chain(&e))
+        }
+    }
+}
+
+impl From<SourceError> for Failure {
+    fn from(e: SourceError) -> Self {
+        if e.is_retryable() {
+            Self::Retryable(chain(&e))
+        } else {
+            Self::permanent(e.reason_code(), chain(&e))
+        }
+    }
+}
+
+impl From<CogError> for Failure {
+    fn from(e: CogError) -> Self {
+        if e.is_retryable() {
+            Self::Retryable(chain(&e))
+        } else {
+            Self::permanent(e.reason_code(), chain(&e))
+        }
+    }
+}
+
+/// Per-message counter deltas, flushed to the job's counters once the message is done.
+#[derive(Default)]
+struct Deltas(Vec<(&'static str, u64)>);
+
+impl Deltas {
+    fn bump(&mut self, shared: &Shared, name: &'static str) {
+        shared.counters.inc(name);
+        self.0.push((name, 1));
+    }
+}
+
+/// Handle one received message to its end. Never returns an error: every path ends in an
+/// acknowledgement, a dead letter, or a deliberate redelivery.
+pub(crate) async fn handle(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
+    let heartbeat = spawn_heartbeat(&shared, &msg);
+    let mut deltas = Deltas::default();
+    let mut job_for_counters: Option<JobId> = None;
+    let result = process(&shared, &msg, &mut deltas, &mut job_for_counters).await;
+    heartbeat.abort();
+
+    let outcome = match result {
+        Ok(outcome) => match shared.b.queue.ack(&msg.receipt).await {
+            Ok(_) => outcome,
+            Err(e) => {
+                // The work is done and recorded; a lost ack only means a harmless redelivery.
+                tracing::warn!(message_id = %msg.message_id, error = %chain(&e), "ack failed");
+                outcome
+            }
+        },
+        Err(Failure::Permanent(p)) => {
+            let reason = format!("{}: {}", p.code, p.detail);
+            tracing::warn!(message_id = %msg.message_id, reason = %reason, "dead-lettering message");
+            match shared.b.queue.dead_letter(&msg, &reason).await {
+                Ok(()) => {
+                    shared.counters.dead_lettered(p.code);
+                    deltas.0.push((m::DEAD_LETTERED, 1));
+                    WindowOutcome::DeadLettered(reason)
+                }
+                Err(e) => WindowOutcome::Retry(format!("dead-letter failed: {}", chain(&e))),
+            }
+        }
+        Err(Failure::Retryable(detail)) => {
+            // Retried by visibility expiry, not by a loop: come back after a short backoff.
+            let backoff = Duration::from_secs(1 << msg.receive_count.min(5));
+            let backoff = backoff.min(shared.cfg.visibility);
+            tracing::warn!(message_id = %msg.message_id, receive_count = msg.receive_count,
+                backoff_s = backoff.as_secs(), error = %detail, "retryable fault; will redeliver");
+            let _ = shared
+                .b
+                .queue
+                .change_visibility(&msg.receipt, backoff)
+                .await;
+            WindowOutcome::Retry(detail)
+        }
+    };
+    if let Some(job) = job_for_counters
+        && !deltas.0.is_empty()
+    {
+        let mut merged: Vec<(&str, u64)> = Vec::new();
+        for (name, n) in deltas.0 {
+            match merged.iter_mut().find(|(k, _)| *k == name) {
+                Some((_, v)) => *v += n,
+                None => merged.push((name, n)),
+            }
+        }
+        if let Err(e) = shared.b.counters.add_counters(&job, &merged).await {
+            tracing::warn!(job_id = %job, error = %chain(&e), "counter flush failed");
+        }
+    }
+    outcome
+}
+
+fn spawn_heartbeat(shared: &Arc<Shared>, msg: &Received) -> tokio::task::JoinHandle<()> {
+    let queue = shared.b.queue.clone();
+    let receipt = msg.receipt.clone();
+    let visibility = shared.cfg.visibility;
+    tokio::spawn(async move {
+        let period = (visibility / 3).max(Duration::from_millis(200));
+        loop {
+            tokio::time::sleep(period).await;
+            if let Err(e) = queue.change_visibility(&receipt, visibility).await {
+                tracing::warn!(error = %chain(&e), "visibility heartbeat failed");
+            }
+        }
+    })
+}
+
+async fn process(
+    shared: &Shared,
+    msg: &Received,
+    deltas: &mut Deltas,
+    job_for_counters: &mut Option<JobId>,
+) -> Result<WindowOutcome, Failure> {
+    let wm = WindowMessage::decode(&msg.body)
+        .map_err(|e| Failure::permanent(e.reason_code(), e.to_string()))?;
+    let job = shared.job(&wm.job_id).await?.ok_or_else(|| {
+        Failure::permanent(
+            "unknown-job",
+            format!("job {} has no job row (never planned here)", wm.job_id),
+        )
+    })?;
+    *job_for_counters = Some(job.job_id.clone());
+    if wm.grid != job.grid || wm.prefix != job.prefix {
+        return Err(Failure::permanent(
+            "message-disagrees-with-job",
+            format!(
+                "grid or prefix of the message differs from job {}'s row",
+                job.job_id
+            ),
+        ));
+    }
+    let window = wm.window;
+    let span = tracing::info_span!("window", job_id = %job.job_id, window = %window,
+        attempt = msg.receive_count);
+    let _enter = span.enter();
+    let key = job.prefix.tile_key(&job.job_id, window);
+
+    if shared.cfg.skip_existing
+        && let Some(meta) = shared.b.objects.head(&key).await?
+    {
+        // An optimisation only: the Create below would refuse the copy anyway.
+        deltas.bump(shared, m::DUPLICATE_ENCODES_SKIPPED);
+        record(
+            shared,
+            &job,
+            window,
+            &meta,
+            TileOrigin::AlreadyPresent,
+            deltas,
+        )
+        .await?;
+        tracing::info!(outcome = "skipped", "tile already present; encode skipped");
+        return Ok(WindowOutcome::Skipped);
+    }
+
+    verify_source(shared, &job, deltas)?;
+    fault::point("before-encode");
+    let bytes = encode(shared, &job, window).await?;
+    // Pinned before and after the read: a source that changed mid-read is not committed.
+    verify_source(shared, &job, deltas)?;
+
+    let outcome = match shared
+        .b
+        .objects
+        .put_create(&key, Bytes::from(bytes))
+        .await?
+    {
+        PutOutcome::Written(meta) => {
+            deltas.bump(shared, m::TILES_WRITTEN);
+            fault::point("after-commit");
+            record(shared, &job, window, &meta, TileOrigin::Written, deltas).await?;
+            tracing::info!(outcome = "written", size = meta.size, "tile commit");
+            WindowOutcome::Written
+        }
+        PutOutcome::AlreadyPresent => {
+            deltas.bump(shared, m::PRECONDITION_FAILED);
+            let meta = shared.b.objects.head(&key).await?.ok_or_else(|| {
+                Failure::Retryable(format!("`{key}` was refused as present but is gone"))
+            })?;
+            fault::point("after-commit");
+            record(
+                shared,
+                &job,
+                window,
+                &meta,
+                TileOrigin::AlreadyPresent,
+                deltas,
+            )
+            .await?;
+            tracing::info!(outcome = "already-present", "tile commit");
+            WindowOutcome::AlreadyPresent
+        }
+        PutOutcome::Superseded => {
+            return Err(Failure::permanent(
+                "storage-refused",
+                format!("the store answered a Create of `{key}` with Superseded"),
+            ));
+        }
+    };
+    fault::point("before-ack");
+    Ok(outcome)
+}
+
+fn verify_source(shared: &Shared, job: &JobRecord, deltas: &mut Deltas) -> Result<(), Failure> {
+    shared.guard.verify(&job.source).map_err(|e| {
+        if matches!(e, SourceError::Changed { .. }) {
+            deltas.bump(shared, m::SOURCE_CHANGED);
+        }
+        e.into()
+    })
+}
+
+async fn encode(shared: &Shared, job: &JobRecord, window: Window) -> Result<Vec<u8>, Failure> {
+    let req = encode_request(job, window)?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    shared.pool.spawn(move || {
+        let _ = tx.send(tilegate_cog::encode_window(&req));
+    });
+    Ok(rx
+        .await
+        .map_err(|_| Failure::Retryable("encoder thread panicked".into()))??)
+}
+
+/// What the encoder needs for one window of a job.
+pub(crate) fn encode_request(
+    job: &JobRecord,
+    window: Window,
+) -> Result<EncodeRequest, SourceError> {
+    let rect = job
+        .grid
+        .rect(window)
+        .expect("window was checked against the grid");
+    // The cache key changes whenever the file may have: GDAL handles are reopened then.
+    let cache_key = match &job.source.stat {
+        Some(s) => format!("{}:{}:{}:{}", s.dev, s.inode, s.size, s.mtime_ns),
+        None => job.source.etag.to_string(),
+    };
+    Ok(EncodeRequest {
+        path: gdal_path(&job.source)?,
+        cache_key,
+        scene: job.scene.clone(),
+        recipe: job.recipe.clone(),
+        rect,
+    })
+}
+
+/// Write the manifest row, on both `Written` and `AlreadyPresent`: a worker may have crashed
+/// between the object and the row.
+async fn record(
+    shared: &Shared,
+    job: &JobRecord,
+    window: Window,
+    meta: &ObjectMeta,
+    origin: TileOrigin,
+    deltas: &mut Deltas,
+) -> Result<(), Failure> {
+    let entry = ManifestEntry {
+        job_id: job.job_id.clone(),
+        window,
+        key: meta.key.clone(),
+        size: meta.size,
+        e_tag: meta.e_tag.clone(),
+        origin,
+        recorded_at: now_millis(),
+    };
+    match shared.b.manifest.put_entry(&entry).await? {
+        CreateOutcome::Created => deltas.bump(shared, m::MANIFEST_ROWS_WRITTEN),
+        CreateOutcome::AlreadyExists(_) => {}
+    }
+    fault::point("after-manifest");
+    Ok(())
+}

@@ -1,0 +1,226 @@
+//! A worker pool in one process: a receive loop feeding bounded concurrent message handlers,
+//! with encoding on a rayon pool (one GDAL dataset handle per thread).
+
+use crate::handle::{WindowOutcome, handle};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tilegate_core::metrics::Counters;
+use tilegate_core::queue::ReceiveOptions;
+use tilegate_core::table::JobRecord;
+use tilegate_core::{Backends, JobId, StoreResult};
+use tilegate_planner::SourceGuard;
+use tokio::sync::{Mutex, Semaphore, watch};
+use tokio::task::JoinSet;
+
+/// When the receive loop ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopWhen {
+    /// Nothing visible and nothing in flight anywhere (crashed workers' messages are waited
+    /// for until their visibility lapses).
+    QueueDrained,
+    /// The job's manifest holds every window — or it cannot: nothing is left to receive.
+    JobComplete(JobId),
+    /// Only when asked to stop.
+    Signal,
+}
+
+/// Worker settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Messages handled at once.
+    pub concurrency: usize,
+    /// Encoder threads.
+    pub threads: usize,
+    /// Visibility timeout of received messages; the heartbeat renews it while work runs.
+    pub visibility: Duration,
+    /// Long-poll wait per receive.
+    pub wait: Duration,
+    /// HEAD before encoding and skip windows whose tile exists (an optimisation, never the guard).
+    pub skip_existing: bool,
+    pub stop: StopWhen,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            concurrency: threads * 2 + 2,
+            threads,
+            visibility: Duration::from_secs(120),
+            wait: Duration::from_secs(1),
+            skip_existing: true,
+            stop: StopWhen::QueueDrained,
+        }
+    }
+}
+
+/// What one `run` of the pool handled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkReport {
+    pub handled: u64,
+    pub written: u64,
+    pub already_present: u64,
+    pub skipped: u64,
+    pub dead_lettered: u64,
+    pub retried: u64,
+    /// Reasons of this run's dead letters, in order.
+    pub dead_letter_reasons: Vec<String>,
+}
+
+impl WorkReport {
+    fn add(&mut self, o: &WindowOutcome) {
+        self.handled += 1;
+        match o {
+            WindowOutcome::Written => self.written += 1,
+            WindowOutcome::AlreadyPresent => self.already_present += 1,
+            WindowOutcome::Skipped => self.skipped += 1,
+            WindowOutcome::DeadLettered(r) => {
+                self.dead_lettered += 1;
+                self.dead_letter_reasons.push(r.clone());
+            }
+            WindowOutcome::Retry(_) => self.retried += 1,
+        }
+    }
+}
+
+/// State shared by a pool's handlers.
+pub(crate) struct Shared {
+    pub(crate) b: Backends,
+    pub(crate) cfg: WorkerConfig,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) guard: SourceGuard,
+    pub(crate) pool: rayon::ThreadPool,
+    jobs: Mutex<HashMap<JobId, Arc<JobRecord>>>,
+}
+
+impl Shared {
+    /// The job row, cached for the life of the pool (job rows are immutable for workers).
+    pub(crate) async fn job(&self, id: &JobId) -> StoreResult<Option<Arc<JobRecord>>> {
+        if let Some(j) = self.jobs.lock().await.get(id) {
+            return Ok(Some(j.clone()));
+        }
+        let Some(row) = self.b.jobs.get_job(id).await? else {
+            return Ok(None);
+        };
+        let job = Arc::new(row.row);
+        self.jobs.lock().await.insert(id.clone(), job.clone());
+        Ok(Some(job))
+    }
+}
+
+/// A worker pool bound to a set of backends.
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("cfg", &self.shared.cfg)
+            .finish()
+    }
+}
+
+impl Worker {
+    pub fn new(b: Backends, cfg: WorkerConfig, counters: Arc<Counters>) -> Self {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(cfg.threads.max(1))
+            .thread_name(|i| format!("tilegate-encode-{i}"))
+            .build()
+            .expect("build the encoder thread pool");
+        Self {
+            shared: Arc::new(Shared {
+                b,
+                cfg,
+                counters,
+                guard: SourceGuard::new(),
+                pool,
+                jobs: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Run until the stop condition holds, or `stop` becomes true (then stop receiving, finish
+    /// what is in flight, and return).
+    pub async fn run(&self, mut stop: watch::Receiver<bool>) -> StoreResult<WorkReport> {
+        let shared = &self.shared;
+        let cfg = &shared.cfg;
+        let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
+        let mut tasks: JoinSet<WindowOutcome> = JoinSet::new();
+        let mut report = WorkReport::default();
+        // A dropped sender means nobody can ask us to stop; stop watching it.
+        let mut stop_open = true;
+        loop {
+            while let Some(done) = tasks.try_join_next() {
+                report.add(&done.expect("message handler panicked"));
+            }
+            if *stop.borrow() {
+                break;
+            }
+            let free = permits.available_permits();
+            if free == 0 {
+                if let Some(done) = tasks.join_next().await {
+                    report.add(&done.expect("message handler panicked"));
+                }
+                continue;
+            }
+            let opts = ReceiveOptions {
+                max: free.min(10) as u32,
+                wait: cfg.wait,
+                visibility: cfg.visibility,
+            };
+            let received = tokio::select! {
+                r = shared.b.queue.receive(opts) => r?,
+                changed = stop.changed(), if stop_open => {
+                    stop_open = changed.is_ok();
+                    continue;
+                }
+            };
+            if received.is_empty() {
+                if tasks.is_empty() && self.should_stop().await? {
+                    break;
+                }
+                continue;
+            }
+            for msg in received {
+                let permit = permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("semaphore open");
+                let shared = shared.clone();
+                tasks.spawn(async move {
+                    let outcome = handle(shared, msg).await;
+                    drop(permit);
+                    outcome
+                });
+            }
+        }
+        while let Some(done) = tasks.join_next().await {
+            report.add(&done.expect("message handler panicked"));
+        }
+        Ok(report)
+    }
+
+    async fn should_stop(&self) -> StoreResult<bool> {
+        let b = &self.shared.b;
+        match &self.shared.cfg.stop {
+            StopWhen::Signal => Ok(false),
+            StopWhen::QueueDrained => {
+                let d = b.queue.depth().await?;
+                Ok(d.visible == 0 && d.in_flight == 0)
+            }
+            StopWhen::JobComplete(job) => {
+                let Some(row) = b.jobs.get_job(job).await? else {
+                    return Ok(true);
+                };
+                if b.manifest.count_entries(job).await? >= row.row.grid.len() {
+                    return Ok(true);
+                }
+                let d = b.queue.depth().await?;
+                Ok(d.visible == 0 && d.in_flight == 0)
+            }
+        }
+    }
+}

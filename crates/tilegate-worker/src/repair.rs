@@ -1,0 +1,142 @@
+//! Repair (backfill of one window): read the tile's current ETag, recompute, and write with
+//! `If-Match` on that ETag — `Written`, or `Superseded` if something rewrote it meanwhile.
+//! A newer result is never clobbered.
+
+use crate::handle::encode_request;
+use bytes::Bytes;
+use tilegate_cog::CogError;
+use tilegate_core::object::{ObjectStoreExt, PutOutcome, UpdateVersion};
+use tilegate_core::table::{JobRecord, ManifestEntry, TileOrigin, UpdateOutcome};
+use tilegate_core::{Backends, ETag, JobId, StoreError, Window, now_millis};
+use tilegate_planner::{SourceError, SourceGuard};
+
+/// Why a repair could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RepairError {
+    #[error("repair: no job {0}")]
+    UnknownJob(JobId),
+    #[error("repair: window {window} is outside job {job}'s {rows}×{cols} grid")]
+    OutsideGrid {
+        job: JobId,
+        window: Window,
+        rows: u32,
+        cols: u32,
+    },
+    #[error("repair: tile `{0}` does not exist (use `backfill --missing` to create missing tiles)")]
+    NoTile(String),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Encode(#[from] CogError),
+    #[error("repair: storage")]
+    Store(#[from] StoreError),
+}
+
+/// A recomputed tile, ready to replace the version it was computed against.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub job: JobRecord,
+    pub window: Window,
+    pub key: String,
+    /// The ETag read before recomputing: the write succeeds only if it is still current.
+    pub expected: ETag,
+    pub bytes: Bytes,
+}
+
+/// The result of a repair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepairOutcome {
+    Written {
+        e_tag: ETag,
+        size: u64,
+    },
+    /// The tile changed after its ETag was read; nothing was written.
+    Superseded,
+}
+
+/// Read the current ETag and recompute the window.
+pub async fn prepare(
+    b: &Backends,
+    job_id: &JobId,
+    window: Window,
+) -> Result<Prepared, RepairError> {
+    let job = b
+        .jobs
+        .get_job(job_id)
+        .await?
+        .ok_or_else(|| RepairError::UnknownJob(job_id.clone()))?
+        .row;
+    if !job.grid.contains(window) {
+        return Err(RepairError::OutsideGrid {
+            job: job.job_id.clone(),
+            window,
+            rows: job.grid.rows(),
+            cols: job.grid.cols(),
+        });
+    }
+    let key = job.prefix.tile_key(&job.job_id, window);
+    let current = b
+        .objects
+        .head(&key)
+        .await?
+        .ok_or_else(|| RepairError::NoTile(key.clone()))?;
+    let guard = SourceGuard::new();
+    guard.verify(&job.source)?;
+    let req = encode_request(&job, window)?;
+    let bytes = tokio::task::spawn_blocking(move || tilegate_cog::encode_window(&req))
+        .await
+        .expect("encoder task panicked")?;
+    guard.verify(&job.source)?;
+    Ok(Prepared {
+        job,
+        window,
+        key,
+        expected: current.e_tag,
+        bytes: Bytes::from(bytes),
+    })
+}
+
+/// Write the recomputed tile with `If-Match` and move the manifest row under its version guard.
+pub async fn commit(b: &Backends, p: Prepared) -> Result<RepairOutcome, RepairError> {
+    let meta = match b
+        .objects
+        .put_update(&p.key, p.bytes, UpdateVersion::etag(p.expected.clone()))
+        .await?
+    {
+        PutOutcome::Written(meta) => meta,
+        PutOutcome::Superseded | PutOutcome::AlreadyPresent => {
+            tracing::info!(key = %p.key, outcome = "superseded", "repair refused: tile changed");
+            return Ok(RepairOutcome::Superseded);
+        }
+    };
+    let entry = ManifestEntry {
+        job_id: p.job.job_id.clone(),
+        window: p.window,
+        key: p.key.clone(),
+        size: meta.size,
+        e_tag: meta.e_tag.clone(),
+        origin: TileOrigin::Repaired,
+        recorded_at: now_millis(),
+    };
+    loop {
+        match b.manifest.get_entry(&p.job.job_id, p.window).await? {
+            None => {
+                // The row was never written (crash before it): create it.
+                if let tilegate_core::table::CreateOutcome::Created =
+                    b.manifest.put_entry(&entry).await?
+                {
+                    break;
+                }
+            }
+            Some(row) => match b.manifest.update_entry(&entry, row.version).await? {
+                UpdateOutcome::Updated { .. } => break,
+                UpdateOutcome::Superseded(_) => continue,
+            },
+        }
+    }
+    tracing::info!(key = %p.key, outcome = "written", "tile repaired");
+    Ok(RepairOutcome::Written {
+        e_tag: meta.e_tag,
+        size: meta.size,
+    })
+}

@@ -1,0 +1,283 @@
+//! End-to-end pipeline tests through the `tilegate` binary on the embedded backend: the demo,
+//! duplicates across worker processes, a SIGKILLed worker, and bad input.
+
+use serde_json::Value;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::Command;
+use tilegate_core::message::WindowMessage;
+use tilegate_core::queue::WorkQueue;
+use tilegate_core::table::{JobTable, ManifestTable, TileOrigin};
+use tilegate_core::{ETag, JobId, Recipe, SourceInfo};
+use tilegate_embedded::SqliteBackend;
+use tilegate_tests::{
+    sample, snapshot, tempdir, tg, tg_json, tilegate_bin, tiles_dir, validate_cogs,
+};
+
+#[test]
+fn demo_makes_64_tiles_and_a_rerun_writes_nothing() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let first = tg_json(data, &["demo"]);
+    assert_eq!(first["windows"], 64);
+    assert_eq!(first["tiles_written"], 64);
+    assert_eq!(first["manifest_rows"], 64);
+    assert_eq!(first["dead_lettered"], 0);
+    assert_eq!(first["complete"], true);
+    let job = first["job_id"].as_str().unwrap().to_owned();
+    let dir = tiles_dir(data, &job);
+    let before = snapshot(&dir);
+    assert_eq!(before.len(), 64);
+
+    let second = tg_json(data, &["demo"]);
+    assert_eq!(second["job_id"], job.as_str());
+    assert_eq!(second["tiles_written"], 0);
+    assert_eq!(second["already_present"], 64);
+    assert_eq!(second["manifest_rows"], 64);
+    assert_eq!(snapshot(&dir), before, "a rerun changed a tile");
+
+    let status = tg_json(data, &["status", &job]);
+    assert_eq!(status["manifest_rows"], 64);
+    assert_eq!(status["missing_windows"], 0);
+    assert_eq!(status["counters"]["tiles_written_total"], 64);
+}
+
+/// Every window enqueued three times, four worker processes on one data directory (two of
+/// them encoding even when the tile exists, so the Create itself refuses the copies).
+#[test]
+fn heavy_duplicates_across_four_processes_write_each_tile_once() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene-10240.tif");
+    sample(data, &scene, 10240, 7);
+    let mut job = String::new();
+    for _ in 0..3 {
+        let p = tg_json(data, &["plan", scene.to_str().unwrap()]);
+        assert_eq!(p["windows"], 400);
+        assert_eq!(p["enqueued"], 400);
+        job = p["job_id"].as_str().unwrap().to_owned();
+    }
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let mut cmd = Command::new(tilegate_bin());
+            cmd.arg("--data")
+                .arg(data)
+                .args(["--json", "work", "--until-empty", "--threads", "1"]);
+            if i % 2 == 1 {
+                cmd.arg("--no-skip-existing");
+            }
+            cmd.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("start worker")
+        })
+        .collect();
+    for w in workers {
+        let out = w.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let status = tg_json(data, &["status", &job]);
+    assert_eq!(status["manifest_rows"], 400);
+    assert_eq!(status["queue"]["dead"], 0);
+    let c = &status["counters"];
+    let refused = c["conditional_write_precondition_failed_total"]
+        .as_u64()
+        .unwrap();
+    let skipped = c["duplicate_encodes_skipped_total"].as_u64().unwrap();
+    assert!(
+        refused > 0,
+        "the Create never refused a copy: the gate is untested"
+    );
+    assert!(
+        refused + skipped >= 800,
+        "refused {refused} + skipped {skipped} < 800"
+    );
+    assert_eq!(c["tiles_written_total"], 400);
+
+    // Every tile: written once (its bytes and ETag are the manifest's, it predates its row),
+    // a valid COG.
+    let dir = tiles_dir(data, &job);
+    let snap = snapshot(&dir);
+    assert_eq!(snap.len(), 400);
+    let db = SqliteBackend::open(data.join("tilegate.db")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let id = JobId::parse(&job).unwrap();
+    let rows = rt.block_on(db.list_entries(&id)).unwrap();
+    assert_eq!(rows.len(), 400);
+    for r in &rows {
+        let path = data.join("objects").join(&r.row.key);
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), r.row.size, "{}", r.row.key);
+        let mtime_ms = meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000;
+        assert!(
+            mtime_ms <= r.row.recorded_at,
+            "{} was modified after its manifest row",
+            r.row.key
+        );
+    }
+    let paths: Vec<PathBuf> = snap.keys().cloned().collect();
+    validate_cogs(&paths).unwrap();
+
+    // Another round of duplicates that all encode: every Create is refused, nothing changes.
+    tg_json(data, &["plan", scene.to_str().unwrap()]);
+    let w = tg_json(data, &["work", "--until-empty", "--no-skip-existing"]);
+    assert_eq!(w["already_present"], 400);
+    assert_eq!(w["written"], 0);
+    assert_eq!(snapshot(&dir), snap, "a refused Create changed a tile");
+}
+
+#[test]
+fn worker_killed_between_put_and_manifest_is_completed_by_the_next() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 1024, 3);
+    let p = tg_json(data, &["plan", scene.to_str().unwrap()]);
+    assert_eq!(p["windows"], 4);
+    let job = p["job_id"].as_str().unwrap().to_owned();
+
+    let killed = tg(
+        data,
+        &[
+            "work",
+            "--until-empty",
+            "--threads",
+            "1",
+            "--concurrency",
+            "1",
+            "--visibility",
+            "1",
+        ],
+        &[("TILEGATE_FAULT", "after-commit")],
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        killed.status.signal(),
+        Some(libc::SIGKILL),
+        "the fault did not fire"
+    );
+    let dir = tiles_dir(data, &job);
+    assert_eq!(
+        snapshot(&dir).len(),
+        1,
+        "exactly one tile should be in place"
+    );
+    let status = tg_json(data, &["status", &job]);
+    assert_eq!(status["manifest_rows"], 0);
+
+    let w = tg_json(data, &["work", "--until-empty"]);
+    assert_eq!(w["dead_lettered"], 0);
+    let status = tg_json(data, &["status", &job]);
+    assert_eq!(status["manifest_rows"], 4);
+    assert_eq!(snapshot(&dir).len(), 4);
+
+    let db = SqliteBackend::open(data.join("tilegate.db")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rows = rt
+        .block_on(db.list_entries(&JobId::parse(&job).unwrap()))
+        .unwrap();
+    let from_present = rows
+        .iter()
+        .filter(|r| r.row.origin == TileOrigin::AlreadyPresent)
+        .count();
+    assert_eq!(
+        from_present, 1,
+        "the orphaned tile's row comes from the already-present path"
+    );
+}
+
+#[test]
+fn bad_input_is_dead_lettered_with_a_named_reason_and_overwrites_nothing() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 1024, 3);
+    let run = tg_json(data, &["run", scene.to_str().unwrap()]);
+    assert_eq!(run["tiles_written"], 4);
+    let job = run["job_id"].as_str().unwrap().to_owned();
+    let dir = tiles_dir(data, &job);
+    let before = snapshot(&dir);
+
+    let db = SqliteBackend::open(data.join("tilegate.db")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let queue = db.queue("work", 3);
+    let row = rt
+        .block_on(db.get_job(&JobId::parse(&job).unwrap()))
+        .unwrap()
+        .unwrap()
+        .row;
+    let msg = |w| {
+        WindowMessage::new(
+            row.job_id.clone(),
+            row.source.clone(),
+            row.recipe.clone(),
+            row.grid,
+            row.prefix.clone(),
+            w,
+        )
+    };
+    // An unknown job: consistent ID, never planned.
+    let ghost = SourceInfo {
+        uri: "file:///nowhere/ghost.tif".into(),
+        etag: ETag::new("\"ghost\""),
+        size: 1,
+        stat: None,
+    };
+    let ghost_recipe = Recipe::copy_all();
+    let ghost_id = JobId::derive(&ghost.uri, ghost.etag.as_str(), &ghost_recipe.fingerprint());
+    let unknown = WindowMessage::new(
+        ghost_id,
+        ghost,
+        ghost_recipe,
+        row.grid,
+        row.prefix.clone(),
+        tilegate_core::Window::new(0, 0),
+    )
+    .encode();
+    let mut unsafe_key: Value =
+        serde_json::from_str(&msg(tilegate_core::Window::new(0, 0)).encode()).unwrap();
+    unsafe_key["prefix"] = "../../etc".into();
+    // The source changes after planning: every re-sent window of the job must be refused.
+    sample(data, &scene, 1024, 4);
+    let mut bodies = vec!["{not json".to_owned(), unknown, unsafe_key.to_string()];
+    bodies.extend(row.grid.windows().map(|w| msg(w).encode()));
+    rt.block_on(queue.send_batch(&bodies)).unwrap();
+
+    let w = tg_json(data, &["work", "--until-empty", "--no-skip-existing"]);
+    assert_eq!(w["dead_lettered"], 7, "{w}");
+    let dlq = tg_json(data, &["dlq", "list"]);
+    let mut reasons: Vec<String> = dlq["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            d["reason"]
+                .as_str()
+                .unwrap()
+                .split(':')
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        [
+            "malformed-message",
+            "source-changed",
+            "source-changed",
+            "source-changed",
+            "source-changed",
+            "unknown-job",
+            "unsafe-key-segment"
+        ]
+    );
+    assert_eq!(snapshot(&dir), before, "a refused message overwrote a tile");
+    let status = tg_json(data, &["status", &job]);
+    assert_eq!(status["counters"]["source_changed_total"], 4);
+}

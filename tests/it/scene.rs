@@ -1,0 +1,348 @@
+//! The scene stage through the binary: the assembled COG is valid and pixel-identical, eight
+//! racing assemblers upload once, a lapsed lease is taken over, a short manifest is refused,
+//! and `repair` never clobbers a newer tile.
+
+use gdal::Metadata as _;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tilegate_core::object::{ObjectStoreExt, PutOptions};
+use tilegate_core::table::TileOrigin;
+use tilegate_core::{JobId, Window, now_millis};
+use tilegate_tests::{sample, tempdir, tg, tg_json, tilegate_bin, validate_cog};
+use tilegate_worker::repair::{self, RepairOutcome};
+
+fn scene_path(data: &Path, job: &str) -> std::path::PathBuf {
+    data.join("objects/tilegate/scenes")
+        .join(format!("{job}.tif"))
+}
+
+fn sample_with(data: &Path, path: &Path, args: &[&str]) {
+    let mut a = vec!["sample-scene", path.to_str().unwrap()];
+    a.extend_from_slice(args);
+    let out = tg(data, &a, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The scene's full-resolution pixels, geotransform, CRS and nodata equal the source's.
+fn assert_scene_matches_source(scene: &Path, source: &Path) {
+    validate_cog(scene).unwrap();
+    let got = tilegate_cog::read_raster(scene.to_str().unwrap(), None, None).unwrap();
+    let want = tilegate_cog::read_raster(source.to_str().unwrap(), None, None).unwrap();
+    assert_eq!(
+        (got.width, got.height, got.bands),
+        (want.width, want.height, want.bands)
+    );
+    assert_eq!(got.dtype, want.dtype);
+    assert_eq!(got.geotransform, want.geotransform);
+    assert_eq!(got.crs_wkt, want.crs_wkt);
+    assert_eq!(got.nodata, want.nodata);
+    assert!(
+        got.bytes == want.bytes,
+        "scene pixels differ from the source"
+    );
+    let ds = gdal::Dataset::open(scene).unwrap();
+    assert_eq!(
+        ds.metadata_item("LAYOUT", "IMAGE_STRUCTURE").as_deref(),
+        Some("COG"),
+        "GDAL does not report LAYOUT=COG"
+    );
+}
+
+#[test]
+fn assembled_scene_is_a_valid_cog_equal_to_its_source() {
+    let cases: &[(&str, &[&str])] = &[
+        ("u16-exact", &["--size", "2048"]),
+        (
+            "byte-3band-nodata-partial",
+            &[
+                "--width", "1300", "--height", "900", "--bands", "3", "--dtype", "Byte",
+                "--nodata", "0",
+            ],
+        ),
+        (
+            "i16-2band-partial",
+            &[
+                "--width", "1000", "--height", "1100", "--bands", "2", "--dtype", "Int16",
+                "--nodata", "-32768",
+            ],
+        ),
+        (
+            "f32-nodata",
+            &[
+                "--width", "1024", "--height", "700", "--dtype", "Float32", "--nodata", "-9999",
+            ],
+        ),
+    ];
+    for (name, args) in cases {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let src = data.join(format!("{name}.tif"));
+        sample_with(data, &src, args);
+        let window = if name.contains("partial") {
+            "256"
+        } else {
+            "512"
+        };
+        let run = tg_json(data, &["run", src.to_str().unwrap(), "--window", window]);
+        assert_eq!(run["complete"], true, "{name}: {run}");
+        assert_eq!(run["scene"]["outcome"], "written", "{name}: {run}");
+        let job = run["job_id"].as_str().unwrap();
+        assert_scene_matches_source(&scene_path(data, job), &src);
+        let status = tg_json(data, &["status", job]);
+        assert_eq!(
+            status["scene_output"]["e_tag"], run["scene"]["scene_etag"],
+            "{name}"
+        );
+    }
+}
+
+fn spawn_assemble(data: &Path, extra: &[&str]) -> std::process::Child {
+    Command::new(tilegate_bin())
+        .arg("--data")
+        .arg(data)
+        .args([
+            "--json",
+            "assemble",
+            "--multipart-threshold",
+            "1048576",
+            "--part-size",
+            "5242880",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start assembler")
+}
+
+fn finish(child: std::process::Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "assembler failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn eight_racing_assemblers_upload_the_scene_once() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = data.join("scene.tif");
+    sample(data, &src, 2048, 5);
+    let run = tg_json(data, &["run", src.to_str().unwrap(), "--no-assemble"]);
+    let job = run["job_id"].as_str().unwrap().to_owned();
+
+    let children: Vec<_> = (0..8).map(|_| spawn_assemble(data, &[&job])).collect();
+    let docs: Vec<Value> = children.into_iter().map(finish).collect();
+    let winners: Vec<&Value> = docs.iter().filter(|d| d["outcome"] == "written").collect();
+    assert_eq!(winners.len(), 1, "{docs:#?}");
+    let size = winners[0]["scene_size"].as_u64().unwrap();
+    assert!(size > 1_048_576, "the scene must take the multipart path");
+    assert_eq!(winners[0]["multipart"], true);
+    assert_eq!(winners[0]["multipart_bytes_uploaded_total"], size);
+    assert_eq!(winners[0]["claims_won_total"], 1);
+    for d in docs.iter().filter(|d| d["outcome"] != "written") {
+        assert!(
+            d["outcome"] == "held_by" || d["outcome"] == "already_done",
+            "{d}"
+        );
+        assert_eq!(
+            d["multipart_bytes_uploaded_total"], 0,
+            "a loser uploaded bytes: {d}"
+        );
+        assert_eq!(d["claims_lost_total"], 1);
+    }
+    let total: u64 = docs
+        .iter()
+        .map(|d| d["multipart_bytes_uploaded_total"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, size, "bytes uploaded by all assemblers together");
+    assert_scene_matches_source(&scene_path(data, &job), &src);
+    let again = tg_json(data, &["assemble", &job]);
+    assert_eq!(again["outcome"], "already_done");
+    assert_eq!(again["scene_etag"], winners[0]["scene_etag"]);
+    let cleanup = tg_json(data, &["cleanup-uploads", "--older-than-s", "0"]);
+    assert_eq!(
+        cleanup["aborted"], 0,
+        "an incomplete upload was left behind"
+    );
+}
+
+#[test]
+fn lapsed_lease_is_taken_over_and_the_lapsed_upload_aborted() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = data.join("scene.tif");
+    sample(data, &src, 2048, 6);
+    let run = tg_json(data, &["run", src.to_str().unwrap(), "--no-assemble"]);
+    let job = run["job_id"].as_str().unwrap().to_owned();
+
+    // A: a 1.5 s lease whose renewals stop after the first part, 2.5 s between parts.
+    let a = spawn_assemble(
+        data,
+        &[
+            &job,
+            "--lease-ttl-ms",
+            "1500",
+            "--test-pause-renewals-after-parts",
+            "1",
+            "--test-part-delay-ms",
+            "2500",
+        ],
+    );
+    // B starts once A's lease has visibly lapsed.
+    let db = tilegate_embedded::SqliteBackend::open(data.join("tilegate.db")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let resource = format!("tilegate/scenes/{job}.tif");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        use tilegate_core::table::ClaimTable;
+        let claim = rt.block_on(db.get_claim(&resource)).unwrap();
+        if claim.is_some_and(|c| c.row.expires_at < now_millis()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "A never let its lease lapse");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let b = finish(spawn_assemble(data, &[&job]));
+    let a = finish(a);
+    assert_eq!(b["outcome"], "written", "{b}");
+    assert_eq!(a["outcome"], "lease_lost", "{a}");
+    assert!(a["multipart_bytes_uploaded_total"].as_u64().unwrap() > 0);
+    let scene = scene_path(data, &job);
+    assert_scene_matches_source(&scene, &src);
+    let status = tg_json(data, &["status", &job]);
+    assert_eq!(status["scene_output"]["e_tag"], b["scene_etag"]);
+    let cleanup = tg_json(data, &["cleanup-uploads", "--older-than-s", "0"]);
+    assert_eq!(
+        cleanup["aborted"], 0,
+        "the lapsed holder's upload was not aborted"
+    );
+}
+
+#[test]
+fn short_manifest_is_refused_and_stray_objects_change_nothing() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = data.join("scene.tif");
+    sample(data, &src, 1024, 8);
+    let plan = tg_json(data, &["plan", src.to_str().unwrap()]);
+    let job = plan["job_id"].as_str().unwrap().to_owned();
+    // Three windows complete; the fourth worker dies between its tile and its row.
+    let killed = tg(
+        data,
+        &[
+            "work",
+            "--until-empty",
+            "--threads",
+            "1",
+            "--concurrency",
+            "1",
+            "--visibility",
+            "1",
+        ],
+        &[
+            ("TILEGATE_FAULT", "after-commit"),
+            ("TILEGATE_FAULT_SKIP", "3"),
+        ],
+    );
+    assert!(!killed.status.success());
+    // A stray object from some older pipeline, right among the tiles.
+    let tiles = tilegate_tests::tiles_dir(data, &job);
+    let any_tile = std::fs::read_dir(&tiles)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::copy(&any_tile, tiles.join("0009_0009.tif")).unwrap();
+
+    let out = tg(data, &["--json", "assemble", &job], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["outcome"], "incomplete");
+    assert_eq!(doc["manifest_rows"], 3);
+    assert_eq!(doc["missing"].as_array().unwrap().len(), 1);
+    let missing = doc["missing"][0].as_str().unwrap().to_owned();
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&missing));
+    assert!(!scene_path(data, &job).exists());
+
+    tg_json(data, &["work", "--until-empty"]);
+    let done = tg_json(data, &["assemble", &job]);
+    assert_eq!(done["outcome"], "written");
+    assert_scene_matches_source(&scene_path(data, &job), &src);
+}
+
+#[test]
+fn repair_is_superseded_when_the_tile_changed_after_it_was_read() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = data.join("scene.tif");
+    sample(data, &src, 1024, 9);
+    let run = tg_json(data, &["run", src.to_str().unwrap(), "--no-assemble"]);
+    let job = JobId::parse(run["job_id"].as_str().unwrap()).unwrap();
+    let b = tilegate_embedded::open_data_dir(data, 3).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let w = Window::new(1, 0);
+
+    // Something rewrites the tile between the repair's read and its write.
+    let prepared = rt.block_on(repair::prepare(&b, &job, w)).unwrap();
+    let key = prepared.key.clone();
+    let other = rt
+        .block_on(
+            b.objects
+                .get_bytes(&prepared.job.prefix.tile_key(&job, Window::new(0, 0))),
+        )
+        .unwrap();
+    rt.block_on(
+        b.objects
+            .put_opts(&key, other.bytes.clone(), PutOptions::default()),
+    )
+    .unwrap();
+    let newer = rt.block_on(b.objects.head(&key)).unwrap().unwrap();
+    assert_eq!(
+        rt.block_on(repair::commit(&b, prepared)).unwrap(),
+        RepairOutcome::Superseded
+    );
+    assert_eq!(
+        rt.block_on(b.objects.head(&key)).unwrap().unwrap(),
+        newer,
+        "repair clobbered a newer tile"
+    );
+
+    // Unchanged since read: written, and the manifest row follows under its version guard.
+    let out = tg_json(data, &["repair", job.as_str(), "--window", "1_0"]);
+    assert_eq!(out["outcome"], "written");
+    let row = rt.block_on(b.manifest.get_entry(&job, w)).unwrap().unwrap();
+    assert_eq!(row.row.origin, TileOrigin::Repaired);
+    assert_eq!(row.version, 2);
+    assert_eq!(row.row.e_tag.as_str(), out["e_tag"].as_str().unwrap());
+    let repaired = tilegate_cog::read_raster(
+        data.join("objects").join(&key).to_str().unwrap(),
+        None,
+        None,
+    )
+    .unwrap();
+    let rect = tilegate_core::Grid::new(1024, 1024, 512)
+        .unwrap()
+        .rect(w)
+        .unwrap();
+    let want = tilegate_cog::read_raster(src.to_str().unwrap(), Some(rect), None).unwrap();
+    assert!(
+        repaired.bytes == want.bytes,
+        "the repaired tile is not the source window"
+    );
+}
