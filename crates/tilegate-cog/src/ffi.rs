@@ -230,12 +230,18 @@ fn classify_open_failure(path: &str, c_path: &CStr, source: GdalError) -> CogErr
         return CogError::Missing { path: path_s };
     }
     // Ask the virtual file system whether the object exists, with errors recorded.
-    // SAFETY: `stat` is plain data GDAL fills in; `c_path` is a valid C string.
+    // gdal-sys declares `VSIStatBufL` (glibc's `struct stat64`, 144 bytes on x86_64) as an
+    // opaque zero-sized type, so a `VSIStatBufL` on the stack is no buffer at all: GDAL would
+    // write past it. Hand it a zeroed, suitably aligned buffer larger than any `stat64`.
+    #[repr(C, align(16))]
+    struct StatBuf([u8; 512]);
+    let mut stat = StatBuf([0; 512]);
+    // SAFETY: `stat` is 512 writable bytes, aligned for `struct stat64`, which GDAL fills in as
+    // plain data; `c_path` is a valid NUL-terminated C string.
     let exists = unsafe {
-        let mut stat: gdal_sys::VSIStatBufL = std::mem::zeroed();
         gdal_sys::VSIStatExL(
             c_path.as_ptr(),
-            &mut stat,
+            (&raw mut stat).cast::<gdal_sys::VSIStatBufL>(),
             VSI_STAT_EXISTS_FLAG | VSI_STAT_SET_ERROR_FLAG,
         ) == 0
     };
