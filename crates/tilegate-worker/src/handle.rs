@@ -138,19 +138,8 @@ pub(crate) async fn handle(shared: Arc<Shared>, msg: Received) -> WindowOutcome 
             WindowOutcome::Retry(detail)
         }
     };
-    if let Some(job) = job_for_counters
-        && !deltas.0.is_empty()
-    {
-        let mut merged: Vec<(&str, u64)> = Vec::new();
-        for (name, n) in deltas.0 {
-            match merged.iter_mut().find(|(k, _)| *k == name) {
-                Some((_, v)) => *v += n,
-                None => merged.push((name, n)),
-            }
-        }
-        if let Err(e) = shared.b.counters.add_counters(&job, &merged).await {
-            tracing::warn!(job_id = %job, error = %chain(&e), "counter flush failed");
-        }
+    if let Some(job) = job_for_counters {
+        shared.pending.add(job, deltas.0);
     }
     outcome
 }

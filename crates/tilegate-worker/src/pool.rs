@@ -13,6 +13,9 @@ use tilegate_planner::SourceGuard;
 use tokio::sync::{Mutex, Semaphore, watch};
 use tokio::task::JoinSet;
 
+/// How often pending counter deltas are written to the counter table.
+const COUNTER_FLUSH_PERIOD: Duration = Duration::from_secs(1);
+
 /// When the receive loop ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopWhen {
@@ -91,7 +94,43 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     pub(crate) guard: SourceGuard,
     pub(crate) pool: rayon::ThreadPool,
+    pub(crate) pending: PendingCounters,
     jobs: Mutex<HashMap<JobId, Arc<JobRecord>>>,
+}
+
+/// Per-job counter deltas not yet added to the counter table. Flushed about once a second and
+/// when the pool stops, so counting costs one table write per job per second, not per window.
+/// A killed process loses at most its last second of counts; counters are observability, never
+/// the proof of completion (that is the manifest).
+#[derive(Default)]
+pub(crate) struct PendingCounters(std::sync::Mutex<HashMap<JobId, HashMap<&'static str, u64>>>);
+
+impl PendingCounters {
+    pub(crate) fn add(&self, job: JobId, deltas: Vec<(&'static str, u64)>) {
+        if deltas.is_empty() {
+            return;
+        }
+        let mut m = self.0.lock().expect("pending counters lock");
+        let entry = m.entry(job).or_default();
+        for (name, n) in deltas {
+            *entry.entry(name).or_default() += n;
+        }
+    }
+
+    fn take(&self) -> HashMap<JobId, HashMap<&'static str, u64>> {
+        std::mem::take(&mut *self.0.lock().expect("pending counters lock"))
+    }
+}
+
+/// Write pending counter deltas to the counter table; failed flushes are put back.
+async fn flush_counters(shared: &Shared) {
+    for (job, deltas) in shared.pending.take() {
+        let list: Vec<(&str, u64)> = deltas.iter().map(|(k, v)| (*k, *v)).collect();
+        if let Err(e) = shared.b.counters.add_counters(&job, &list).await {
+            tracing::warn!(job_id = %job, error = %tilegate_core::error::chain(&e), "counter flush failed; will retry");
+            shared.pending.add(job, deltas.into_iter().collect());
+        }
+    }
 }
 
 impl Shared {
@@ -136,6 +175,7 @@ impl Worker {
                 counters,
                 guard: SourceGuard::new(),
                 pool,
+                pending: PendingCounters::default(),
                 jobs: Mutex::new(HashMap::new()),
             }),
         }
@@ -151,7 +191,12 @@ impl Worker {
         let mut report = WorkReport::default();
         // A dropped sender means nobody can ask us to stop; stop watching it.
         let mut stop_open = true;
+        let mut last_flush = std::time::Instant::now();
         loop {
+            if last_flush.elapsed() >= COUNTER_FLUSH_PERIOD {
+                flush_counters(shared).await;
+                last_flush = std::time::Instant::now();
+            }
             while let Some(done) = tasks.try_join_next() {
                 report.add(&done.expect("message handler panicked"));
             }
@@ -200,6 +245,7 @@ impl Worker {
         while let Some(done) = tasks.join_next().await {
             report.add(&done.expect("message handler panicked"));
         }
+        flush_counters(shared).await;
         Ok(report)
     }
 
