@@ -6,12 +6,13 @@ use std::path::PathBuf;
 /// tilegate turns one raster scene into Cloud Optimized GeoTIFF tiles, written exactly once
 /// however often workers repeat, crash or race.
 ///
-/// Quick start:  tilegate demo
-///               tilegate run scene.tif && tilegate status
+/// Quick start: `tilegate demo`, or `tilegate run scene.tif` then `tilegate status`.
 ///
-/// Every command works on the embedded backend in --data DIR (objects as ordinary files
-/// under DIR/objects, tables and queue in DIR/tilegate.db), shared safely by several
-/// processes on one machine.
+/// By default every command works on the embedded backend in --data DIR (objects as ordinary
+/// files under DIR/objects, tables and queue in DIR/tilegate.db), shared safely by several
+/// processes on one machine. --objects s3://bucket/prefix, --tables dynamodb://table-prefix
+/// and --queue sqs://queue-name select AWS instead (region, credentials and endpoints come
+/// from the AWS SDK's standard configuration: AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL).
 #[derive(Debug, Parser)]
 #[command(name = "tilegate", version, propagate_version = true)]
 pub struct Cli {
@@ -23,14 +24,24 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct Global {
-    /// Data directory of the embedded backend.
-    #[arg(
-        long,
-        global = true,
-        env = "TILEGATE_DATA",
-        default_value = "./tilegate-data"
-    )]
-    pub data: PathBuf,
+    /// Data directory of the embedded backend [default: ./tilegate-data].
+    #[arg(long, global = true, env = "TILEGATE_DATA", value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Where objects live: `file://DIR` or `s3://bucket/prefix` (default: DATA/objects).
+    #[arg(long, global = true, env = "TILEGATE_OBJECTS")]
+    pub objects: Option<String>,
+    /// Where the job, manifest, claim and counter tables live: `sqlite://FILE` or
+    /// `dynamodb://table-prefix` (default: DATA/tilegate.db).
+    #[arg(long, global = true, env = "TILEGATE_TABLES")]
+    pub tables: Option<String>,
+    /// The work queue: `sqlite://FILE` or `sqs://queue-name` (dead letters go to
+    /// `<queue-name>-dlq`; default: the `work` queue in DATA/tilegate.db).
+    #[arg(long, global = true, env = "TILEGATE_QUEUE")]
+    pub queue: Option<String>,
+    /// A TOML file with any of `data`, `objects`, `tables`, `queue` (flags and environment
+    /// variables take precedence).
+    #[arg(long, global = true, env = "TILEGATE_CONFIG")]
+    pub config: Option<PathBuf>,
     /// Print one machine-readable JSON document on stdout instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -49,6 +60,8 @@ pub enum Command {
     Work(WorkArgs),
     /// Plan, then work in this process until every window of the job is in the manifest.
     Run(RunArgs),
+    /// Create the bucket (with --create-bucket), tables and queues of the selected backends.
+    Init(InitArgs),
     /// Assemble a complete job's tiles into one scene COG, published once through the claim gate.
     Assemble(AssembleArgs),
     /// Recompute one window and replace its tile only if it is unchanged since read (If-Match).
@@ -257,4 +270,11 @@ pub struct DemoArgs {
     pub pool: PoolArgs,
     #[command(flatten)]
     pub assemble: AssembleFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Also create the bucket named by --objects (otherwise it must exist).
+    #[arg(long)]
+    pub create_bucket: bool,
 }

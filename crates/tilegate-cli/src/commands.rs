@@ -2,9 +2,10 @@
 
 use crate::args::{
     AssembleArgs, AssembleFlags, BackfillArgs, CleanupArgs, Cli, Command, DemoArgs, DlqCommand,
-    PlanArgs, PoolArgs, RecipeArgs, RepairArgs, RunArgs, SampleArgs, StatusArgs, WorkArgs,
+    InitArgs, PlanArgs, PoolArgs, RecipeArgs, RepairArgs, RunArgs, SampleArgs, StatusArgs,
+    WorkArgs,
 };
-use crate::backends::open_embedded;
+use crate::backends::{self, Selection};
 use crate::output::{self, Out};
 use anyhow::{Context, bail};
 use serde_json::json;
@@ -27,20 +28,45 @@ pub const EXIT_MANIFEST_SHORT: u8 = 4;
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let out = Out::new(cli.global.json);
-    let data = cli.global.data;
+    let sel = Selection::from_global(&cli.global)?;
     match cli.command {
         Command::SampleScene(a) => sample_scene(&out, a).await,
-        Command::Plan(a) => plan_cmd(&out, &open_embedded(&data)?, a).await,
-        Command::Work(a) => work(&out, &open_embedded(&data)?, a).await,
-        Command::Run(a) => run(&out, &open_embedded(&data)?, a).await,
-        Command::Assemble(a) => assemble_cmd(&out, &open_embedded(&data)?, a).await,
-        Command::Repair(a) => repair_cmd(&out, &open_embedded(&data)?, a).await,
-        Command::Backfill(a) => backfill_cmd(&out, &open_embedded(&data)?, a).await,
-        Command::CleanupUploads(a) => cleanup_uploads(&out, &open_embedded(&data)?, a).await,
-        Command::Status(a) => status(&out, &open_embedded(&data)?, a).await,
-        Command::Dlq(c) => dlq(&out, &open_embedded(&data)?, c).await,
-        Command::Demo(a) => demo(&out, &data, a).await,
+        Command::Init(a) => init(&out, &sel, a).await,
+        Command::Plan(a) => plan_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::Work(a) => work(&out, &backends::open(&sel).await?, a).await,
+        Command::Run(a) => run(&out, &backends::open(&sel).await?, a).await,
+        Command::Assemble(a) => assemble_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::Repair(a) => repair_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::Backfill(a) => backfill_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::CleanupUploads(a) => cleanup_uploads(&out, &backends::open(&sel).await?, a).await,
+        Command::Status(a) => status(&out, &backends::open(&sel).await?, a).await,
+        Command::Dlq(c) => dlq(&out, &backends::open(&sel).await?, c).await,
+        Command::Demo(a) => demo(&out, &sel, a).await,
     }
+}
+
+async fn init(out: &Out, sel: &Selection, a: InitArgs) -> anyhow::Result<ExitCode> {
+    let doc = backends::init(sel, a.create_bucket).await?;
+    out.emit(&doc, || {
+        let list = |k: &str| {
+            doc[k]
+                .as_array()
+                .map(|v| {
+                    v.iter()
+                        .filter_map(|x| x.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        };
+        format!(
+            "created: {}
+already there: {}",
+            list("created"),
+            list("existing")
+        )
+    });
+    Ok(ExitCode::SUCCESS)
 }
 
 fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Prefix)> {
@@ -427,9 +453,10 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-async fn demo(out: &Out, data: &std::path::Path, a: DemoArgs) -> anyhow::Result<ExitCode> {
-    let b = open_embedded(data)?;
-    let scene = data.join(format!("sample-{}.tif", a.size));
+async fn demo(out: &Out, sel: &Selection, a: DemoArgs) -> anyhow::Result<ExitCode> {
+    let b = backends::open(sel).await?;
+    std::fs::create_dir_all(&sel.data)?;
+    let scene = sel.data.join(format!("sample-{}.tif", a.size));
     if !scene.exists() {
         if !out.json {
             eprintln!(

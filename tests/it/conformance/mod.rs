@@ -10,6 +10,7 @@
 //! resolution, part sizes, exclusive receives) a [`Capabilities`] flag says so, and a test that
 //! cannot run prints why instead of passing silently.
 
+mod aws;
 mod embedded;
 mod objects;
 mod queue;

@@ -1,0 +1,276 @@
+//! The pipeline on AWS (S3, DynamoDB, SQS) through the binary, against the local emulator that
+//! the README's test command starts: duplicates across worker processes, dead letters after
+//! three unacknowledged receives and their redrive, and the same tiles as the embedded backend.
+//!
+//! S3 and DynamoDB are served by a single-threaded moto (its threaded server is not atomic under
+//! concurrent conditional writes), SQS by a threaded one (long polls would block the other).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use tilegate_core::object::ObjectStore;
+use tilegate_core::table::ManifestTable;
+use tilegate_core::{ETag, JobId};
+use tilegate_tests::{sample, tempdir, tg, tilegate_bin};
+
+/// Unique AWS resource names for one test, or `None` (with a printed reason) without an
+/// emulator outside CI. In CI a missing emulator fails the test.
+struct Aws {
+    objects: String,
+    tables: String,
+    queue: String,
+}
+
+fn aws(test: &str) -> Option<Aws> {
+    if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test}: no AWS emulator in CI: run through .ci/test, which starts it"
+        );
+        println!("SKIPPED {test}: no AWS emulator (run eval \"$(bash .ci/aws-emulator start)\")");
+        return None;
+    }
+    static N: AtomicU64 = AtomicU64::new(0);
+    let id = format!(
+        "tg{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        tilegate_core::now_millis() % 100_000
+    );
+    Some(Aws {
+        objects: format!("s3://{id}/out"),
+        tables: format!("dynamodb://{id}"),
+        queue: format!("sqs://{id}"),
+    })
+}
+
+impl Aws {
+    fn args<'a>(&'a self, data: &'a Path) -> Vec<&'a str> {
+        vec![
+            "--data",
+            data.to_str().unwrap(),
+            "--objects",
+            &self.objects,
+            "--tables",
+            &self.tables,
+            "--queue",
+            &self.queue,
+        ]
+    }
+
+    fn run(&self, data: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        let mut cmd = Command::new(tilegate_bin());
+        cmd.args(self.args(data)).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run tilegate")
+    }
+
+    fn json(&self, data: &Path, args: &[&str]) -> serde_json::Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let out = self.run(data, &a, &[]);
+        assert!(
+            out.status.success(),
+            "tilegate {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json output")
+    }
+
+    /// Every tile object: key → (ETag, LastModified).
+    fn tiles(&self, job: &str) -> BTreeMap<String, (ETag, std::time::SystemTime)> {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = rt
+            .block_on(tilegate_aws::S3Store::connect(&self.objects))
+            .unwrap();
+        let list = rt
+            .block_on(store.list(&format!("tilegate/tiles/{job}/")))
+            .unwrap();
+        list.into_iter()
+            .map(|m| (m.key, (m.e_tag, m.last_modified)))
+            .collect()
+    }
+}
+
+#[test]
+fn heavy_aws_duplicates_across_four_processes_write_each_tile_once() {
+    let Some(aws) = aws("heavy_aws_duplicates_across_four_processes_write_each_tile_once") else {
+        return;
+    };
+    let tmp = tempdir();
+    let data = tmp.path();
+    let init = aws.json(data, &["init", "--create-bucket"]);
+    assert!(init["created"].as_array().unwrap().len() >= 5, "{init}");
+    let scene = data.join("scene-10240.tif");
+    sample(data, &scene, 10240, 7);
+    let mut job = String::new();
+    for _ in 0..3 {
+        let p = aws.json(data, &["plan", scene.to_str().unwrap()]);
+        assert_eq!(p["enqueued"], 400);
+        job = p["job_id"].as_str().unwrap().to_owned();
+    }
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let mut cmd = Command::new(tilegate_bin());
+            cmd.args(aws.args(data))
+                .args(["--json", "work", "--until-empty", "--threads", "1"]);
+            if i % 2 == 1 {
+                cmd.arg("--no-skip-existing");
+            }
+            cmd.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for w in workers {
+        let out = w.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let status = aws.json(data, &["status", &job]);
+    assert_eq!(
+        status["manifest_rows"], 400,
+        "Select=COUNT over the manifest"
+    );
+    assert_eq!(status["queue"]["dead"], 0);
+    let c = &status["counters"];
+    let refused = c["conditional_write_precondition_failed_total"]
+        .as_u64()
+        .unwrap();
+    let skipped = c["duplicate_encodes_skipped_total"].as_u64().unwrap();
+    assert!(refused > 0, "S3 never refused a copy: the gate is untested");
+    assert!(
+        refused + skipped >= 800,
+        "refused {refused} + skipped {skipped}"
+    );
+    assert_eq!(c["tiles_written_total"], 400);
+
+    let first = aws.tiles(&job);
+    assert_eq!(first.len(), 400);
+    // Each tile's ETag is its manifest row's (written by the first writer or read back by HEAD).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tables = rt
+        .block_on(tilegate_aws::DynamoTables::connect(&aws.tables))
+        .unwrap();
+    let rows = rt
+        .block_on(tables.list_entries(&JobId::parse(&job).unwrap()))
+        .unwrap();
+    assert_eq!(rows.len(), 400);
+    for r in &rows {
+        let key = format!("out/{}", r.row.key);
+        let (etag, _) = first
+            .get(&r.row.key)
+            .or_else(|| first.get(&key))
+            .unwrap_or_else(|| panic!("no object for row {}", r.row.key));
+        assert_eq!(etag, &r.row.e_tag, "{}", r.row.key);
+    }
+
+    // A second storm of duplicates that all encode: every Create refused, nothing changes.
+    aws.json(data, &["plan", scene.to_str().unwrap()]);
+    let w = aws.json(data, &["work", "--until-empty", "--no-skip-existing"]);
+    assert_eq!(w["already_present"], 400, "{w}");
+    assert_eq!(w["written"], 0);
+    assert_eq!(aws.tiles(&job), first, "a refused Create changed an object");
+}
+
+#[test]
+fn aws_message_received_three_times_is_dead_lettered_and_redrive_completes_it() {
+    let Some(aws) =
+        aws("aws_message_received_three_times_is_dead_lettered_and_redrive_completes_it")
+    else {
+        return;
+    };
+    let tmp = tempdir();
+    let data = tmp.path();
+    aws.json(data, &["init", "--create-bucket"]);
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 512, 2);
+    let p = aws.json(data, &["plan", scene.to_str().unwrap()]);
+    assert_eq!(p["windows"], 1);
+    let job = p["job_id"].as_str().unwrap().to_owned();
+    // Three receives, each by a worker that dies before finishing.
+    for attempt in 1..=3 {
+        let out = aws.run(
+            data,
+            &["work", "--until-empty", "--visibility", "1"],
+            &[("TILEGATE_FAULT", "before-encode")],
+        );
+        assert!(
+            !out.status.success(),
+            "attempt {attempt}: the fault did not fire"
+        );
+    }
+    // The next receive finds the message over its receive limit: SQS moves it to the DLQ.
+    let w = aws.json(data, &["work", "--until-empty", "--visibility", "1"]);
+    assert_eq!(w["handled"], 0, "{w}");
+    let dlq = aws.json(data, &["dlq", "list"]);
+    assert_eq!(dlq["count"], 1, "{dlq}");
+    let status = aws.json(data, &["status", &job]);
+    assert_eq!(status["manifest_rows"], 0);
+
+    let r = aws.json(data, &["dlq", "redrive"]);
+    assert_eq!(r["redriven"], 1);
+    let w = aws.json(data, &["work", "--until-empty"]);
+    assert_eq!(w["written"], 1, "{w}");
+    let status = aws.json(data, &["status", &job]);
+    assert_eq!(status["manifest_rows"], 1);
+    assert_eq!(status["queue"]["dead"], 0);
+    assert_eq!(aws.json(data, &["dlq", "list"])["count"], 0);
+}
+
+/// The same scene content gives the same tiles (names and pixels) on both backends.
+#[test]
+fn aws_and_embedded_produce_the_same_tiles() {
+    let Some(aws) = aws("aws_and_embedded_produce_the_same_tiles") else {
+        return;
+    };
+    let tmp = tempdir();
+    let data = tmp.path();
+    aws.json(data, &["init", "--create-bucket"]);
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 1300, 4);
+    let on_aws = aws.json(data, &["run", scene.to_str().unwrap()]);
+    assert_eq!(on_aws["complete"], true, "{on_aws}");
+    let local = tempdir();
+    let out = tg(
+        local.path(),
+        &["--json", "run", scene.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.status.success());
+    let on_local: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(on_aws["job_id"], on_local["job_id"]);
+    let job = on_aws["job_id"].as_str().unwrap();
+    let remote = aws.tiles(job);
+    let local_dir = tilegate_tests::tiles_dir(local.path(), job);
+    let mut local_names: Vec<String> = std::fs::read_dir(&local_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    local_names.sort();
+    let remote_names: Vec<String> = remote
+        .keys()
+        .map(|k| k.rsplit('/').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(remote_names, local_names);
+    // Tiles are deterministic: identical bytes, so identical content hashes.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt
+        .block_on(tilegate_aws::S3Store::connect(&aws.objects))
+        .unwrap();
+    for key in remote.keys() {
+        use tilegate_core::object::ObjectStoreExt;
+        let name = key.rsplit('/').next().unwrap();
+        let got = rt.block_on(store.get_bytes(key)).unwrap();
+        let want = std::fs::read(local_dir.join(name)).unwrap();
+        assert!(got.bytes == want, "{key} differs between backends");
+    }
+    assert_eq!(on_aws["scene"]["outcome"], "written");
+}

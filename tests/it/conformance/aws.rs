@@ -1,0 +1,228 @@
+//! The conformance suite instantiated for the AWS backends against the local emulator: S3 and
+//! DynamoDB on moto's single-threaded server (`AWS_ENDPOINT_URL`), SQS on its threaded server
+//! (`AWS_ENDPOINT_URL_SQS`) — a fresh bucket, table prefix and queue names per test.
+//!
+//! Why two servers: the race tests (32 concurrent Creates → exactly one `Written`, the CAS
+//! counter exact, 16 concurrent claim acquires → one holder) prove that the storage engine
+//! evaluates each precondition atomically with its write. Real S3 and DynamoDB do; moto's
+//! default threaded server does not (concurrent conditional writes there produced several
+//! winners), so S3 and DynamoDB are served one request at a time, which is atomic. SQS stays on
+//! a threaded server because a single-threaded one would block every S3 and DynamoDB request
+//! behind an SQS long poll. `.ci/aws-emulator start` sets both up.
+//!
+//! Without the emulator (`TILEGATE_AWS_EMULATOR` unset) the suite fails loudly in CI (`CI`
+//! set) and is skipped with a message elsewhere.
+
+use super::{Capabilities, ChildUrls, Harness, conformance_suite, unique};
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+use tilegate_aws::{DynamoTables, S3Location, S3Store, SqsQueue, config};
+use tilegate_core::object::ObjectStore;
+use tilegate_core::queue::WorkQueue;
+use tilegate_core::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
+
+struct Aws {
+    objects: S3Store,
+    tables: DynamoTables,
+    sqs: tilegate_aws::aws_sdk_sqs::Client,
+}
+
+/// What to do when no emulator is configured: fail in CI, skip elsewhere.
+fn no_emulator() -> ! {
+    let how = "no AWS emulator: run eval \"$(bash .ci/aws-emulator start)\"";
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the AWS conformance suite must run in CI, but TILEGATE_AWS_EMULATOR is unset ({how}; \
+         .ci/test does this)"
+    );
+    eprintln!("SKIPPED conformance::aws ({how})");
+    // `conformance_suite!` runs the test body right after the harness is built, so a harness
+    // can only decline by ending the test. Under nextest each test is its own process and
+    // exit status 0 is a pass; under a runner that shares one process between tests, ending
+    // it would end the others too, so fail instead of silently passing them.
+    if std::env::var("NEXTEST_EXECUTION_MODE").as_deref() == Ok("process-per-test") {
+        std::process::exit(0);
+    }
+    panic!("SKIPPED conformance::aws ({how}); run the suite with cargo nextest to skip cleanly");
+}
+
+/// A fresh bucket and table prefix on the emulator.
+pub async fn harness() -> Arc<dyn Harness> {
+    if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
+        no_emulator();
+    }
+    let sdk = config::load_sdk_config().await;
+    // Bucket names: lowercase, digits and `-`, 3-63 characters; `unique` gives ~35.
+    let bucket = unique("tg");
+    let objects = S3Store::new(
+        config::s3_client(&sdk),
+        S3Location {
+            bucket,
+            prefix: "conformance".to_owned(),
+        },
+    );
+    let region = sdk.region().map(|r| r.as_ref().to_owned());
+    objects
+        .ensure_bucket(region.as_deref())
+        .await
+        .expect("create the test bucket on the emulator");
+    let tables = DynamoTables::new(config::dynamodb_client(&sdk), &unique("tg"));
+    tables
+        .ensure_tables()
+        .await
+        .expect("create the test tables on the emulator");
+    Arc::new(Aws {
+        objects,
+        tables,
+        sqs: config::sqs_client(&sdk),
+    })
+}
+
+#[async_trait]
+impl Harness for Aws {
+    fn caps(&self) -> Capabilities {
+        Capabilities {
+            // The child helper opens only file:// and sqlite:// stores.
+            cross_process: false,
+            refuses_invalid_keys: true,
+            reserved_segment: None,
+            // S3 reports LastModified in whole seconds.
+            last_modified_resolution: Duration::from_secs(1),
+            min_part_size: 5 * 1024 * 1024,
+            // SQS standard queues deliver at least once (and threaded moto may hand one
+            // message to two receivers at once).
+            exclusive_receive: false,
+        }
+    }
+
+    fn objects(&self) -> Arc<dyn ObjectStore> {
+        Arc::new(self.objects.clone())
+    }
+
+    fn jobs(&self) -> Arc<dyn JobTable> {
+        Arc::new(self.tables.clone())
+    }
+
+    fn manifest(&self) -> Arc<dyn ManifestTable> {
+        Arc::new(self.tables.clone())
+    }
+
+    fn claims(&self) -> Arc<dyn ClaimTable> {
+        Arc::new(self.tables.clone())
+    }
+
+    fn counters(&self) -> Arc<dyn CounterTable> {
+        Arc::new(self.tables.clone())
+    }
+
+    async fn queue(&self, name: &str, max_receive_count: u32) -> Arc<dyn WorkQueue> {
+        SqsQueue::ensure(&self.sqs, name, max_receive_count)
+            .await
+            .expect("create the test queue on the emulator");
+        Arc::new(
+            SqsQueue::open(self.sqs.clone(), name, max_receive_count)
+                .await
+                .expect("open the test queue"),
+        )
+    }
+
+    fn child_urls(&self) -> Option<ChildUrls> {
+        None
+    }
+}
+
+conformance_suite!(crate::conformance::aws::harness);
+
+/// `AwsBackends::init` and `connect`, outside the shared suite: init is idempotent, keys land
+/// under the URL's prefix, and a queue that was never initialised is a permanent error.
+mod deployment {
+    use super::{no_emulator, unique};
+    use bytes::Bytes;
+    use std::time::Duration;
+    use tilegate_aws::{AwsBackends, S3Store};
+    use tilegate_core::object::{ObjectStore as _, ObjectStoreExt as _, PutOutcome};
+    use tilegate_core::queue::{AckOutcome, ReceiveOptions};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn init_is_idempotent_and_connect_opens_every_store() {
+        if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
+            no_emulator();
+        }
+        let bucket = unique("tg-init");
+        let objects = format!("s3://{bucket}/out/run-1");
+        let tables = format!("dynamodb://{}", unique("tg-init"));
+        let queue = format!("sqs://{}", unique("q-init"));
+
+        let first = AwsBackends::init(Some(&objects), &tables, &queue, true, 4)
+            .await
+            .expect("first init");
+        assert_eq!(first.created.len(), 6, "{first:?}");
+        assert!(first.existing.is_empty(), "{first:?}");
+        let again = AwsBackends::init(Some(&objects), &tables, &queue, true, 4)
+            .await
+            .expect("second init");
+        assert!(again.created.is_empty(), "{again:?}");
+        assert_eq!(again.existing.len(), 6, "{again:?}");
+
+        let b = AwsBackends::connect(&objects, &tables, &queue, 4)
+            .await
+            .expect("connect");
+        assert_eq!(b.queue.max_receive_count(), 4);
+        assert!(matches!(
+            b.objects
+                .put_create("tiles/a.tif", Bytes::from_static(b"a"))
+                .await
+                .unwrap(),
+            PutOutcome::Written(_)
+        ));
+        // The key is stored under the URL's prefix.
+        let root = S3Store::connect(&format!("s3://{bucket}")).await.unwrap();
+        let listed: Vec<String> = root
+            .list("out/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
+        assert_eq!(listed, vec!["out/run-1/tiles/a.tif".to_owned()]);
+
+        b.queue.send_batch(&["hello".to_owned()]).await.unwrap();
+        let got = b
+            .queue
+            .receive(ReceiveOptions {
+                max: 10,
+                wait: Duration::from_secs(2),
+                visibility: Duration::from_secs(30),
+            })
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            b.queue.ack(&got[0].receipt).await.unwrap(),
+            AckOutcome::Deleted
+        );
+        assert_eq!(
+            b.counters
+                .get_counters(&tilegate_core::JobId::derive("u", "e", "r"))
+                .await
+                .unwrap()
+                .len(),
+            0
+        );
+
+        let err = AwsBackends::connect(
+            &objects,
+            &tables,
+            &format!("sqs://{}", unique("q-never")),
+            4,
+        )
+        .await
+        .unwrap_err();
+        assert!(!err.is_retryable(), "{err:?}");
+        let err = AwsBackends::connect(&format!("s3://{}", unique("tg-never")), &tables, &queue, 4)
+            .await
+            .unwrap_err();
+        assert!(!err.is_retryable(), "{err:?}");
+    }
+}
