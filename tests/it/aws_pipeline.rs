@@ -225,10 +225,12 @@ fn aws_message_received_three_times_is_dead_lettered_and_redrive_completes_it() 
     assert_eq!(aws.json(data, &["dlq", "list"])["count"], 0);
 }
 
-/// The same scene content gives the same tiles (names and pixels) on both backends.
+/// `tilegate run s3://…/scene.tif` on AWS gives the same tiles (names, bytes — so pixels,
+/// geotransform and CRS) as the embedded backend gives for the same content on a local disk,
+/// and a rerun writes nothing.
 #[test]
-fn aws_and_embedded_produce_the_same_tiles() {
-    let Some(aws) = aws("aws_and_embedded_produce_the_same_tiles") else {
+fn aws_run_of_an_s3_source_matches_the_embedded_run() {
+    let Some(aws) = aws("aws_run_of_an_s3_source_matches_the_embedded_run") else {
         return;
     };
     let tmp = tempdir();
@@ -236,20 +238,39 @@ fn aws_and_embedded_produce_the_same_tiles() {
     aws.json(data, &["init", "--create-bucket"]);
     let scene = data.join("scene.tif");
     sample(data, &scene, 1300, 4);
-    let on_aws = aws.json(data, &["run", scene.to_str().unwrap()]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let bucket_root = aws.objects.trim_end_matches("/out").to_owned();
+    let root = rt
+        .block_on(tilegate_aws::S3Store::connect(&bucket_root))
+        .unwrap();
+    {
+        use tilegate_core::object::ObjectStoreExt;
+        let bytes = bytes::Bytes::from(std::fs::read(&scene).unwrap());
+        rt.block_on(root.put_create("sources/scene.tif", bytes))
+            .unwrap();
+    }
+    let source = format!("{bucket_root}/sources/scene.tif");
+    let on_aws = aws.json(data, &["run", &source]);
     assert_eq!(on_aws["complete"], true, "{on_aws}");
+    assert_eq!(on_aws["tiles_written"], 9);
+    assert_eq!(on_aws["scene"]["outcome"], "written");
+    let status = aws.json(data, &["status", on_aws["job_id"].as_str().unwrap()]);
+    assert_eq!(status["source"], source.as_str());
+
     let local = tempdir();
     let out = tg(
         local.path(),
         &["--json", "run", scene.to_str().unwrap()],
         &[],
     );
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let on_local: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(on_aws["job_id"], on_local["job_id"]);
-    let job = on_aws["job_id"].as_str().unwrap();
-    let remote = aws.tiles(job);
-    let local_dir = tilegate_tests::tiles_dir(local.path(), job);
+    let remote = aws.tiles(on_aws["job_id"].as_str().unwrap());
+    let local_dir = tilegate_tests::tiles_dir(local.path(), on_local["job_id"].as_str().unwrap());
     let mut local_names: Vec<String> = std::fs::read_dir(&local_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -260,8 +281,6 @@ fn aws_and_embedded_produce_the_same_tiles() {
         .map(|k| k.rsplit('/').next().unwrap().to_owned())
         .collect();
     assert_eq!(remote_names, local_names);
-    // Tiles are deterministic: identical bytes, so identical content hashes.
-    let rt = tokio::runtime::Runtime::new().unwrap();
     let store = rt
         .block_on(tilegate_aws::S3Store::connect(&aws.objects))
         .unwrap();
@@ -272,5 +291,92 @@ fn aws_and_embedded_produce_the_same_tiles() {
         let want = std::fs::read(local_dir.join(name)).unwrap();
         assert!(got.bytes == want, "{key} differs between backends");
     }
-    assert_eq!(on_aws["scene"]["outcome"], "written");
+    let again = aws.json(data, &["run", &source]);
+    assert_eq!(again["tiles_written"], 0);
+    assert_eq!(again["already_present"], 9);
+    assert_eq!(
+        aws.tiles(on_aws["job_id"].as_str().unwrap()),
+        remote,
+        "a rerun changed a tile"
+    );
+}
+
+/// Eight assemblers at once against S3 + DynamoDB: one claim winner uploads (multipart), the
+/// others upload nothing, and no incomplete upload is left behind.
+#[test]
+fn aws_eight_racing_assemblers_upload_the_scene_once() {
+    let Some(aws) = aws("aws_eight_racing_assemblers_upload_the_scene_once") else {
+        return;
+    };
+    let tmp = tempdir();
+    let data = tmp.path();
+    aws.json(data, &["init", "--create-bucket"]);
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 2048, 5);
+    let run = aws.json(data, &["run", scene.to_str().unwrap(), "--no-assemble"]);
+    let job = run["job_id"].as_str().unwrap().to_owned();
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            Command::new(tilegate_bin())
+                .args(aws.args(data))
+                .args([
+                    "--json",
+                    "assemble",
+                    &job,
+                    "--multipart-threshold",
+                    "1048576",
+                    "--part-size",
+                    "5242880",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let docs: Vec<serde_json::Value> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice(&out.stdout).unwrap()
+        })
+        .collect();
+    let winners: Vec<_> = docs.iter().filter(|d| d["outcome"] == "written").collect();
+    assert_eq!(winners.len(), 1, "{docs:#?}");
+    let size = winners[0]["scene_size"].as_u64().unwrap();
+    assert_eq!(winners[0]["multipart"], true);
+    let total: u64 = docs
+        .iter()
+        .map(|d| d["multipart_bytes_uploaded_total"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, size, "losers uploaded bytes");
+    for d in docs.iter().filter(|d| d["outcome"] != "written") {
+        assert!(
+            d["outcome"] == "held_by" || d["outcome"] == "already_done",
+            "{d}"
+        );
+    }
+    let cleanup = aws.json(data, &["cleanup-uploads", "--older-than-s", "0"]);
+    assert_eq!(
+        cleanup["aborted"], 0,
+        "an incomplete multipart upload was left"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt
+        .block_on(tilegate_aws::S3Store::connect(&aws.objects))
+        .unwrap();
+    let meta = rt
+        .block_on(store.head(&format!("tilegate/scenes/{job}.tif")))
+        .unwrap()
+        .expect("scene object");
+    assert_eq!(meta.size, size);
+    assert_eq!(
+        meta.e_tag.as_str(),
+        winners[0]["scene_etag"].as_str().unwrap()
+    );
 }

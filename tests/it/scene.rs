@@ -280,6 +280,10 @@ fn short_manifest_is_refused_and_stray_objects_change_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains(&missing));
     assert!(!scene_path(data, &job).exists());
 
+    // A backfill of the missing windows only, beside whatever is still queued.
+    let backfill = tg_json(data, &["backfill", &job, "--missing"]);
+    assert_eq!(backfill["enqueued"], 1);
+    assert_eq!(backfill["already_recorded"], 3);
     tg_json(data, &["work", "--until-empty"]);
     let done = tg_json(data, &["assemble", &job]);
     assert_eq!(done["outcome"], "written");

@@ -18,6 +18,7 @@ pub mod dynamo;
 pub mod error;
 pub mod retry;
 pub mod s3;
+pub mod sources;
 pub mod sqs;
 pub mod url;
 
@@ -28,6 +29,7 @@ pub use dynamo::DynamoTables;
 pub use error::{Answer, AwsError, classify};
 pub use retry::RetryPolicy;
 pub use s3::S3Store;
+pub use sources::S3Sources;
 pub use sqs::SqsQueue;
 pub use url::S3Location;
 
@@ -84,6 +86,7 @@ impl AwsBackends {
             claims: tables.clone(),
             counters: tables,
             queue: Arc::new(queue),
+            sources: Some(Arc::new(S3Sources::new())),
         })
     }
 

@@ -127,6 +127,8 @@ pub async fn open(sel: &Selection) -> anyhow::Result<Backends> {
         claims: tables.claims,
         counters: tables.counters,
         queue,
+        // s3:// sources; AWS configuration is read only when one is used.
+        sources: Some(Arc::new(tilegate_aws::S3Sources::new())),
     })
 }
 

@@ -3,6 +3,7 @@
 
 use crate::object::ObjectStore;
 use crate::queue::WorkQueue;
+use crate::source::SourceObjects;
 use crate::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
 use std::sync::Arc;
 
@@ -15,4 +16,6 @@ pub struct Backends {
     pub claims: Arc<dyn ClaimTable>,
     pub counters: Arc<dyn CounterTable>,
     pub queue: Arc<dyn WorkQueue>,
+    /// Where remote sources (`s3://`) are pinned; `None` if only local files can be read.
+    pub sources: Option<Arc<dyn SourceObjects>>,
 }

@@ -1,6 +1,8 @@
 //! What the planner learned about a source, pinned for every window read.
 
+use crate::error::StoreResult;
 use crate::etag::ETag;
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 /// A source as planned: canonical URI, its ETag (a content hash for local files, the
@@ -45,5 +47,26 @@ impl SourceInfo {
     /// The local path of a `file://` source.
     pub fn local_path(&self) -> Option<&str> {
         self.uri.strip_prefix("file://")
+    }
+}
+
+/// Sources that live in an object store (`s3://bucket/key`): how to pin them and where GDAL
+/// reads them. Separate from the output [`crate::object::ObjectStore`] because a source may sit
+/// in any bucket, under any key (source keys are not tilegate's to validate).
+#[async_trait]
+pub trait SourceObjects: Send + Sync + std::fmt::Debug {
+    /// The URI schemes served (`["s3"]`).
+    fn schemes(&self) -> &'static [&'static str];
+    /// HEAD the source: its ETag and size, or `None` if it does not exist.
+    async fn head_source(&self, uri: &str) -> StoreResult<Option<(ETag, u64)>>;
+}
+
+/// The GDAL path of a source URI: `file:///p` → `/p`, `s3://b/k` → `/vsis3/b/k`.
+pub fn gdal_path_of(uri: &str) -> Option<String> {
+    if let Some(p) = uri.strip_prefix("file://") {
+        Some(p.to_owned())
+    } else {
+        uri.strip_prefix("s3://")
+            .map(|rest| format!("/vsis3/{rest}"))
     }
 }

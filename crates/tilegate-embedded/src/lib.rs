@@ -37,5 +37,6 @@ pub fn open_data_dir(data: &Path, max_receive_count: u32) -> StoreResult<Backend
         claims: db.clone(),
         counters: db,
         queue: Arc::new(queue),
+        sources: None,
     })
 }

@@ -1,7 +1,7 @@
 //! `plan`: pin the source, derive the job, write the job row (create-if-absent), and enqueue
 //! one self-contained message per window (or, resuming, per window with no manifest row).
 
-use crate::source::{SourceError, resolve_source};
+use crate::source::{SourceError, resolve};
 use std::collections::HashSet;
 use tilegate_cog::CogError;
 use tilegate_core::grid::GridError;
@@ -51,14 +51,11 @@ const SEND_CHUNK: usize = 1000;
 
 /// Plan a job for `source` and enqueue its windows.
 pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan, PlanError> {
-    let source_input = source.to_owned();
-    let (resolved, scene) = tokio::task::spawn_blocking(move || -> Result<_, PlanError> {
-        let resolved = resolve_source(&source_input)?;
-        let scene = tilegate_cog::probe(&resolved.gdal_path)?;
-        Ok((resolved, scene))
-    })
-    .await
-    .expect("planning task panicked")?;
+    let resolved = resolve(b, source).await?;
+    let gdal_path = resolved.gdal_path.clone();
+    let scene = tokio::task::spawn_blocking(move || tilegate_cog::probe(&gdal_path))
+        .await
+        .expect("planning task panicked")?;
     opts.recipe.input_bands(scene.bands)?;
     let grid = Grid::new(scene.width, scene.height, opts.recipe.window)?;
     let job_id = JobId::derive(

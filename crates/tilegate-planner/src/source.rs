@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use tilegate_core::source::LocalStat;
-use tilegate_core::{ETag, SourceInfo};
+use tilegate_core::{Backends, ETag, SourceInfo};
 
 /// Why a source cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +24,12 @@ pub enum SourceError {
     },
     #[error("read source `{uri}`: the `{scheme}` scheme is not supported by this build")]
     UnsupportedScheme { uri: String, scheme: String },
+    #[error("read source `{uri}`")]
+    Store {
+        uri: String,
+        #[source]
+        source: tilegate_core::StoreError,
+    },
     #[error(
         "verify source `{uri}`: content changed after planning (planned {planned}, found {found})"
     )]
@@ -42,12 +48,17 @@ impl SourceError {
             Self::Io { .. } => "source-unreadable",
             Self::UnsupportedScheme { .. } => "unsupported-source",
             Self::Changed { .. } => "source-changed",
+            Self::Store { .. } => "source-unreadable",
         }
     }
 
     /// Only an I/O hiccup may go away by itself.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Io { source, .. } if source.kind() != std::io::ErrorKind::PermissionDenied)
+        match self {
+            Self::Io { source, .. } => source.kind() != std::io::ErrorKind::PermissionDenied,
+            Self::Store { source, .. } => source.is_retryable(),
+            _ => false,
+        }
     }
 }
 
@@ -85,13 +96,82 @@ pub fn resolve_source(input: &str) -> Result<ResolvedSource, SourceError> {
     })
 }
 
-/// Where GDAL opens a planned source.
+/// Where GDAL opens a planned source (`/vsis3/…` for S3).
 pub fn gdal_path(info: &SourceInfo) -> Result<String, SourceError> {
-    match info.local_path() {
-        Some(p) => Ok(p.to_owned()),
-        None => Err(SourceError::UnsupportedScheme {
+    tilegate_core::source::gdal_path_of(&info.uri).ok_or_else(|| unsupported(&info.uri))
+}
+
+fn unsupported(uri: &str) -> SourceError {
+    SourceError::UnsupportedScheme {
+        uri: uri.to_owned(),
+        scheme: uri.split("://").next().unwrap_or("").to_owned(),
+    }
+}
+
+/// Resolve a path, `file://` or object-store URI (`s3://bucket/key`, through
+/// `Backends::sources`) to a pinned source.
+pub async fn resolve(b: &Backends, input: &str) -> Result<ResolvedSource, SourceError> {
+    let Some((scheme, _)) = input.split_once("://").filter(|(s, _)| *s != "file") else {
+        let input = input.to_owned();
+        return tokio::task::spawn_blocking(move || resolve_source(&input))
+            .await
+            .expect("source hashing panicked");
+    };
+    let sources = b
+        .sources
+        .as_ref()
+        .filter(|s| s.schemes().contains(&scheme))
+        .ok_or_else(|| unsupported(input))?;
+    let (etag, size) = sources
+        .head_source(input)
+        .await
+        .map_err(|source| SourceError::Store {
+            uri: input.to_owned(),
+            source,
+        })?
+        .ok_or_else(|| SourceError::Missing {
+            path: input.to_owned(),
+        })?;
+    Ok(ResolvedSource {
+        gdal_path: tilegate_core::source::gdal_path_of(input).ok_or_else(|| unsupported(input))?,
+        info: SourceInfo {
+            uri: input.to_owned(),
+            etag,
+            size,
+            stat: None,
+        },
+    })
+}
+
+/// Check that a planned source still has its planned content: for a local file the stat
+/// fingerprint (rehashing only if it changed, see [`SourceGuard`]), for an object a HEAD.
+pub async fn verify(
+    b: &Backends,
+    guard: &SourceGuard,
+    info: &SourceInfo,
+) -> Result<(), SourceError> {
+    if info.local_path().is_some() {
+        return guard.verify(info);
+    }
+    let scheme = info.uri.split("://").next().unwrap_or("");
+    let sources = b
+        .sources
+        .as_ref()
+        .filter(|s| s.schemes().contains(&scheme))
+        .ok_or_else(|| unsupported(&info.uri))?;
+    match sources.head_source(&info.uri).await {
+        Ok(Some((etag, _))) if etag == info.etag => Ok(()),
+        Ok(Some((found, _))) => Err(SourceError::Changed {
             uri: info.uri.clone(),
-            scheme: info.uri.split("://").next().unwrap_or("").to_owned(),
+            planned: info.etag.clone(),
+            found,
+        }),
+        Ok(None) => Err(SourceError::Missing {
+            path: info.uri.clone(),
+        }),
+        Err(source) => Err(SourceError::Store {
+            uri: info.uri.clone(),
+            source,
         }),
     }
 }

@@ -207,11 +207,11 @@ async fn process(
         return Ok(WindowOutcome::Skipped);
     }
 
-    verify_source(shared, &job, deltas)?;
+    verify_source(shared, &job, deltas).await?;
     fault::point("before-encode");
     let bytes = encode(shared, &job, window).await?;
     // Pinned before and after the read: a source that changed mid-read is not committed.
-    verify_source(shared, &job, deltas)?;
+    verify_source(shared, &job, deltas).await?;
 
     let outcome = match shared
         .b
@@ -255,13 +255,19 @@ async fn process(
     Ok(outcome)
 }
 
-fn verify_source(shared: &Shared, job: &JobRecord, deltas: &mut Deltas) -> Result<(), Failure> {
-    shared.guard.verify(&job.source).map_err(|e| {
-        if matches!(e, SourceError::Changed { .. }) {
-            deltas.bump(shared, m::SOURCE_CHANGED);
-        }
-        e.into()
-    })
+async fn verify_source(
+    shared: &Shared,
+    job: &JobRecord,
+    deltas: &mut Deltas,
+) -> Result<(), Failure> {
+    tilegate_planner::source::verify(&shared.b, &shared.guard, &job.source)
+        .await
+        .map_err(|e| {
+            if matches!(e, SourceError::Changed { .. }) {
+                deltas.bump(shared, m::SOURCE_CHANGED);
+            }
+            e.into()
+        })
 }
 
 async fn encode(shared: &Shared, job: &JobRecord, window: Window) -> Result<Vec<u8>, Failure> {

@@ -81,12 +81,12 @@ pub async fn prepare(
         .await?
         .ok_or_else(|| RepairError::NoTile(key.clone()))?;
     let guard = SourceGuard::new();
-    guard.verify(&job.source)?;
+    tilegate_planner::source::verify(b, &guard, &job.source).await?;
     let req = encode_request(&job, window)?;
     let bytes = tokio::task::spawn_blocking(move || tilegate_cog::encode_window(&req))
         .await
         .expect("encoder task panicked")?;
-    guard.verify(&job.source)?;
+    tilegate_planner::source::verify(b, &guard, &job.source).await?;
     Ok(Prepared {
         job,
         window,

@@ -1,0 +1,85 @@
+//! Sources on S3: `s3://bucket/key` pinned by `HeadObject`'s ETag. Any bucket, any key — source
+//! keys belong to the user, so they are not held to tilegate's output-key rules.
+
+use crate::config::{load_sdk_config, s3_client};
+use crate::error::{Answer, Failure};
+use crate::retry::{self, Idempotency, RetryPolicy};
+use async_trait::async_trait;
+use tilegate_core::source::SourceObjects;
+use tilegate_core::{ETag, Retry, StoreError, StoreResult};
+use tokio::sync::OnceCell;
+
+const SERVICE: &str = "s3";
+
+/// HEADs `s3://` sources. The SDK configuration is loaded on first use, so a deployment that
+/// reads only local files never touches AWS configuration.
+#[derive(Debug, Default)]
+pub struct S3Sources {
+    client: OnceCell<aws_sdk_s3::Client>,
+    retry: RetryPolicy,
+}
+
+impl S3Sources {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    async fn client(&self) -> &aws_sdk_s3::Client {
+        self.client
+            .get_or_init(|| async { s3_client(&load_sdk_config().await) })
+            .await
+    }
+}
+
+/// Split `s3://bucket/key` into its parts.
+pub fn split_source(uri: &str) -> StoreResult<(&str, &str)> {
+    uri.strip_prefix("s3://")
+        .and_then(|rest| rest.split_once('/'))
+        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+        .ok_or_else(|| StoreError::InvalidKey {
+            key: uri.to_owned(),
+            reason: "expected s3://bucket/key".into(),
+        })
+}
+
+#[async_trait]
+impl SourceObjects for S3Sources {
+    fn schemes(&self) -> &'static [&'static str] {
+        &["s3"]
+    }
+
+    async fn head_source(&self, uri: &str) -> StoreResult<Option<(ETag, u64)>> {
+        let (bucket, key) = split_source(uri)?;
+        let client = self.client().await;
+        let r = retry::run(
+            &self.retry,
+            Idempotency::Idempotent,
+            "head source",
+            uri,
+            |_| {
+                let req = client.head_object().bucket(bucket).key(key);
+                async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
+            },
+        )
+        .await;
+        match r {
+            Ok(out) => {
+                let etag = out.e_tag().map(ETag::new).ok_or_else(|| {
+                    StoreError::backend(
+                        "head source",
+                        uri,
+                        Retry::Permanent,
+                        "no ETag in HeadObject",
+                    )
+                })?;
+                let size = out
+                    .content_length()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0);
+                Ok(Some((etag, size)))
+            }
+            Err(f) if f.answer == Answer::NoSuchKey => Ok(None),
+            Err(f) => Err(f.into_store("head source", uri)),
+        }
+    }
+}
