@@ -199,3 +199,23 @@ pub fn sample(data: &Path, path: &Path, size: u32, seed: u64) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Run one `work --until-empty` process that handles one message at a time (visibility 1 s)
+/// with the fault hook armed at `point` after `skip` passes; it is expected to die there.
+pub fn work_until_fault(data: &Path, point: &str, skip: u32) -> Output {
+    let skip = skip.to_string();
+    tg(
+        data,
+        &[
+            "work",
+            "--until-empty",
+            "--threads",
+            "1",
+            "--concurrency",
+            "1",
+            "--visibility",
+            "1",
+        ],
+        &[("TILEGATE_FAULT", point), ("TILEGATE_FAULT_SKIP", &skip)],
+    )
+}

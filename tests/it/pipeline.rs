@@ -11,7 +11,7 @@ use tilegate_core::table::{JobTable, ManifestTable, TileOrigin};
 use tilegate_core::{ETag, JobId, Recipe, SourceInfo};
 use tilegate_embedded::SqliteBackend;
 use tilegate_tests::{
-    sample, snapshot, tempdir, tg, tg_json, tilegate_bin, tiles_dir, validate_cogs,
+    sample, snapshot, tempdir, tg_json, tilegate_bin, tiles_dir, validate_cogs, work_until_fault,
 };
 
 #[test]
@@ -140,20 +140,7 @@ fn worker_killed_between_put_and_manifest_is_completed_by_the_next() {
     assert_eq!(p["windows"], 4);
     let job = p["job_id"].as_str().unwrap().to_owned();
 
-    let killed = tg(
-        data,
-        &[
-            "work",
-            "--until-empty",
-            "--threads",
-            "1",
-            "--concurrency",
-            "1",
-            "--visibility",
-            "1",
-        ],
-        &[("TILEGATE_FAULT", "after-commit")],
-    );
+    let killed = work_until_fault(data, "after-commit", 0);
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(
         killed.status.signal(),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tilegate_core::object::{ObjectStoreExt, PutOptions};
 use tilegate_core::table::TileOrigin;
 use tilegate_core::{JobId, Window, now_millis};
-use tilegate_tests::{sample, tempdir, tg, tg_json, tilegate_bin, validate_cog};
+use tilegate_tests::{sample, tempdir, tg, tg_json, tilegate_bin, validate_cog, work_until_fault};
 use tilegate_worker::repair::{self, RepairOutcome};
 
 fn scene_path(data: &Path, job: &str) -> std::path::PathBuf {
@@ -237,23 +237,7 @@ fn short_manifest_is_refused_and_stray_objects_change_nothing() {
     let plan = tg_json(data, &["plan", src.to_str().unwrap()]);
     let job = plan["job_id"].as_str().unwrap().to_owned();
     // Three windows complete; the fourth worker dies between its tile and its row.
-    let killed = tg(
-        data,
-        &[
-            "work",
-            "--until-empty",
-            "--threads",
-            "1",
-            "--concurrency",
-            "1",
-            "--visibility",
-            "1",
-        ],
-        &[
-            ("TILEGATE_FAULT", "after-commit"),
-            ("TILEGATE_FAULT_SKIP", "3"),
-        ],
-    );
+    let killed = work_until_fault(data, "after-commit", 3);
     assert!(!killed.status.success());
     // A stray object from some older pipeline, right among the tiles.
     let tiles = tilegate_tests::tiles_dir(data, &job);

@@ -32,6 +32,19 @@ pub enum WindowOutcome {
     Retry(String),
 }
 
+impl WindowOutcome {
+    /// The outcome's name in logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Written => "written",
+            Self::AlreadyPresent => "already-present",
+            Self::Skipped => "skipped",
+            Self::DeadLettered(_) => "dead-lettered",
+            Self::Retry(_) => "retry",
+        }
+    }
+}
+
 /// A permanent failure: its reason code and detail.
 struct Permanent {
     code: &'static str,
@@ -213,7 +226,7 @@ async fn process(
     // Pinned before and after the read: a source that changed mid-read is not committed.
     verify_source(shared, &job, deltas).await?;
 
-    let outcome = match shared
+    let (meta, origin, outcome) = match shared
         .b
         .objects
         .put_create(&key, Bytes::from(bytes))
@@ -221,28 +234,20 @@ async fn process(
     {
         PutOutcome::Written(meta) => {
             deltas.bump(shared, m::TILES_WRITTEN);
-            fault::point("after-commit");
-            record(shared, &job, window, &meta, TileOrigin::Written, deltas).await?;
-            tracing::info!(outcome = "written", size = meta.size, "tile commit");
-            WindowOutcome::Written
+            (meta, TileOrigin::Written, WindowOutcome::Written)
         }
         PutOutcome::AlreadyPresent => {
+            // The mechanism succeeding: a duplicate's tile is in place. Its size and ETag for
+            // the manifest row come from a HEAD.
             deltas.bump(shared, m::PRECONDITION_FAILED);
             let meta = shared.b.objects.head(&key).await?.ok_or_else(|| {
                 Failure::Retryable(format!("`{key}` was refused as present but is gone"))
             })?;
-            fault::point("after-commit");
-            record(
-                shared,
-                &job,
-                window,
-                &meta,
+            (
+                meta,
                 TileOrigin::AlreadyPresent,
-                deltas,
+                WindowOutcome::AlreadyPresent,
             )
-            .await?;
-            tracing::info!(outcome = "already-present", "tile commit");
-            WindowOutcome::AlreadyPresent
         }
         PutOutcome::Superseded => {
             return Err(Failure::permanent(
@@ -251,6 +256,9 @@ async fn process(
             ));
         }
     };
+    fault::point("after-commit");
+    record(shared, &job, window, &meta, origin, deltas).await?;
+    tracing::info!(outcome = outcome.name(), size = meta.size, "tile commit");
     fault::point("before-ack");
     Ok(outcome)
 }
