@@ -59,6 +59,16 @@ impl Selection {
     }
 }
 
+impl Selection {
+    /// Where object keys live, as a person would look for them.
+    pub fn objects_root(&self) -> String {
+        match self.objects.as_deref() {
+            None => format!("{}/", self.data.join("objects").display()),
+            Some(u) => format!("{}/", u.trim_start_matches("file://").trim_end_matches('/')),
+        }
+    }
+}
+
 fn sqlite_path(url: &str) -> &Path {
     Path::new(url.trim_start_matches("sqlite://"))
 }

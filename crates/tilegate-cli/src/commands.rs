@@ -27,8 +27,8 @@ pub const EXIT_INCOMPLETE: u8 = 3;
 pub const EXIT_MANIFEST_SHORT: u8 = 4;
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let out = Out::new(cli.global.json);
     let sel = Selection::from_global(&cli.global)?;
+    let out = Out::new(cli.global.json, sel.objects_root());
     match cli.command {
         Command::SampleScene(a) => sample_scene(&out, a).await,
         Command::Init(a) => init(&out, &sel, a).await,
@@ -308,7 +308,7 @@ async fn run_source(
         started,
     );
     doc["scene"] = scene.unwrap_or(serde_json::Value::Null);
-    out.emit(&doc, || output::run_text(&doc, &job));
+    out.emit(&doc, || output::run_text(out, &doc, &job));
     Ok(if complete {
         ExitCode::SUCCESS
     } else {

@@ -8,14 +8,16 @@ use tilegate_core::Backends;
 use tilegate_core::table::JobRecord;
 
 /// Where results go.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Out {
     pub json: bool,
+    /// Where object keys live, for people: a directory (`./tilegate-data/objects/`) or a URL.
+    pub objects_root: String,
 }
 
 impl Out {
-    pub fn new(json: bool) -> Self {
-        Self { json }
+    pub fn new(json: bool, objects_root: String) -> Self {
+        Self { json, objects_root }
     }
 
     /// Print `doc` as JSON, or the text `text()` renders.
@@ -74,7 +76,7 @@ fn n(doc: &Value, k: &str) -> u64 {
     doc.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
 
-pub fn run_text(doc: &Value, job: &JobRecord) -> String {
+pub fn run_text(out: &Out, doc: &Value, job: &JobRecord) -> String {
     let complete = doc["complete"].as_bool().unwrap_or(false);
     let mut s = format!(
         "job {}  {}×{} {} band(s) {}, {} windows of {} px\n",
@@ -102,12 +104,14 @@ pub fn run_text(doc: &Value, job: &JobRecord) -> String {
     ));
     if complete {
         s.push_str(&format!(
-            "  tiles under {}",
+            "  tiles in {}{}",
+            out.objects_root,
             doc["tiles_prefix"].as_str().unwrap_or("")
         ));
         if let Some(key) = doc["scene"]["scene_key"].as_str() {
             s.push_str(&format!(
-                "\n  scene {key} ({})",
+                "\n  scene    {}{key} ({})",
+                out.objects_root,
                 doc["scene"]["outcome"].as_str().unwrap_or("")
             ));
         }

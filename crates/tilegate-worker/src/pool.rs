@@ -16,6 +16,9 @@ use tokio::task::JoinSet;
 /// How often pending counter deltas are written to the counter table.
 const COUNTER_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 
+/// Long-poll wait while messages are in flight (providers may round it up: SQS to 1 s).
+const IN_FLIGHT_WAIT: Duration = Duration::from_millis(200);
+
 /// When the receive loop ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopWhen {
@@ -192,6 +195,7 @@ impl Worker {
         // A dropped sender means nobody can ask us to stop; stop watching it.
         let mut stop_open = true;
         let mut last_flush = std::time::Instant::now();
+        let mut checked_at = 0u64;
         loop {
             if last_flush.elapsed() >= COUNTER_FLUSH_PERIOD {
                 flush_counters(shared).await;
@@ -203,6 +207,17 @@ impl Worker {
             if *stop.borrow() {
                 break;
             }
+            // A run for one job ends as soon as its last window is recorded, without waiting
+            // out another long poll.
+            if tasks.is_empty()
+                && report.handled > checked_at
+                && matches!(cfg.stop, StopWhen::JobComplete(_))
+            {
+                checked_at = report.handled;
+                if self.should_stop().await? {
+                    break;
+                }
+            }
             let free = permits.available_permits();
             if free == 0 {
                 if let Some(done) = tasks.join_next().await {
@@ -210,9 +225,16 @@ impl Worker {
                 }
                 continue;
             }
+            // While windows are in flight, poll briefly so a finished job is noticed soon (a
+            // receive in progress is never abandoned: it may already hold messages).
+            let wait = if tasks.is_empty() {
+                cfg.wait
+            } else {
+                cfg.wait.min(IN_FLIGHT_WAIT)
+            };
             let opts = ReceiveOptions {
                 max: free.min(10) as u32,
-                wait: cfg.wait,
+                wait,
                 visibility: cfg.visibility,
             };
             let received = tokio::select! {
