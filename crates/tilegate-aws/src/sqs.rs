@@ -189,6 +189,21 @@ fn is_stale_receipt(f: &Failure) -> bool {
             && matches!(&*f.error, AwsError::Service { message, .. } if message.contains("ReceiptHandle")))
 }
 
+/// Refuse a queue name SQS would refuse, before any request.
+fn check_queue_name(operation: &'static str, name: &str) -> StoreResult<()> {
+    validate_queue_name(name).map_err(|reason| {
+        own_error(
+            operation,
+            name,
+            Retry::Permanent,
+            AwsError::InvalidUrl {
+                url: name.to_owned(),
+                reason,
+            },
+        )
+    })
+}
+
 impl SqsQueue {
     /// Open `name` and its dead-letter queue (created by [`SqsQueue::ensure`] or
     /// `AwsBackends::init`). `max_receive_count` is what the caller expects; the queue's own
@@ -199,17 +214,7 @@ impl SqsQueue {
         name: &str,
         max_receive_count: u32,
     ) -> StoreResult<Self> {
-        validate_queue_name(name).map_err(|reason| {
-            own_error(
-                "open queue",
-                name,
-                Retry::Permanent,
-                AwsError::InvalidUrl {
-                    url: name.to_owned(),
-                    reason,
-                },
-            )
-        })?;
+        check_queue_name("open queue", name)?;
         let retry = RetryPolicy::default();
         let url = queue_url(&client, &retry, name).await?;
         let dlq_url = queue_url(&client, &retry, &dead_letter_queue_name(name)).await?;
@@ -271,17 +276,7 @@ impl SqsQueue {
         name: &str,
         max_receive_count: u32,
     ) -> StoreResult<bool> {
-        validate_queue_name(name).map_err(|reason| {
-            own_error(
-                "create queue",
-                name,
-                Retry::Permanent,
-                AwsError::InvalidUrl {
-                    url: name.to_owned(),
-                    reason,
-                },
-            )
-        })?;
+        check_queue_name("create queue", name)?;
         let retry = RetryPolicy::default();
         let max = if max_receive_count == 0 {
             DEFAULT_MAX_RECEIVE_COUNT
