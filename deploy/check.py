@@ -1,0 +1,825 @@
+#!/usr/bin/env python3
+"""Policy check of tilegate's deployment files (run by .ci/deploy-lint).
+
+Checks what the generic linters cannot know about tilegate:
+
+* aws/template.yaml — the worker role grants exactly the (action, resource) pairs the Lambda
+  worker needs and nothing else (no wildcard action, no `Resource: "*"`, no managed policy, no
+  SAM `Policies`, no grant on a wider or different resource); the queues, event source and
+  tables have the names, redrive, visibility and key schemas the code depends on.
+* k8s/*.yaml — the worker's probes, its shutdown grace against the pod's termination grace, its
+  security context, and a structural check of the KEDA objects (whose CRD schemas
+  kubernetes-validate does not ship).
+
+`--self-test` proves the check itself: the real files must pass, and every fixture in tests/
+(a patch that breaks one rule of the real files) must fail with the message it names.
+
+Needs only PyYAML. CloudFormation's short-form tags (!Ref, !Sub, !GetAtt, ...) are read into
+their long form (Ref, Fn::Sub, Fn::GetAtt, ...) by the loader below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import pathlib
+import re
+import sys
+from typing import Any
+
+import yaml
+
+DEPLOY = pathlib.Path(__file__).resolve().parent
+TEMPLATE = DEPLOY / "aws" / "template.yaml"
+K8S_DIR = DEPLOY / "k8s"
+TESTS_DIR = DEPLOY / "tests"
+
+# --------------------------------------------------------------------------- YAML
+
+
+class CfnLoader(yaml.SafeLoader):
+    """SafeLoader that reads CloudFormation short-form tags into their long form."""
+
+
+def _cfn_tag(loader: CfnLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "Condition":
+        return {"Condition": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        logical, _, attr = value.partition(".")
+        return {"Fn::GetAtt": [logical, attr]}
+    return {f"Fn::{suffix}": value}
+
+
+CfnLoader.add_multi_constructor("!", _cfn_tag)
+
+
+def load_template(path: pathlib.Path) -> dict:
+    with path.open(encoding="utf-8") as f:
+        return yaml.load(f, Loader=CfnLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def load_k8s(directory: pathlib.Path) -> dict[str, list[dict]]:
+    """Every manifest in the directory (not kustomization.yaml), by file name."""
+    out: dict[str, list[dict]] = {}
+    for path in sorted(directory.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        with path.open(encoding="utf-8") as f:
+            out[path.name] = [d for d in yaml.safe_load_all(f) if d is not None]
+    return out
+
+
+# --------------------------------------------------------------------------- the template
+
+# What the Lambda worker may do, by resource role. Anything else in the role fails the check.
+TILES_ACTIONS = ["s3:PutObject", "s3:GetObject"]
+SOURCE_ACTIONS = ["s3:GetObject"]
+TABLE_ACTIONS = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:GetItem"]
+QUEUE_ACTIONS = [
+    "sqs:ReceiveMessage",
+    "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibility",
+    "sqs:GetQueueAttributes",  # required by Lambda's SQS event source mapping
+]
+DLQ_ACTIONS = ["sqs:SendMessage"]
+LOG_ACTIONS = ["logs:CreateLogStream", "logs:PutLogEvents"]
+
+# Table suffix -> (key schema, attribute types, global secondary indexes), as the code uses them.
+TABLES: dict[str, tuple[list[tuple[str, str]], dict[str, str], dict[str, list[tuple[str, str]]]]] = {
+    "jobs": (
+        [("job_id", "HASH")],
+        {"job_id": "S", "list_pk": "S", "created_at": "N"},
+        {"by-created": [("list_pk", "HASH"), ("created_at", "RANGE")]},
+    ),
+    "manifest": ([("pk", "HASH"), ("sk", "RANGE")], {"pk": "S", "sk": "S"}, {}),
+    "claims": ([("resource", "HASH")], {"resource": "S"}, {}),
+    "counters": ([("job_id", "HASH")], {"job_id": "S"}, {}),
+}
+
+IAM_RESOURCE_TYPES = {
+    "AWS::IAM::Policy",
+    "AWS::IAM::ManagedPolicy",
+    "AWS::IAM::RolePolicy",
+    "AWS::IAM::User",
+    "AWS::IAM::Group",
+    "AWS::IAM::UserPolicy",
+    "AWS::IAM::GroupPolicy",
+}
+
+
+def as_list(value: Any) -> list:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def show(value: Any) -> str:
+    """A CloudFormation value in the short form a reader knows from the template."""
+    if isinstance(value, dict) and len(value) == 1:
+        (key, inner), = value.items()
+        if key == "Ref":
+            return f"!Ref {inner}"
+        if key == "Fn::GetAtt":
+            return "!GetAtt " + (".".join(inner) if isinstance(inner, list) else str(inner))
+        if key == "Fn::Sub" and isinstance(inner, str):
+            return f'!Sub "{inner}"'
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
+
+
+class Template:
+    def __init__(self, doc: dict) -> None:
+        self.doc = doc if isinstance(doc, dict) else {}
+        self.resources: dict[str, dict] = self.doc.get("Resources") or {}
+        self.parameters: dict[str, dict] = self.doc.get("Parameters") or {}
+        self.errors: list[str] = []
+
+    def fail(self, msg: str) -> None:
+        self.errors.append(msg)
+
+    def of_type(self, rtype: str) -> list[str]:
+        return [k for k, r in self.resources.items() if isinstance(r, dict) and r.get("Type") == rtype]
+
+    def props(self, logical: str) -> dict:
+        return self.resources.get(logical, {}).get("Properties") or {}
+
+    # Canonical spelling of a resource expression: "${X.Arn}", "${X}" or the Sub string.
+    def canon(self, value: Any) -> str | None:
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, dict) or len(value) != 1:
+            return None
+        (key, inner), = value.items()
+        if key == "Ref" and isinstance(inner, str):
+            return "${" + inner + "}"
+        if key == "Fn::GetAtt":
+            parts = inner.split(".", 1) if isinstance(inner, str) else inner
+            if isinstance(parts, list) and len(parts) == 2 and all(isinstance(p, str) for p in parts):
+                return "${" + parts[0] + "." + parts[1] + "}"
+            return None
+        if key == "Fn::Sub":
+            if isinstance(inner, list):
+                if len(inner) == 2 and not inner[1] and isinstance(inner[0], str):
+                    inner = inner[0]
+                else:
+                    return None
+            if not isinstance(inner, str):
+                return None
+            # ${Bucket.Arn} is the same ARN as arn:${AWS::Partition}:s3:::${Bucket}.
+            for bucket in self.of_type("AWS::S3::Bucket"):
+                inner = inner.replace("${" + bucket + ".Arn}", "arn:${AWS::Partition}:s3:::${" + bucket + "}")
+            return inner
+        if key == "Fn::Join" and isinstance(inner, list) and len(inner) == 2:
+            sep, parts = inner
+            if not isinstance(sep, str) or not isinstance(parts, list):
+                return None
+            canon_parts = [self.canon(p) for p in parts]
+            if any(p is None for p in canon_parts):
+                return None
+            return sep.join(canon_parts)  # type: ignore[arg-type]
+        return None
+
+    def param_default(self, name: str) -> Any:
+        return (self.parameters.get(name) or {}).get("Default")
+
+    def param_values(self, name: str) -> list[int]:
+        """Default and allowed values of a numeric parameter (the values a deployment may use)."""
+        p = self.parameters.get(name) or {}
+        values = [p.get("Default")] + list(p.get("AllowedValues") or [])
+        if "MaxValue" in p:
+            values.append(p["MaxValue"])
+        out = []
+        for v in values:
+            try:
+                out.append(int(v))
+            except (TypeError, ValueError):
+                continue
+        return sorted(set(out))
+
+
+def find_one(t: Template, rtype: str, prop: str, expected: Any, what: str) -> str | None:
+    """The one resource of `rtype` whose `prop` equals `expected`."""
+    want = t.canon(expected)
+    found = [k for k in t.of_type(rtype) if t.canon(t.props(k).get(prop)) == want]
+    if len(found) != 1:
+        t.fail(f"{what}: expected exactly one {rtype} with {prop} {show(expected)}, found {len(found)}")
+        return None
+    return found[0]
+
+
+def check_template(doc: dict) -> list[str]:
+    t = Template(doc)
+    if t.doc.get("Transform") != "AWS::Serverless-2016-10-31":
+        t.fail("template: Transform must be AWS::Serverless-2016-10-31")
+
+    # -- the resources the grants must name, found by what they are, not by their logical IDs
+    buckets = t.of_type("AWS::S3::Bucket")
+    bucket = buckets[0] if len(buckets) == 1 else None
+    if bucket is None:
+        t.fail(f"template: expected exactly one AWS::S3::Bucket (the output bucket), found {len(buckets)}")
+    queue = find_one(t, "AWS::SQS::Queue", "QueueName", {"Ref": "QueueName"}, "work queue")
+    dlq = find_one(t, "AWS::SQS::Queue", "QueueName", {"Fn::Sub": "${QueueName}-dlq"}, "dead-letter queue")
+    tables = {
+        suffix: find_one(
+            t, "AWS::DynamoDB::Table", "TableName", {"Fn::Sub": "${TablePrefix}-" + suffix}, f"{suffix} table"
+        )
+        for suffix in TABLES
+    }
+    functions = t.of_type("AWS::Serverless::Function")
+    if len(functions) != 1:
+        t.fail(f"template: expected exactly one AWS::Serverless::Function (the worker), found {len(functions)}")
+        return t.errors
+    function = functions[0]
+    fprops = t.props(function)
+
+    fname = fprops.get("FunctionName")
+    lg_name = "/aws/lambda/" + (t.canon(fname) or "") if fname is not None else "/aws/lambda/${" + function + "}"
+    log_groups = [k for k in t.of_type("AWS::Logs::LogGroup") if t.canon(t.props(k).get("LogGroupName")) == lg_name]
+    log_group = log_groups[0] if len(log_groups) == 1 else None
+    if log_group is None:
+        t.fail(f"log group: expected exactly one AWS::Logs::LogGroup named {lg_name}, found {len(log_groups)}")
+    elif "RetentionInDays" not in t.props(log_group):
+        t.fail(f"log group {log_group}: RetentionInDays is not set")
+
+    check_role(t, function, fprops, bucket, queue, dlq, tables, log_group, lg_name)
+    check_queues(t, function, fprops, queue, dlq)
+    check_tables(t, tables)
+    check_bucket(t, bucket)
+    check_function(t, function, fprops, bucket, queue, dlq)
+    return t.errors
+
+
+def check_role(t, function, fprops, bucket, queue, dlq, tables, log_group, lg_name) -> None:
+    # -- where permissions may come from: one inline-policy role, nothing else
+    if "Policies" in fprops:
+        t.fail(f"function {function}: SAM Policies property is not allowed (grants go in the explicit role)")
+    globals_fn = ((t.doc.get("Globals") or {}).get("Function")) or {}
+    for key in ("Policies", "Role"):
+        if key in globals_fn:
+            t.fail(f"Globals.Function.{key} is not allowed")
+    for logical in t.resources:
+        rtype = t.resources[logical].get("Type") if isinstance(t.resources[logical], dict) else None
+        if rtype in IAM_RESOURCE_TYPES:
+            t.fail(f"resource {logical}: {rtype} is not allowed (only the worker role's inline policies grant)")
+        if rtype == "AWS::Serverless::Function" and logical != function:
+            t.fail(f"resource {logical}: a second function is not allowed")
+
+    role_ref = fprops.get("Role")
+    role = None
+    if isinstance(role_ref, dict) and "Fn::GetAtt" in role_ref:
+        parts = role_ref["Fn::GetAtt"]
+        parts = parts.split(".", 1) if isinstance(parts, str) else parts
+        if isinstance(parts, list) and len(parts) == 2 and parts[1] == "Arn":
+            role = parts[0]
+    if role is None or t.resources.get(role, {}).get("Type") != "AWS::IAM::Role":
+        t.fail(f"function {function}: Role must be !GetAtt <an AWS::IAM::Role in this template>.Arn")
+        return
+    roles = t.of_type("AWS::IAM::Role")
+    if roles != [role]:
+        t.fail(f"template: the worker role must be the only AWS::IAM::Role, found {roles}")
+    rprops = t.props(role)
+    if rprops.get("ManagedPolicyArns"):
+        t.fail(f"role {role}: managed policies are not allowed: {rprops['ManagedPolicyArns']}")
+
+    trust = as_list((rprops.get("AssumeRolePolicyDocument") or {}).get("Statement"))
+    trusted = []
+    for st in trust:
+        principal = st.get("Principal") or {}
+        if st.get("Effect") != "Allow":
+            continue
+        if set(principal) != {"Service"} or as_list(principal.get("Service")) != ["lambda.amazonaws.com"]:
+            t.fail(f"role {role}: trust policy principal must be the service lambda.amazonaws.com, found {principal}")
+        if as_list(st.get("Action")) != ["sts:AssumeRole"]:
+            t.fail(f"role {role}: trust policy action must be sts:AssumeRole, found {st.get('Action')}")
+        trusted.append(st)
+    if not trusted:
+        t.fail(f"role {role}: trust policy does not let Lambda assume it")
+
+    # -- the allowed (action, resource) pairs, in canonical spelling
+    allowed: dict[tuple[str, str], str] = {}
+
+    def allow(actions: list[str], resources: list[str], why: str) -> None:
+        for a in actions:
+            for r in resources:
+                allowed[(a.lower(), r)] = why
+
+    part = "${AWS::Partition}"
+    if bucket:
+        allow(TILES_ACTIONS, [f"arn:{part}:s3:::${{{bucket}}}/${{OutputPrefix}}/*"], "tiles prefix")
+    allow(SOURCE_ACTIONS, [f"arn:{part}:s3:::${{SourceBucketName}}/*"], "source bucket")
+    for suffix, table in tables.items():
+        if table:
+            allow(TABLE_ACTIONS, [f"${{{table}.Arn}}"], f"{suffix} table")
+    if queue:
+        allow(QUEUE_ACTIONS, [f"${{{queue}.Arn}}"], "work queue")
+    if dlq:
+        allow(DLQ_ACTIONS, [f"${{{dlq}.Arn}}"], "dead-letter queue")
+    if log_group:
+        lg_arn = f"arn:{part}:logs:${{AWS::Region}}:${{AWS::AccountId}}:log-group:{lg_name}"
+        allow(LOG_ACTIONS, [f"${{{log_group}.Arn}}", lg_arn + ":*", lg_arn + ":log-stream:*"], "log group")
+    # One spelling per grant is required; the alternatives above are equivalent spellings.
+    names = {a.lower(): a for a in TILES_ACTIONS + TABLE_ACTIONS + QUEUE_ACTIONS + DLQ_ACTIONS + LOG_ACTIONS}
+    required: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for (a, r), why in allowed.items():
+        required.setdefault((names[a], why), set()).add((a, r))
+
+    granted: set[tuple[str, str]] = set()
+    for pol in as_list(rprops.get("Policies")):
+        pname = pol.get("PolicyName", "?")
+        pdoc = pol.get("PolicyDocument")
+        if not isinstance(pdoc, dict):
+            t.fail(f"role {role}, policy {pname}: PolicyDocument must be an inline mapping")
+            continue
+        for i, st in enumerate(as_list(pdoc.get("Statement"))):
+            where = f"role {role}, policy {pname}, statement {st.get('Sid', i)}"
+            for key in ("NotAction", "NotResource", "NotPrincipal"):
+                if key in st:
+                    t.fail(f"{where}: {key} is not allowed")
+            effect = st.get("Effect")
+            if effect == "Deny":
+                continue
+            if effect != "Allow":
+                t.fail(f"{where}: Effect must be Allow or Deny, found {effect!r}")
+                continue
+            actions = as_list(st.get("Action"))
+            resources = as_list(st.get("Resource"))
+            if not actions or not resources:
+                t.fail(f"{where}: Action and Resource are required")
+            for r in resources:
+                if r == "*":
+                    t.fail(f'{where}: Resource "*" is not allowed')
+            for a in actions:
+                if not isinstance(a, str):
+                    t.fail(f"{where}: action {a!r} must be a literal string")
+                    continue
+                if "*" in a or "?" in a:
+                    t.fail(f"{where}: wildcard action {a!r} is not allowed")
+                    continue
+                for r in resources:
+                    if r == "*":
+                        continue
+                    cr = t.canon(r)
+                    if cr is None:
+                        t.fail(f"{where}: resource {show(r)} is not a form this check can read")
+                        continue
+                    if (a.lower(), cr) not in allowed:
+                        t.fail(f"{where}: grant of {a} on {show(r)} is not allowed")
+                    granted.add((a.lower(), cr))
+    for (a, why), spellings in sorted(required.items()):
+        if not spellings & granted:
+            t.fail(f"role {role}: missing grant of {a} on the {why} (the worker needs it)")
+
+
+def resolve_number(t: Template, value: Any, timeout: int) -> int | None:
+    """A numeric property for a given FunctionTimeout: a literal, !Ref to a parameter, or
+    !FindInMap [Map, !Ref FunctionTimeout, Key]."""
+    if isinstance(value, (int, str)) and str(value).isdigit():
+        return int(value)
+    if isinstance(value, dict) and "Ref" in value:
+        if value["Ref"] == "FunctionTimeout":
+            return timeout
+        d = t.param_default(value["Ref"])
+        return int(d) if d is not None and str(d).isdigit() else None
+    if isinstance(value, dict) and "Fn::FindInMap" in value:
+        m, k1, k2 = value["Fn::FindInMap"]
+        if k1 == {"Ref": "FunctionTimeout"}:
+            k1 = str(timeout)
+        try:
+            return int(t.doc["Mappings"][m][str(k1)][k2])
+        except (KeyError, TypeError, ValueError):
+            return None
+    return None
+
+
+def check_queues(t: Template, function: str, fprops: dict, queue: str | None, dlq: str | None) -> None:
+    if not queue or not dlq:
+        return
+    qp, dp = t.props(queue), t.props(dlq)
+    timeouts = t.param_values("FunctionTimeout") if fprops.get("Timeout") == {"Ref": "FunctionTimeout"} else []
+    if not timeouts:
+        lit = resolve_number(t, fprops.get("Timeout"), 0)
+        timeouts = [lit] if lit else []
+    if not timeouts:
+        t.fail(f"function {function}: Timeout must be a number or !Ref FunctionTimeout with a default")
+    for timeout in timeouts:
+        vis = resolve_number(t, qp.get("VisibilityTimeout"), timeout)
+        if vis is None:
+            t.fail(f"work queue {queue}: VisibilityTimeout {show(qp.get('VisibilityTimeout'))} cannot be resolved")
+            break
+        if vis < 6 * timeout:
+            t.fail(
+                f"work queue {queue}: VisibilityTimeout {vis} s is less than 6 x the function timeout "
+                f"{timeout} s ({6 * timeout} s)"
+            )
+    redrive = qp.get("RedrivePolicy") or {}
+    if str(redrive.get("maxReceiveCount")) != "3":
+        t.fail(f"work queue {queue}: RedrivePolicy maxReceiveCount must be 3, found {redrive.get('maxReceiveCount')}")
+    if t.canon(redrive.get("deadLetterTargetArn")) != f"${{{dlq}.Arn}}":
+        t.fail(f"work queue {queue}: RedrivePolicy deadLetterTargetArn must be !GetAtt {dlq}.Arn")
+    for name, p in ((queue, qp), (dlq, dp)):
+        if p.get("SqsManagedSseEnabled") is not True and not p.get("KmsMasterKeyId"):
+            t.fail(f"queue {name}: not encrypted (SqsManagedSseEnabled or KmsMasterKeyId)")
+    if str(dp.get("MessageRetentionPeriod")) != "1209600":
+        t.fail(f"dead-letter queue {dlq}: MessageRetentionPeriod must be 1209600 (14 days)")
+
+    sqs_events = [
+        (name, ev.get("Properties") or {})
+        for name, ev in (fprops.get("Events") or {}).items()
+        if isinstance(ev, dict) and ev.get("Type") == "SQS"
+    ]
+    if len(sqs_events) != 1:
+        t.fail(f"function {function}: expected one SQS event source, found {len(sqs_events)}")
+        return
+    name, ep = sqs_events[0]
+    if t.canon(ep.get("Queue")) != f"${{{queue}.Arn}}":
+        t.fail(f"function {function}, event {name}: Queue must be !GetAtt {queue}.Arn")
+    if str(ep.get("BatchSize")) != "10":
+        t.fail(f"function {function}, event {name}: BatchSize must be 10, found {ep.get('BatchSize')}")
+    if "ReportBatchItemFailures" not in as_list(ep.get("FunctionResponseTypes")):
+        t.fail(f"function {function}, event {name}: FunctionResponseTypes must include ReportBatchItemFailures")
+
+
+def check_tables(t: Template, tables: dict[str, str | None]) -> None:
+    for suffix, logical in tables.items():
+        if not logical:
+            continue
+        keys, attrs, gsis = TABLES[suffix]
+        p = t.props(logical)
+        where = f"{suffix} table {logical}"
+        got_keys = [(k.get("AttributeName"), k.get("KeyType")) for k in as_list(p.get("KeySchema"))]
+        if got_keys != keys:
+            t.fail(f"{where}: KeySchema must be {keys}, found {got_keys}")
+        got_attrs = {a.get("AttributeName"): a.get("AttributeType") for a in as_list(p.get("AttributeDefinitions"))}
+        if got_attrs != attrs:
+            t.fail(f"{where}: AttributeDefinitions must be {attrs}, found {got_attrs}")
+        got_gsis = {}
+        for g in as_list(p.get("GlobalSecondaryIndexes")):
+            got_gsis[g.get("IndexName")] = [(k.get("AttributeName"), k.get("KeyType")) for k in as_list(g.get("KeySchema"))]
+            if (g.get("Projection") or {}).get("ProjectionType") != "ALL":
+                t.fail(f"{where}: index {g.get('IndexName')} must project ALL")
+        if got_gsis != gsis:
+            t.fail(f"{where}: GlobalSecondaryIndexes must be {gsis}, found {got_gsis}")
+        if p.get("LocalSecondaryIndexes"):
+            t.fail(f"{where}: LocalSecondaryIndexes are not expected")
+        if p.get("BillingMode") != "PAY_PER_REQUEST":
+            t.fail(f"{where}: BillingMode must be PAY_PER_REQUEST")
+        if (p.get("PointInTimeRecoverySpecification") or {}).get("PointInTimeRecoveryEnabled") is not True:
+            t.fail(f"{where}: point-in-time recovery must be on")
+
+
+def check_bucket(t: Template, bucket: str | None) -> None:
+    if not bucket:
+        return
+    r, p = t.resources[bucket], t.props(bucket)
+    block = p.get("PublicAccessBlockConfiguration") or {}
+    for key in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"):
+        if block.get(key) is not True:
+            t.fail(f"bucket {bucket}: PublicAccessBlockConfiguration.{key} must be true")
+    if r.get("DeletionPolicy") != "Retain":
+        t.fail(f"bucket {bucket}: DeletionPolicy must be Retain")
+    rules = as_list((p.get("LifecycleConfiguration") or {}).get("Rules"))
+    if not any(
+        r.get("Status") == "Enabled" and str((r.get("AbortIncompleteMultipartUpload") or {}).get("DaysAfterInitiation")) == "1"
+        for r in rules
+    ):
+        t.fail(f"bucket {bucket}: needs an enabled lifecycle rule aborting incomplete multipart uploads after 1 day")
+    sse = as_list((p.get("BucketEncryption") or {}).get("ServerSideEncryptionConfiguration"))
+    if not sse:
+        t.fail(f"bucket {bucket}: BucketEncryption is not set")
+
+
+def check_function(t: Template, function: str, fprops: dict, bucket, queue, dlq) -> None:
+    env = ((fprops.get("Environment") or {}).get("Variables")) or {}
+    expected = {
+        "TILEGATE_OBJECTS": f"s3://${{{bucket}}}/${{OutputPrefix}}" if bucket else None,
+        "TILEGATE_TABLES": "dynamodb://${TablePrefix}",
+        "TILEGATE_QUEUE_URL": f"${{{queue}}}" if queue else None,
+        "TILEGATE_DLQ_URL": f"${{{dlq}}}" if dlq else None,
+    }
+    for key, want in expected.items():
+        if want is not None and t.canon(env.get(key)) != want:
+            t.fail(f"function {function}: environment {key} must be {want}, found {show(env.get(key))}")
+    if fprops.get("Runtime") != "provided.al2023" or fprops.get("Handler") != "bootstrap":
+        t.fail(f"function {function}: Runtime provided.al2023 with Handler bootstrap expected")
+    if "ReservedConcurrentExecutions" not in fprops:
+        t.fail(f"function {function}: ReservedConcurrentExecutions is not set")
+    if fprops.get("Architectures") != ["x86_64"]:
+        t.fail(f"function {function}: Architectures must be [x86_64] (the GDAL layer's architecture)")
+    if {"Ref": "GdalLayerArn"} not in as_list(fprops.get("Layers")):
+        t.fail(f"function {function}: Layers must include !Ref GdalLayerArn (GDAL's runtime libraries)")
+    meta = t.resources[function].get("Metadata") or {}
+    binary = (meta.get("BuildProperties") or {}).get("Binary")
+    if meta.get("BuildMethod") != "rust-cargolambda" or binary != "tilegate-lambda":
+        t.fail(f"function {function}: Metadata must build the tilegate-lambda binary with rust-cargolambda")
+
+
+# --------------------------------------------------------------------------- Kubernetes
+
+KEDA_SCALEDOBJECT_SPEC = {
+    "scaleTargetRef", "pollingInterval", "cooldownPeriod", "initialCooldownPeriod", "idleReplicaCount",
+    "minReplicaCount", "maxReplicaCount", "fallback", "advanced", "triggers",
+}
+KEDA_TRIGGER_KEYS = {"type", "metadata", "name", "authenticationRef", "metricType", "useCachedMetrics"}
+KEDA_TRIGGERAUTH_SPEC = {
+    "podIdentity", "secretTargetRef", "env", "configMapTargetRef", "hashiCorpVault", "azureKeyVault",
+    "awsSecretManager", "gcpSecretManager", "boundServiceAccountToken",
+}
+AWS_SQS_METADATA = {
+    "queueURL", "queueURLFromEnv", "queueLength", "activationQueueLength", "awsRegion", "awsEndpoint",
+    "scaleOnInFlight", "scaleOnDelayed", "awsRoleArn", "identityOwner",
+}
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def check_k8s(files: dict[str, list[dict]]) -> list[str]:
+    errors: list[str] = []
+    fail = errors.append
+    objs = [(name, d) for name, docs in files.items() for d in docs if isinstance(d, dict)]
+
+    def of_kind(kind: str) -> list[tuple[str, dict]]:
+        return [(n, d) for n, d in objs if d.get("kind") == kind]
+
+    def named(kind: str, name: str, ns: str | None) -> dict | None:
+        for _, d in of_kind(kind):
+            md = d.get("metadata") or {}
+            if md.get("name") == name and md.get("namespace") == ns:
+                return d
+        return None
+
+    deployments = of_kind("Deployment")
+    if len(deployments) != 1:
+        fail(f"k8s: expected one Deployment (the worker), found {len(deployments)}")
+        return errors
+    fname, dep = deployments[0]
+    dname = (dep.get("metadata") or {}).get("name")
+    ns = (dep.get("metadata") or {}).get("namespace")
+    pod = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = pod.get("containers") or []
+    if len(containers) != 1:
+        fail(f"{fname}: expected one container, found {len(containers)}")
+        return errors
+    c = containers[0]
+    where = f"{fname}: container {c.get('name')}"
+    args = [str(a) for a in (c.get("args") or [])]
+    if not args or args[0] != "work":
+        fail(f"{where}: args must start with the `work` command, found {args}")
+
+    grace = flag_value(args, "--shutdown-grace-s")
+    tgps = pod.get("terminationGracePeriodSeconds")
+    if grace is None or not grace.isdigit():
+        fail(f"{where}: args must set --shutdown-grace-s")
+    elif not isinstance(tgps, int) or tgps < int(grace) + 5:
+        fail(
+            f"{fname}: terminationGracePeriodSeconds {tgps} must be at least --shutdown-grace-s {grace} + 5, "
+            "so the worker exits on its own before the kubelet's SIGKILL"
+        )
+
+    metrics_addr = flag_value(args, "--metrics-addr")
+    metrics_port = None
+    if metrics_addr is None or not metrics_addr.rsplit(":", 1)[-1].isdigit():
+        fail(f"{where}: args must set --metrics-addr HOST:PORT (the probes' endpoint)")
+    else:
+        metrics_port = int(metrics_addr.rsplit(":", 1)[-1])
+    ports = {p.get("name"): p.get("containerPort") for p in (c.get("ports") or [])}
+    for probe_name in ("livenessProbe", "readinessProbe"):
+        probe = c.get(probe_name)
+        http = (probe or {}).get("httpGet") or {}
+        if http.get("path") != "/healthz":
+            fail(f"{where}: {probe_name} must be httpGet /healthz, found {http or probe}")
+            continue
+        port = http.get("port")
+        port = ports.get(port) if isinstance(port, str) else port
+        if metrics_port is not None and port != metrics_port:
+            fail(f"{where}: {probe_name} port {http.get('port')} is not the --metrics-addr port {metrics_port}")
+
+    psc = pod.get("securityContext") or {}
+    csc = c.get("securityContext") or {}
+
+    def effective(key: str) -> Any:
+        return csc[key] if key in csc else psc.get(key)
+
+    if effective("runAsNonRoot") is not True:
+        fail(f"{where}: runAsNonRoot must be true")
+    uid = effective("runAsUser")
+    if not isinstance(uid, int) or uid == 0:
+        fail(f"{where}: runAsUser must be a non-zero uid, found {uid}")
+    if csc.get("readOnlyRootFilesystem") is not True:
+        fail(f"{where}: readOnlyRootFilesystem must be true")
+    if csc.get("allowPrivilegeEscalation") is not False:
+        fail(f"{where}: allowPrivilegeEscalation must be false")
+    if "ALL" not in ((csc.get("capabilities") or {}).get("drop") or []):
+        fail(f"{where}: capabilities must drop ALL")
+    if (effective("seccompProfile") or {}).get("type") != "RuntimeDefault":
+        fail(f"{where}: seccompProfile must be RuntimeDefault")
+    if pod.get("automountServiceAccountToken") is False:
+        fail(f"{fname}: automountServiceAccountToken false breaks IRSA (it needs the projected token)")
+
+    sa_name = pod.get("serviceAccountName")
+    sa = named("ServiceAccount", sa_name, ns) if sa_name else None
+    if sa is None:
+        fail(f"{fname}: serviceAccountName {sa_name!r} has no ServiceAccount in {ns}")
+    elif not ((sa.get("metadata") or {}).get("annotations") or {}).get("eks.amazonaws.com/role-arn"):
+        fail(f"ServiceAccount {sa_name}: eks.amazonaws.com/role-arn annotation (IRSA) is missing")
+
+    config: dict = {}
+    for src in c.get("envFrom") or []:
+        ref = (src.get("configMapRef") or {}).get("name")
+        if ref:
+            cm = named("ConfigMap", ref, ns)
+            if cm is None:
+                fail(f"{where}: envFrom ConfigMap {ref!r} is not defined in {ns}")
+            else:
+                config.update(cm.get("data") or {})
+    for key in ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION"):
+        if key not in config:
+            fail(f"{where}: {key} is not set by its ConfigMap")
+
+    # -- KEDA: structural check (kubernetes-validate has no schema for these CRDs)
+    sos = of_kind("ScaledObject")
+    if len(sos) != 1:
+        fail(f"k8s: expected one KEDA ScaledObject, found {len(sos)}")
+        return errors
+    sname, so = sos[0]
+    where = f"{sname}: ScaledObject {(so.get('metadata') or {}).get('name')}"
+    if so.get("apiVersion") != "keda.sh/v1alpha1":
+        fail(f"{where}: apiVersion must be keda.sh/v1alpha1")
+    if (so.get("metadata") or {}).get("namespace") != ns:
+        fail(f"{where}: must be in the Deployment's namespace {ns}")
+    spec = so.get("spec") or {}
+    for key in sorted(set(spec) - KEDA_SCALEDOBJECT_SPEC):
+        fail(f"{where}: unknown key spec.{key}")
+    target = spec.get("scaleTargetRef") or {}
+    if target.get("name") != dname or target.get("kind", "Deployment") != "Deployment":
+        fail(f"{where}: scaleTargetRef must name the Deployment {dname}, found {target}")
+    lo, hi = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+    if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi and hi >= 1):
+        fail(f"{where}: need 0 <= minReplicaCount <= maxReplicaCount, found {lo}, {hi}")
+    triggers = spec.get("triggers") or []
+    sqs = [tr for tr in triggers if isinstance(tr, dict) and tr.get("type") == "aws-sqs-queue"]
+    if len(sqs) != 1:
+        fail(f"{where}: expected one aws-sqs-queue trigger, found {len(sqs)}")
+        return errors
+    tr = sqs[0]
+    for key in sorted(set(tr) - KEDA_TRIGGER_KEYS):
+        fail(f"{where}: unknown trigger key {key}")
+    md = tr.get("metadata") or {}
+    for key, value in md.items():
+        if key not in AWS_SQS_METADATA:
+            fail(f"{where}: unknown aws-sqs-queue metadata {key}")
+        if not isinstance(value, str):
+            fail(f"{where}: trigger metadata {key} must be a string (KEDA's schema is map of string), found {value!r}")
+    url = md.get("queueURL", "")
+    if not url:
+        fail(f"{where}: trigger metadata queueURL is required")
+    if not str(md.get("queueLength", "")).isdigit() or int(md.get("queueLength", "0")) < 1:
+        fail(f"{where}: trigger metadata queueLength must be a positive integer string")
+    if not md.get("awsRegion"):
+        fail(f"{where}: trigger metadata awsRegion is required")
+    queue = str(config.get("TILEGATE_QUEUE", ""))
+    if url and queue.startswith("sqs://") and url.rstrip("/").rsplit("/", 1)[-1] != queue[len("sqs://"):]:
+        fail(f"{where}: queueURL {url} is not the worker's queue {queue}")
+    m = re.match(r"https://sqs\.([a-z0-9-]+)\.amazonaws\.com/", str(url))
+    if m and md.get("awsRegion") and m.group(1) != md.get("awsRegion"):
+        fail(f"{where}: queueURL region {m.group(1)} differs from awsRegion {md.get('awsRegion')}")
+    if config.get("AWS_REGION") and md.get("awsRegion") and config["AWS_REGION"] != md["awsRegion"]:
+        fail(f"{where}: awsRegion {md['awsRegion']} differs from the worker's AWS_REGION {config['AWS_REGION']}")
+    auth = (tr.get("authenticationRef") or {}).get("name")
+    ta = named("TriggerAuthentication", auth, ns) if auth else None
+    if ta is None:
+        fail(f"{where}: authenticationRef {auth!r} has no TriggerAuthentication in {ns}")
+    else:
+        if ta.get("apiVersion") != "keda.sh/v1alpha1":
+            fail(f"TriggerAuthentication {auth}: apiVersion must be keda.sh/v1alpha1")
+        tspec = ta.get("spec") or {}
+        for key in sorted(set(tspec) - KEDA_TRIGGERAUTH_SPEC):
+            fail(f"TriggerAuthentication {auth}: unknown key spec.{key}")
+        if (tspec.get("podIdentity") or {}).get("provider") != "aws":
+            fail(f"TriggerAuthentication {auth}: podIdentity.provider must be aws (IRSA)")
+    return errors
+
+
+# --------------------------------------------------------------------------- self-test
+
+
+def pointer_parts(path: str) -> list[str]:
+    if not path.startswith("/"):
+        raise ValueError(f"patch path {path!r} must start with /")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def apply_patch(doc: Any, ops: list[dict]) -> None:
+    """A small JSON Patch (add, replace, remove) over the loaded document."""
+    for op in ops:
+        parts = pointer_parts(op["path"])
+        parent = doc
+        for p in parts[:-1]:
+            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
+        last = parts[-1]
+        kind = op["op"]
+        if isinstance(parent, list):
+            if kind == "add":
+                if last == "-":
+                    parent.append(op["value"])
+                else:
+                    parent.insert(int(last), op["value"])
+            elif kind == "replace":
+                parent[int(last)] = op["value"]
+            elif kind == "remove":
+                del parent[int(last)]
+            else:
+                raise ValueError(f"unknown patch op {kind!r}")
+        else:
+            if kind in ("replace", "remove") and last not in parent:
+                raise KeyError(f"patch path {op['path']} does not exist")
+            if kind in ("add", "replace"):
+                parent[last] = op["value"]
+            elif kind == "remove":
+                del parent[last]
+            else:
+                raise ValueError(f"unknown patch op {kind!r}")
+
+
+def run_checks(template: dict, k8s: dict[str, list[dict]]) -> list[str]:
+    return check_template(template) + check_k8s(k8s)
+
+
+def self_test(template: dict, k8s: dict[str, list[dict]]) -> int:
+    passed = failed = 0
+    base = run_checks(template, k8s)
+    if base:
+        print("self-test: the real files must pass first:")
+        for e in base:
+            print(f"  FAIL: {e}")
+        return 1
+    fixtures = sorted(TESTS_DIR.glob("*.yaml"))
+    if not fixtures:
+        print(f"self-test: no fixtures in {TESTS_DIR}")
+        return 1
+    for path in fixtures:
+        with path.open(encoding="utf-8") as f:
+            fx = yaml.load(f, Loader=CfnLoader)  # noqa: S506 - a SafeLoader subclass
+        tpl, kube = copy.deepcopy(template), copy.deepcopy(k8s)
+        target = fx["file"]
+        try:
+            if target == "aws/template.yaml":
+                apply_patch(tpl, fx["patch"])
+            elif target.startswith("k8s/") and target[4:] in kube:
+                apply_patch(kube[target[4:]][fx.get("doc", 0)], fx["patch"])
+            else:
+                raise KeyError(f"unknown file {target}")
+        except (KeyError, IndexError, ValueError, TypeError) as e:
+            print(f"  FAIL {path.name}: the patch no longer applies to {target} ({e}); update the fixture")
+            failed += 1
+            continue
+        errors = run_checks(tpl, kube)
+        hits = [e for e in errors if fx["expect"] in e]
+        if hits:
+            print(f"  ok   {path.name}: {hits[0]}")
+            passed += 1
+        else:
+            print(f"  FAIL {path.name}: expected a failure containing {fx['expect']!r}, got {errors or 'none'}")
+            failed += 1
+    print(f"self-test: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--template", type=pathlib.Path, default=TEMPLATE)
+    ap.add_argument("--k8s", type=pathlib.Path, default=K8S_DIR)
+    ap.add_argument("--self-test", action="store_true", help="also prove that every fixture in tests/ fails")
+    args = ap.parse_args()
+
+    template = load_template(args.template)
+    k8s = load_k8s(args.k8s)
+    if args.self_test:
+        return self_test(template, k8s)
+    errors = run_checks(template, k8s)
+    for e in errors:
+        print(f"FAIL: {e}")
+    if errors:
+        print(f"check: {len(errors)} problem(s)")
+        return 1
+    print(f"check: ok ({args.template.name} and {len(k8s)} Kubernetes manifests)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
