@@ -219,3 +219,257 @@ pub fn work_until_fault(data: &Path, point: &str, skip: u32) -> Output {
         &[("TILEGATE_FAULT", point), ("TILEGATE_FAULT_SKIP", &skip)],
     )
 }
+
+/// The scene's full-resolution pixels, geotransform, CRS and nodata equal the source's, it is a
+/// valid COG, and GDAL reports `LAYOUT=COG`.
+pub fn assert_scene_matches_source(scene: &Path, source: &Path) {
+    use gdal::Metadata as _;
+    validate_cog(scene).unwrap();
+    let got = tilegate_cog::read_raster(scene.to_str().unwrap(), None, None).unwrap();
+    let want = tilegate_cog::read_raster(source.to_str().unwrap(), None, None).unwrap();
+    assert_eq!(
+        (got.width, got.height, got.bands),
+        (want.width, want.height, want.bands)
+    );
+    assert_eq!(got.dtype, want.dtype);
+    assert_eq!(got.geotransform, want.geotransform);
+    assert_eq!(got.crs_wkt, want.crs_wkt);
+    assert_eq!(got.nodata, want.nodata);
+    assert!(
+        got.bytes == want.bytes,
+        "scene pixels differ from the source"
+    );
+    let ds = gdal::Dataset::open(scene).unwrap();
+    assert_eq!(
+        ds.metadata_item("LAYOUT", "IMAGE_STRUCTURE").as_deref(),
+        Some("COG"),
+        "GDAL does not report LAYOUT=COG"
+    );
+}
+
+/// S3, DynamoDB and SQS names unique to one test, on the emulator the README's test command
+/// starts (S3 and DynamoDB single-threaded for atomic preconditions, SQS threaded).
+#[derive(Debug, Clone)]
+pub struct Aws {
+    pub objects: String,
+    pub tables: String,
+    pub queue: String,
+}
+
+impl Aws {
+    /// Names for `test`, or `None` (with a printed reason) without an emulator outside CI. In
+    /// CI a missing emulator fails the test instead.
+    pub fn for_test(test: &str) -> Option<Self> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{test}: no AWS emulator in CI: run through .ci/test, which starts it"
+            );
+            println!(
+                "SKIPPED {test}: no AWS emulator (run eval \"$(bash .ci/aws-emulator start)\")"
+            );
+            return None;
+        }
+        static N: AtomicU64 = AtomicU64::new(0);
+        let id = format!(
+            "tg{}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst),
+            tilegate_core::now_millis() % 100_000
+        );
+        Some(Self {
+            objects: format!("s3://{id}/out"),
+            tables: format!("dynamodb://{id}"),
+            queue: format!("sqs://{id}"),
+        })
+    }
+
+    /// The backend flags of every command.
+    pub fn args<'a>(&'a self, data: &'a Path) -> Vec<&'a str> {
+        vec![
+            "--data",
+            data.to_str().unwrap(),
+            "--objects",
+            &self.objects,
+            "--tables",
+            &self.tables,
+            "--queue",
+            &self.queue,
+        ]
+    }
+
+    pub fn run(&self, data: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(tilegate_bin());
+        cmd.args(self.args(data)).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run tilegate")
+    }
+
+    pub fn json(&self, data: &Path, args: &[&str]) -> Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let out = self.run(data, &a, &[]);
+        assert!(
+            out.status.success(),
+            "tilegate {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json output")
+    }
+
+    /// Every tile object: key → (ETag, LastModified).
+    pub fn tiles(
+        &self,
+        job: &str,
+    ) -> BTreeMap<String, (tilegate_core::ETag, std::time::SystemTime)> {
+        use tilegate_core::object::ObjectStore;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = rt
+            .block_on(tilegate_aws::S3Store::connect(&self.objects))
+            .unwrap();
+        let list = rt
+            .block_on(store.list(&format!("tilegate/tiles/{job}/")))
+            .unwrap();
+        list.into_iter()
+            .map(|m| (m.key, (m.e_tag, m.last_modified)))
+            .collect()
+    }
+}
+
+/// Where a pipeline test runs the `tilegate` binary: the embedded backend of a data
+/// directory, or AWS on the emulator.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Embedded,
+    Aws(Aws),
+}
+
+impl Target {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Embedded => "embedded",
+            Self::Aws(_) => "aws",
+        }
+    }
+
+    /// `tilegate` with the data directory and backend flags set.
+    pub fn command(&self, data: &Path) -> Command {
+        let mut cmd = Command::new(tilegate_bin());
+        match self {
+            Self::Embedded => {
+                cmd.arg("--data").arg(data);
+            }
+            Self::Aws(aws) => {
+                cmd.args(aws.args(data));
+            }
+        }
+        cmd
+    }
+
+    /// Run with `--json`, require success, parse stdout.
+    pub fn json(&self, data: &Path, args: &[&str]) -> Value {
+        let out = self
+            .command(data)
+            .arg("--json")
+            .args(args)
+            .output()
+            .expect("run tilegate");
+        assert!(
+            out.status.success(),
+            "tilegate {args:?} failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "tilegate {args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// The same stores the binary works on, opened in the test process.
+    pub async fn backends(&self, data: &Path) -> tilegate_core::Backends {
+        match self {
+            Self::Embedded => tilegate_embedded::open_data_dir(data, 3).expect("open data dir"),
+            Self::Aws(aws) => {
+                tilegate_aws::AwsBackends::connect(&aws.objects, &aws.tables, &aws.queue, 3)
+                    .await
+                    .expect("connect to the emulator")
+            }
+        }
+    }
+}
+
+/// Every object file under `root` (the embedded store's directory, its internal `.tilegate`
+/// state excluded): path → (mtime ns, inode, content hash).
+pub fn snapshot_tree(root: &Path) -> BTreeMap<PathBuf, (i64, u64, String)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                if p.file_name().is_some_and(|n| n != ".tilegate") {
+                    stack.push(p);
+                }
+            } else {
+                let hash = blake3_hex(&std::fs::read(&p).unwrap());
+                out.insert(
+                    p,
+                    (m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ino(), hash),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// A self-checking payload for crash tests: a header naming the key, the version, the body's
+/// length and its hash, then ~2 MiB of body, so that any prefix of it is detectably partial.
+pub fn crash_payload(key: &str, version: u64) -> Vec<u8> {
+    let mut body = Vec::with_capacity(2 << 20);
+    let mut x = blake3::Hasher::new();
+    x.update(key.as_bytes());
+    x.update(&version.to_le_bytes());
+    x.finalize_xof().fill({
+        body.resize((2 << 20) + (version as usize % 4096), 0);
+        &mut body
+    });
+    let header = format!(
+        "tilegate-crash-test {key} {version} {} {}\n",
+        body.len(),
+        blake3_hex(&body)
+    );
+    let mut out = header.into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Check a [`crash_payload`]: its key and version if whole, else what is wrong.
+pub fn check_crash_payload(bytes: &[u8]) -> Result<(String, u64), String> {
+    let nl = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or_else(|| format!("no header in {} bytes", bytes.len()))?;
+    let header = std::str::from_utf8(&bytes[..nl]).map_err(|e| e.to_string())?;
+    let f: Vec<&str> = header.split(' ').collect();
+    let [tag, key, version, len, hash] = f[..] else {
+        return Err(format!("bad header {header:?}"));
+    };
+    let body = &bytes[nl + 1..];
+    if tag != "tilegate-crash-test" || len.parse::<usize>() != Ok(body.len()) {
+        return Err(format!("{header:?}: body is {} bytes", body.len()));
+    }
+    if blake3_hex(body) != hash {
+        return Err(format!("{header:?}: body hash differs"));
+    }
+    Ok((key.to_owned(), version.parse().map_err(|_| "bad version")?))
+}

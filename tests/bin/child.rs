@@ -10,6 +10,9 @@
 //! - `claim-race <tables-url> <resource> <owner> <barrier>` → `acquired <token>` |
 //!   `existing <holder>`
 //! - `queue-drain <tables-url> <queue> <barrier>` → one message ID per line, then `drained <n>`
+//! - `put-loop <objects-url> <prefix> <barrier>` → never returns: Creates `<prefix>/obj-<i>`
+//!   for i = 0, 1, … and replaces `<prefix>/shared` by compare-and-swap after each, every
+//!   payload self-checking ([`tilegate_tests::crash_payload`]); the test kills it mid-write.
 //!
 //! URLs: `file://<dir>` (local object store), `sqlite://<file>` (tables and queues).
 
@@ -18,7 +21,7 @@ use std::error::Error;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tilegate_core::object::{ObjectStoreExt as _, PutOutcome, UpdateVersion};
+use tilegate_core::object::{ObjectStore as _, ObjectStoreExt as _, PutOutcome, UpdateVersion};
 use tilegate_core::queue::{ReceiveOptions, WorkQueue as _};
 use tilegate_core::table::{AcquireOutcome, ClaimTable as _};
 use tilegate_embedded::{LocalObjectStore, SqliteBackend};
@@ -128,6 +131,22 @@ async fn run(args: &[String]) -> Res<()> {
                 }
             }
             println!("drained {n}");
+        }
+        "put-loop" => {
+            let s = objects(arg(1)?)?;
+            let prefix = arg(2)?;
+            ready_then_wait(&barrier)?;
+            let shared = format!("{prefix}/shared");
+            for i in 0u64.. {
+                let key = format!("{prefix}/obj-{i}");
+                s.put_create(&key, Bytes::from(tilegate_tests::crash_payload(&key, i)))
+                    .await?;
+                let next = Bytes::from(tilegate_tests::crash_payload(&shared, i));
+                match s.head(&shared).await? {
+                    None => s.put_create(&shared, next).await?,
+                    Some(m) => s.put_update(&shared, next, UpdateVersion::from(&m)).await?,
+                };
+            }
         }
         other => return Err(format!("unknown command `{other}`").into()),
     }

@@ -5,99 +5,17 @@
 //! S3 and DynamoDB are served by a single-threaded moto (its threaded server is not atomic under
 //! concurrent conditional writes), SQS by a threaded one (long polls would block the other).
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use tilegate_core::JobId;
 use tilegate_core::object::ObjectStore;
 use tilegate_core::table::ManifestTable;
-use tilegate_core::{ETag, JobId};
-use tilegate_tests::{sample, tempdir, tg, tilegate_bin};
-
-/// Unique AWS resource names for one test, or `None` (with a printed reason) without an
-/// emulator outside CI. In CI a missing emulator fails the test.
-struct Aws {
-    objects: String,
-    tables: String,
-    queue: String,
-}
-
-fn aws(test: &str) -> Option<Aws> {
-    if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test}: no AWS emulator in CI: run through .ci/test, which starts it"
-        );
-        println!("SKIPPED {test}: no AWS emulator (run eval \"$(bash .ci/aws-emulator start)\")");
-        return None;
-    }
-    static N: AtomicU64 = AtomicU64::new(0);
-    let id = format!(
-        "tg{}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst),
-        tilegate_core::now_millis() % 100_000
-    );
-    Some(Aws {
-        objects: format!("s3://{id}/out"),
-        tables: format!("dynamodb://{id}"),
-        queue: format!("sqs://{id}"),
-    })
-}
-
-impl Aws {
-    fn args<'a>(&'a self, data: &'a Path) -> Vec<&'a str> {
-        vec![
-            "--data",
-            data.to_str().unwrap(),
-            "--objects",
-            &self.objects,
-            "--tables",
-            &self.tables,
-            "--queue",
-            &self.queue,
-        ]
-    }
-
-    fn run(&self, data: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-        let mut cmd = Command::new(tilegate_bin());
-        cmd.args(self.args(data)).args(args);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd.output().expect("run tilegate")
-    }
-
-    fn json(&self, data: &Path, args: &[&str]) -> serde_json::Value {
-        let mut a = vec!["--json"];
-        a.extend_from_slice(args);
-        let out = self.run(data, &a, &[]);
-        assert!(
-            out.status.success(),
-            "tilegate {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("json output")
-    }
-
-    /// Every tile object: key → (ETag, LastModified).
-    fn tiles(&self, job: &str) -> BTreeMap<String, (ETag, std::time::SystemTime)> {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let store = rt
-            .block_on(tilegate_aws::S3Store::connect(&self.objects))
-            .unwrap();
-        let list = rt
-            .block_on(store.list(&format!("tilegate/tiles/{job}/")))
-            .unwrap();
-        list.into_iter()
-            .map(|m| (m.key, (m.e_tag, m.last_modified)))
-            .collect()
-    }
-}
+use tilegate_tests::{Aws, sample, tempdir, tg, tilegate_bin};
 
 #[test]
 fn heavy_aws_duplicates_across_four_processes_write_each_tile_once() {
-    let Some(aws) = aws("heavy_aws_duplicates_across_four_processes_write_each_tile_once") else {
+    let Some(aws) =
+        Aws::for_test("heavy_aws_duplicates_across_four_processes_write_each_tile_once")
+    else {
         return;
     };
     let tmp = tempdir();
@@ -183,7 +101,7 @@ fn heavy_aws_duplicates_across_four_processes_write_each_tile_once() {
 #[test]
 fn aws_message_received_three_times_is_dead_lettered_and_redrive_completes_it() {
     let Some(aws) =
-        aws("aws_message_received_three_times_is_dead_lettered_and_redrive_completes_it")
+        Aws::for_test("aws_message_received_three_times_is_dead_lettered_and_redrive_completes_it")
     else {
         return;
     };
@@ -230,7 +148,7 @@ fn aws_message_received_three_times_is_dead_lettered_and_redrive_completes_it() 
 /// and a rerun writes nothing.
 #[test]
 fn aws_run_of_an_s3_source_matches_the_embedded_run() {
-    let Some(aws) = aws("aws_run_of_an_s3_source_matches_the_embedded_run") else {
+    let Some(aws) = Aws::for_test("aws_run_of_an_s3_source_matches_the_embedded_run") else {
         return;
     };
     let tmp = tempdir();
@@ -305,7 +223,7 @@ fn aws_run_of_an_s3_source_matches_the_embedded_run() {
 /// others upload nothing, and no incomplete upload is left behind.
 #[test]
 fn aws_eight_racing_assemblers_upload_the_scene_once() {
-    let Some(aws) = aws("aws_eight_racing_assemblers_upload_the_scene_once") else {
+    let Some(aws) = Aws::for_test("aws_eight_racing_assemblers_upload_the_scene_once") else {
         return;
     };
     let tmp = tempdir();

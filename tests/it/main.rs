@@ -2,7 +2,11 @@
 
 mod assemble;
 mod aws_pipeline;
+mod bad_input;
+mod chaos;
 mod cog;
 mod conformance;
+mod crash;
+mod fuzz_inputs;
 mod pipeline;
 mod scene;

@@ -268,3 +268,118 @@ fn bad_input_is_dead_lettered_with_a_named_reason_and_overwrites_nothing() {
     let status = tg_json(data, &["status", &job]);
     assert_eq!(status["counters"]["source_changed_total"], 4);
 }
+
+/// `GET path` on the worker's endpoint: (status code, body), or `None` while it is not up.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    Some((status, text.split_once("\r\n\r\n")?.1.to_owned()))
+}
+
+/// A worker pool told to stop (SIGTERM) mid-job with no grace left hands every in-flight
+/// message straight back to the queue — nothing waits out its 120 s visibility — and a second
+/// pool finishes the job with every tile written once. Its `/metrics` endpoint serves the
+/// counters in Prometheus text while it runs, and `/healthz` answers 200.
+#[test]
+fn sigterm_mid_job_releases_in_flight_windows_and_a_second_pool_finishes() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 4096, 11);
+    let p = tg_json(data, &["plan", scene.to_str().unwrap()]);
+    assert_eq!(p["windows"], 64);
+    let job = p["job_id"].as_str().unwrap().to_owned();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(tilegate_bin())
+        .arg("--data")
+        .arg(data)
+        .args([
+            "--json",
+            "work",
+            "--threads",
+            "1",
+            "--concurrency",
+            "4",
+            "--visibility",
+            "120",
+        ])
+        .args([
+            "--shutdown-grace-s",
+            "0",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let db = SqliteBackend::open(data.join("tilegate.db")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let id = JobId::parse(&job).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while rt.block_on(db.count_entries(&id)).unwrap() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pool made no progress"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(http_get(port, "/healthz"), Some((200, "ok\n".to_owned())));
+    let (status, metrics) = http_get(port, "/metrics").expect("scrape /metrics");
+    assert_eq!(status, 200);
+    for name in tilegate_core::metrics::ALL {
+        assert!(
+            metrics.contains(&format!("# TYPE {name} counter")),
+            "{name}:\n{metrics}"
+        );
+    }
+    let written: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tiles_written_total "))
+        .expect("tiles_written_total sample")
+        .parse()
+        .unwrap();
+    assert!(written >= 1, "{metrics}");
+    assert_eq!(http_get(port, "/nope").map(|r| r.0), Some(404));
+
+    // SIGTERM while windows are in flight.
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["released"].as_u64().unwrap() >= 1,
+        "nothing was in flight: {report}"
+    );
+    let rows = rt.block_on(db.count_entries(&id)).unwrap();
+    assert!(rows < 64, "the job finished before SIGTERM: {report}");
+    let depth = rt.block_on(db.queue("work", 3).depth()).unwrap();
+    assert_eq!(depth.in_flight, 0, "a message was left in flight: {report}");
+    assert_eq!(depth.visible, 64 - rows, "a window was lost: {report}");
+
+    // A second pool finishes the job at once (no message waits out its visibility).
+    let w = tg_json(data, &["work", "--until-empty"]);
+    assert_eq!(w["dead_lettered"], 0);
+    let status = tg_json(data, &["status", &job]);
+    assert_eq!(status["manifest_rows"], 64);
+    assert_eq!(status["queue"]["dead"], 0);
+    // Every tile in place once; a window abandoned after its Create landed is absorbed by the
+    // second pool as already present (and its count died with the abandoned handler).
+    assert!(status["counters"]["tiles_written_total"].as_u64().unwrap() <= 64);
+    let tiles: Vec<PathBuf> = snapshot(&tiles_dir(data, &job)).into_keys().collect();
+    assert_eq!(tiles.len(), 64);
+    validate_cogs(&tiles).unwrap();
+}

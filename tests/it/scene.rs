@@ -2,7 +2,6 @@
 //! racing assemblers upload once, a lapsed lease is taken over, a short manifest is refused,
 //! and `repair` never clobbers a newer tile.
 
-use gdal::Metadata as _;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -10,7 +9,9 @@ use std::time::{Duration, Instant};
 use tilegate_core::object::{ObjectStoreExt, PutOptions};
 use tilegate_core::table::TileOrigin;
 use tilegate_core::{JobId, Window, now_millis};
-use tilegate_tests::{sample, tempdir, tg, tg_json, tilegate_bin, validate_cog, work_until_fault};
+use tilegate_tests::{
+    assert_scene_matches_source, sample, tempdir, tg, tg_json, tilegate_bin, work_until_fault,
+};
 use tilegate_worker::repair::{self, RepairOutcome};
 
 fn scene_path(data: &Path, job: &str) -> std::path::PathBuf {
@@ -26,31 +27,6 @@ fn sample_with(data: &Path, path: &Path, args: &[&str]) {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The scene's full-resolution pixels, geotransform, CRS and nodata equal the source's.
-fn assert_scene_matches_source(scene: &Path, source: &Path) {
-    validate_cog(scene).unwrap();
-    let got = tilegate_cog::read_raster(scene.to_str().unwrap(), None, None).unwrap();
-    let want = tilegate_cog::read_raster(source.to_str().unwrap(), None, None).unwrap();
-    assert_eq!(
-        (got.width, got.height, got.bands),
-        (want.width, want.height, want.bands)
-    );
-    assert_eq!(got.dtype, want.dtype);
-    assert_eq!(got.geotransform, want.geotransform);
-    assert_eq!(got.crs_wkt, want.crs_wkt);
-    assert_eq!(got.nodata, want.nodata);
-    assert!(
-        got.bytes == want.bytes,
-        "scene pixels differ from the source"
-    );
-    let ds = gdal::Dataset::open(scene).unwrap();
-    assert_eq!(
-        ds.metadata_item("LAYOUT", "IMAGE_STRUCTURE").as_deref(),
-        Some("COG"),
-        "GDAL does not report LAYOUT=COG"
     );
 }
 

@@ -236,7 +236,8 @@ pub async fn assemble(
     keep_alive.stop();
     if let Err(e) = &result {
         // Let another assembler try at once rather than after the lease lapses.
-        tracing::warn!(job_id = %job.job_id, error = %e, "assembly failed; releasing the claim");
+        // The caller reports the error itself; this only records the release.
+        tracing::info!(job_id = %job.job_id, error = %e, "assembly failed; releasing the claim");
         let _ = gate.release(&lease).await;
     }
     result.map(|()| report)

@@ -157,6 +157,11 @@ pub struct PoolArgs {
     /// Encode even when the tile already exists (the Create still refuses the copy).
     #[arg(long)]
     pub no_skip_existing: bool,
+    /// On Ctrl-C or SIGTERM: stop receiving, give in-flight windows this many seconds to
+    /// finish, then hand the rest back to the queue at once and exit. Keep it below the
+    /// orchestrator's own limit (Kubernetes: terminationGracePeriodSeconds).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub shutdown_grace_s: u64,
 }
 
 #[derive(Debug, Args)]
@@ -166,6 +171,10 @@ pub struct WorkArgs {
     /// Exit once nothing is visible or in flight in the queue.
     #[arg(long)]
     pub until_empty: bool,
+    /// Serve `GET /healthz` and `GET /metrics` (Prometheus text: the counters of every window
+    /// this process handled) on this address, e.g. 0.0.0.0:9464.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ use crate::args::{
     WorkArgs,
 };
 use crate::backends::{self, Selection};
+use crate::errors::refused;
 use crate::output::{self, Out};
 use anyhow::{Context, bail};
 use serde_json::json;
@@ -78,18 +79,29 @@ fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Prefix)> {
             red: a.red,
             nir: a.nir,
         },
-        other => bail!("unknown recipe `{other}`: expected `copy` or `ndvi`"),
+        other => {
+            return Err(refused(
+                "bad-recipe",
+                format!("unknown recipe `{other}`: expected `copy` or `ndvi`"),
+            ));
+        }
     };
-    let compression = Compression::parse(&a.compress).with_context(|| {
-        format!(
-            "unknown compression `{}`: expected deflate, zstd or lzw",
-            a.compress
+    let compression = Compression::parse(&a.compress).ok_or_else(|| {
+        refused(
+            "bad-recipe",
+            format!(
+                "unknown compression `{}`: expected deflate, zstd or lzw",
+                a.compress
+            ),
         )
     })?;
     if a.window == 0 || !a.window.is_multiple_of(16) {
-        bail!("window size {} is not a positive multiple of 16", a.window);
+        return Err(refused(
+            "bad-window",
+            format!("window size {} is not a positive multiple of 16", a.window),
+        ));
     }
-    let prefix = Prefix::parse(&a.prefix).context("invalid --prefix")?;
+    let prefix = Prefix::parse(a.prefix.trim_matches('/')).context("invalid --prefix")?;
     Ok((
         Recipe {
             operation,
@@ -111,6 +123,7 @@ fn worker_config(p: &PoolArgs, stop: StopWhen) -> WorkerConfig {
     }
     cfg.visibility = Duration::from_secs(p.visibility.max(1));
     cfg.skip_existing = !p.no_skip_existing;
+    cfg.shutdown_grace = Duration::from_secs(p.shutdown_grace_s);
     cfg.stop = stop;
     cfg
 }
@@ -222,8 +235,16 @@ async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> 
     };
     let counters = Arc::new(Counters::new());
     let worker = Worker::new(b.clone(), worker_config(&a.pool, stop), counters.clone());
+    let stop = stop_on_signals();
+    if let Some(addr) = a.metrics_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listen on --metrics-addr {addr}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "serving /healthz and /metrics");
+        tokio::spawn(crate::http::serve(listener, counters.clone(), stop.clone()));
+    }
     let started = Instant::now();
-    let report = worker.run(stop_on_signals()).await.context("work")?;
+    let report = worker.run(stop).await.context("work")?;
     let doc = json!({
         "handled": report.handled,
         "written": report.written,
@@ -231,6 +252,7 @@ async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> 
         "skipped": report.skipped,
         "dead_lettered": report.dead_lettered,
         "retried": report.retried,
+        "released": report.released,
         "counters": counters.snapshot(),
         "elapsed_s": started.elapsed().as_secs_f64(),
     });
@@ -499,7 +521,12 @@ fn assemble_options(f: &AssembleFlags) -> anyhow::Result<tilegate_assembler::Ass
     o.resampling = match f.resampling.as_str() {
         "average" => tilegate_cogwrite::Resampling::Average,
         "nearest" => tilegate_cogwrite::Resampling::Nearest,
-        other => bail!("unknown resampling `{other}`: expected average or nearest"),
+        other => {
+            return Err(refused(
+                "bad-option",
+                format!("unknown resampling `{other}`: expected average or nearest"),
+            ));
+        }
     };
     o.pause_renewals_after_parts = f.test_pause_renewals_after_parts;
     o.part_delay = Duration::from_millis(f.test_part_delay_ms);

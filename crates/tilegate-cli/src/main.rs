@@ -3,6 +3,8 @@
 mod args;
 mod backends;
 mod commands;
+mod errors;
+mod http;
 mod output;
 
 use clap::Parser;
@@ -10,6 +12,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
+    let json = cli.global.json;
     init_tracing(cli.global.verbose);
     // GDAL reads s3:// sources through /vsis3/ with the same endpoint and credentials as the
     // AWS SDK (AWS_ENDPOINT_URL, AWS_REGION, ...).
@@ -26,7 +29,16 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tilegate: error: {e:#}");
+            // One line, led by the reason code scripts can match on.
+            let reason = errors::reason_of(&e);
+            let message = format!("{e:#}").replace(['\n', '\r'], " ");
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"error": {"reason": reason, "message": message}})
+                );
+            }
+            eprintln!("tilegate: error[{reason}]: {message}");
             ExitCode::from(1)
         }
     }
@@ -43,6 +55,8 @@ fn init_tracing(verbose: u8) {
         EnvFilter::try_from_env("TILEGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colours only on a terminal: logs redirected to a file stay greppable.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();

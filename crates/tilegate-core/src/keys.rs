@@ -76,8 +76,12 @@ impl Prefix {
     /// The default output prefix.
     pub const DEFAULT: &'static str = "tilegate";
 
+    /// Parse a canonical prefix: segments joined by single `/`, none leading or trailing. A
+    /// leading `/` (an absolute path), a trailing one or `//` is refused, not normalised:
+    /// stored prefixes are written by tilegate in canonical form, so anything else was made
+    /// elsewhere. (The command line trims a user's `--prefix tiles/` before parsing.)
     pub fn parse(s: &str) -> Result<Self, KeyError> {
-        let trimmed = s.trim_matches('/');
+        let trimmed = s;
         let segs: Vec<&str> = trimmed.split('/').collect();
         if segs.len() > MAX_PREFIX_SEGMENTS {
             return Err(KeyError {

@@ -6,6 +6,7 @@
 pub mod backends;
 pub mod error;
 pub mod etag;
+pub mod fuzz;
 pub mod grid;
 pub mod id;
 pub mod keys;

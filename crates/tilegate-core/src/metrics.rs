@@ -86,3 +86,167 @@ impl Counters {
         m
     }
 }
+
+/// What each counter counts, for exporters' help text.
+pub fn help(name: &str) -> &'static str {
+    match name {
+        TILES_WRITTEN => "Tiles this process's Create wrote.",
+        PRECONDITION_FAILED => {
+            "Creates the store refused because the object was already there (a duplicate reached \
+             the end state first). Flat at zero for long means the exactly-once gate is untested."
+        }
+        DUPLICATE_ENCODES_SKIPPED => "Windows whose tile already existed, so encoding was skipped.",
+        MANIFEST_ROWS_WRITTEN => "Manifest rows this process created.",
+        CLAIMS_WON => "Claim-gate leases won.",
+        CLAIMS_LOST => "Claim-gate leases found held by another owner or already done.",
+        MULTIPART_BYTES_UPLOADED => "Bytes sent in multipart upload parts.",
+        DEAD_LETTERED => "Messages moved to the dead-letter queue, by reason.",
+        SOURCE_CHANGED => "Window reads refused because the source no longer matched its plan.",
+        _ => "A tilegate counter.",
+    }
+}
+
+/// Split `dead_lettered_total{reason="x"}` into its reason.
+fn reason_of(series: &str) -> Option<&str> {
+    series
+        .strip_prefix(DEAD_LETTERED)?
+        .strip_prefix("{reason=\"")?
+        .strip_suffix("\"}")
+}
+
+/// A snapshot in the Prometheus text exposition format (version 0.0.4): every counter with
+/// its HELP and TYPE lines; dead letters as one series per reason (`reason` label) and no
+/// unlabelled total, so that summing the family never counts twice.
+pub fn prometheus_text(snapshot: &BTreeMap<String, u64>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for name in ALL {
+        let _ = writeln!(out, "# HELP {name} {}", help(name));
+        let _ = writeln!(out, "# TYPE {name} counter");
+        if name == DEAD_LETTERED {
+            for (series, v) in snapshot {
+                if let Some(reason) = reason_of(series) {
+                    let reason = reason.replace('\\', "\\\\").replace('"', "\\\"");
+                    let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {v}");
+                }
+            }
+        } else {
+            let _ = writeln!(out, "{name} {}", snapshot.get(name).copied().unwrap_or(0));
+        }
+    }
+    out
+}
+
+/// Counter increments as CloudWatch Embedded Metric Format documents, one JSON line each: one
+/// with every counter (dimension `function`), and one per dead-letter reason (dimensions
+/// `function`, `reason`). Counters that did not move are sent as zeros, so that alarms on
+/// them see data.
+pub fn emf_lines(
+    namespace: &str,
+    function: &str,
+    deltas: &BTreeMap<String, u64>,
+    timestamp_ms: i64,
+) -> Vec<String> {
+    let doc = |dims: Vec<&str>, metrics: Vec<(&str, u64)>, extra: Option<(&str, &str)>| {
+        let mut root = serde_json::Map::new();
+        root.insert(
+            "_aws".into(),
+            serde_json::json!({
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": namespace,
+                    "Dimensions": [dims],
+                    "Metrics": metrics.iter().map(|(n, _)| serde_json::json!({"Name": n, "Unit": "Count"})).collect::<Vec<_>>(),
+                }],
+            }),
+        );
+        root.insert("function".into(), function.into());
+        if let Some((k, v)) = extra {
+            root.insert(k.into(), v.into());
+        }
+        for (n, v) in metrics {
+            root.insert(n.into(), v.into());
+        }
+        serde_json::Value::Object(root).to_string()
+    };
+    let all: Vec<(&str, u64)> = ALL
+        .iter()
+        .map(|n| (*n, deltas.get(*n).copied().unwrap_or(0)))
+        .collect();
+    let mut lines = vec![doc(vec!["function"], all, None)];
+    for (series, v) in deltas {
+        if let Some(reason) = reason_of(series) {
+            lines.push(doc(
+                vec!["function", "reason"],
+                vec![(DEAD_LETTERED, *v)],
+                Some(("reason", reason)),
+            ));
+        }
+    }
+    lines
+}
+
+/// `after - before`, series by series (counters only grow).
+pub fn deltas(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.saturating_sub(before.get(k).copied().unwrap_or(0)),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_names_every_counter_and_labels_dead_letters() {
+        let c = Counters::new();
+        c.add(TILES_WRITTEN, 3);
+        c.dead_lettered("source-changed");
+        let text = prometheus_text(&c.snapshot());
+        for name in ALL {
+            assert!(text.contains(&format!("# TYPE {name} counter\n")), "{name}");
+        }
+        assert!(text.contains("\ntiles_written_total 3\n"));
+        assert!(text.contains("\ndead_lettered_total{reason=\"source-changed\"} 1\n"));
+        assert!(
+            !text.contains("\ndead_lettered_total 1\n"),
+            "no unlabelled total"
+        );
+    }
+
+    #[test]
+    fn emf_documents_declare_their_metrics() {
+        let c = Counters::new();
+        c.add(PRECONDITION_FAILED, 2);
+        c.dead_lettered("malformed-message");
+        let lines = emf_lines("tilegate", "worker", &c.snapshot(), 1_700_000_000_000);
+        assert_eq!(lines.len(), 2);
+        let v: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], "tilegate");
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .unwrap()
+                .len(),
+            ALL.len()
+        );
+        assert_eq!(v[PRECONDITION_FAILED], 2);
+        assert_eq!(v["function"], "worker");
+        let r: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+        assert_eq!(r["reason"], "malformed-message");
+        assert_eq!(r[DEAD_LETTERED], 1);
+        assert_eq!(
+            r["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][1],
+            "reason"
+        );
+    }
+}

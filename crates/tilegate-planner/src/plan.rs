@@ -46,6 +46,20 @@ pub enum PlanError {
     Store(#[from] StoreError),
 }
 
+impl PlanError {
+    /// A stable kebab-case name of the failure (the same names as dead-letter reasons).
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            Self::Source(e) => e.reason_code(),
+            Self::Raster(e) => e.reason_code(),
+            Self::Grid(GridError::EmptyScene { .. }) => "zero-sized-raster",
+            Self::Grid(GridError::BadWindow(_)) => "bad-window",
+            Self::Recipe(_) => "bad-recipe",
+            Self::Store(_) => "storage",
+        }
+    }
+}
+
 /// Messages sent per queue call; the queue splits them into its provider's batches.
 const SEND_CHUNK: usize = 1000;
 

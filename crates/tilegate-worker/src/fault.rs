@@ -37,7 +37,8 @@ pub fn point(point: &str) {
     if f.point != point || f.seen.fetch_add(1, Ordering::SeqCst) < f.skip {
         return;
     }
-    eprintln!("tilegate: fault injected at {point}: killing process");
+    // Logged inside the caller's span, so the log names the window that was cut short.
+    tracing::warn!(point, "fault injected: killing the process");
     // SAFETY: getpid and kill have no memory-safety preconditions; SIGKILL ends the process
     // at once, which is the point: no destructor, flush or acknowledgement runs.
     unsafe {

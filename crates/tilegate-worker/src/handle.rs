@@ -114,7 +114,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, msg: Received) -> WindowOutcome 
     let mut deltas = Deltas::default();
     let mut job_for_counters: Option<JobId> = None;
     let result = process(&shared, &msg, &mut deltas, &mut job_for_counters).await;
-    heartbeat.abort();
+    drop(heartbeat);
 
     let outcome = match result {
         Ok(outcome) => match shared.b.queue.ack(&msg.receipt).await {
@@ -157,11 +157,21 @@ pub(crate) async fn handle(shared: Arc<Shared>, msg: Received) -> WindowOutcome 
     outcome
 }
 
-fn spawn_heartbeat(shared: &Arc<Shared>, msg: &Received) -> tokio::task::JoinHandle<()> {
+/// The visibility heartbeat of one message; it stops when dropped, so a handler that is
+/// abandoned (aborted at shutdown) stops extending a message that was handed back.
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn spawn_heartbeat(shared: &Arc<Shared>, msg: &Received) -> Heartbeat {
     let queue = shared.b.queue.clone();
     let receipt = msg.receipt.clone();
     let visibility = shared.cfg.visibility;
-    tokio::spawn(async move {
+    Heartbeat(tokio::spawn(async move {
         let period = (visibility / 3).max(Duration::from_millis(200));
         loop {
             tokio::time::sleep(period).await;
@@ -169,7 +179,7 @@ fn spawn_heartbeat(shared: &Arc<Shared>, msg: &Received) -> tokio::task::JoinHan
                 tracing::warn!(error = %chain(&e), "visibility heartbeat failed");
             }
         }
-    })
+    }))
 }
 
 async fn process(
@@ -198,7 +208,7 @@ async fn process(
     }
     let window = wm.window;
     let span = tracing::info_span!("window", job_id = %job.job_id, window = %window,
-        attempt = msg.receive_count);
+        attempt = msg.receive_count, message_id = %msg.message_id);
     let _enter = span.enter();
     let key = job.prefix.tile_key(&job.job_id, window);
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tilegate_core::metrics::Counters;
-use tilegate_core::queue::ReceiveOptions;
+use tilegate_core::queue::{ReceiveOptions, Received};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, JobId, StoreResult};
 use tilegate_planner::SourceGuard;
@@ -45,6 +45,10 @@ pub struct WorkerConfig {
     /// HEAD before encoding and skip windows whose tile exists (an optimisation, never the guard).
     pub skip_existing: bool,
     pub stop: StopWhen,
+    /// After a stop is asked for: how long in-flight windows may take to finish. Those still
+    /// running then are released (visibility reset to zero, so another worker takes them at
+    /// once) and abandoned; whatever they had committed stays correct, as after a crash.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -57,6 +61,7 @@ impl Default for WorkerConfig {
             wait: Duration::from_secs(1),
             skip_existing: true,
             stop: StopWhen::QueueDrained,
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 }
@@ -70,6 +75,8 @@ pub struct WorkReport {
     pub skipped: u64,
     pub dead_lettered: u64,
     pub retried: u64,
+    /// In flight when the shutdown grace ran out: released to the queue unfinished.
+    pub released: u64,
     /// Reasons of this run's dead letters, in order.
     pub dead_letter_reasons: Vec<String>,
 }
@@ -88,6 +95,16 @@ impl WorkReport {
             WindowOutcome::Retry(_) => self.retried += 1,
         }
     }
+}
+
+/// A finished handler's outcome; its receipt is no longer in flight.
+fn finished(
+    done: Result<(tokio::task::Id, WindowOutcome), tokio::task::JoinError>,
+    receipts: &mut HashMap<tokio::task::Id, String>,
+) -> WindowOutcome {
+    let (id, outcome) = done.expect("message handler panicked");
+    receipts.remove(&id);
+    outcome
 }
 
 /// State shared by a pool's handlers.
@@ -184,13 +201,28 @@ impl Worker {
         }
     }
 
-    /// Run until the stop condition holds, or `stop` becomes true (then stop receiving, finish
-    /// what is in flight, and return).
+    /// Handle one message to its end — acknowledged, dead-lettered with its reason, or left for
+    /// redelivery after a backoff ([`WindowOutcome::Retry`]) — outside the receive loop: for
+    /// hosts that receive messages themselves (an SQS-triggered function). Counter deltas wait
+    /// for [`Worker::flush_counters`].
+    pub async fn handle_one(&self, msg: Received) -> WindowOutcome {
+        handle(self.shared.clone(), msg).await
+    }
+
+    /// Add the counter deltas not yet written to the counter table.
+    pub async fn flush_counters(&self) {
+        flush_counters(&self.shared).await;
+    }
+
+    /// Run until the stop condition holds, or `stop` becomes true: then stop receiving, give
+    /// in-flight windows [`WorkerConfig::shutdown_grace`] to finish, release the rest, return.
     pub async fn run(&self, mut stop: watch::Receiver<bool>) -> StoreResult<WorkReport> {
         let shared = &self.shared;
         let cfg = &shared.cfg;
         let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
         let mut tasks: JoinSet<WindowOutcome> = JoinSet::new();
+        // The receipt of each in-flight message, to release it if the grace runs out.
+        let mut receipts: HashMap<tokio::task::Id, String> = HashMap::new();
         let mut report = WorkReport::default();
         // A dropped sender means nobody can ask us to stop; stop watching it.
         let mut stop_open = true;
@@ -201,8 +233,8 @@ impl Worker {
                 flush_counters(shared).await;
                 last_flush = std::time::Instant::now();
             }
-            while let Some(done) = tasks.try_join_next() {
-                report.add(&done.expect("message handler panicked"));
+            while let Some(done) = tasks.try_join_next_with_id() {
+                report.add(&finished(done, &mut receipts));
             }
             if *stop.borrow() {
                 break;
@@ -220,8 +252,13 @@ impl Worker {
             }
             let free = permits.available_permits();
             if free == 0 {
-                if let Some(done) = tasks.join_next().await {
-                    report.add(&done.expect("message handler panicked"));
+                tokio::select! {
+                    done = tasks.join_next_with_id() => {
+                        if let Some(done) = done {
+                            report.add(&finished(done, &mut receipts));
+                        }
+                    }
+                    changed = stop.changed(), if stop_open => stop_open = changed.is_ok(),
                 }
                 continue;
             }
@@ -257,18 +294,70 @@ impl Worker {
                     .await
                     .expect("semaphore open");
                 let shared = shared.clone();
-                tasks.spawn(async move {
+                let receipt = msg.receipt.clone();
+                let task = tasks.spawn(async move {
                     let outcome = handle(shared, msg).await;
                     drop(permit);
                     outcome
                 });
+                receipts.insert(task.id(), receipt);
             }
         }
-        while let Some(done) = tasks.join_next().await {
-            report.add(&done.expect("message handler panicked"));
+        if !tasks.is_empty() && *stop.borrow() {
+            tracing::info!(
+                in_flight = tasks.len(),
+                grace_s = cfg.shutdown_grace.as_secs_f64(),
+                "stopping: finishing in-flight windows"
+            );
+        }
+        let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
+        loop {
+            let next = if *stop.borrow() {
+                tokio::time::timeout_at(deadline, tasks.join_next_with_id()).await
+            } else {
+                Ok(tasks.join_next_with_id().await)
+            };
+            match next {
+                Ok(Some(done)) => report.add(&finished(done, &mut receipts)),
+                Ok(None) => break,
+                Err(_elapsed) => {
+                    report.released = self.release(&mut tasks, &mut receipts).await;
+                    break;
+                }
+            }
         }
         flush_counters(shared).await;
         Ok(report)
+    }
+
+    /// Abandon the windows still in flight and hand their messages back to the queue at once
+    /// (visibility zero) rather than after their visibility timeout. Returns how many.
+    async fn release(
+        &self,
+        tasks: &mut JoinSet<WindowOutcome>,
+        receipts: &mut HashMap<tokio::task::Id, String>,
+    ) -> u64 {
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        let mut released = 0;
+        for (_, receipt) in receipts.drain() {
+            match self
+                .shared
+                .b
+                .queue
+                .change_visibility(&receipt, Duration::ZERO)
+                .await
+            {
+                Ok(_) => released += 1,
+                Err(e) => tracing::warn!(error = %tilegate_core::error::chain(&e),
+                    "could not release an in-flight message; it returns after its visibility timeout"),
+            }
+        }
+        tracing::warn!(
+            released,
+            "shutdown grace ran out: released in-flight windows to the queue"
+        );
+        released
     }
 
     async fn should_stop(&self) -> StoreResult<bool> {

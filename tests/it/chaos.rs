@@ -1,0 +1,1104 @@
+//! The chaos harness: one 400-window job under every fault at once, on the embedded backend and
+//! on the AWS emulator —
+//!
+//! - duplicate delivery: a third of the windows enqueued again, the first batch while their
+//!   originals are still queued or in flight;
+//! - crashes: worker processes SIGKILLed at each crash point (`before-encode`, `after-commit`,
+//!   `after-manifest`, `before-ack`, through the `TILEGATE_FAULT` hook) and at random moments
+//!   from outside, and restarted;
+//! - a backfill of the whole job started beside live work;
+//! - two assemblers racing for the scene, one of them with a lease made to lapse mid-upload
+//!   (a third takes it over);
+//! - a reader range-reading tiles, each read pinned with `If-Match` to the ETag it first saw.
+//!
+//! Then it asserts what DESIGN.md §6 promises, from the storage's own record of writes — the
+//! embedded store's directory events (inotify sees every `link`, rename or modification of a
+//! name) and S3's object versions (the bucket is versioned, so every write that landed is a
+//! version) — not from the workers' word: every tile and the scene written exactly once, 400
+//! manifest rows, no dead letters, refused Creates counted, claim losers uploaded nothing, the
+//! lapsed upload aborted, the scene a valid COG equal to the source, the reader never saw an
+//! ETag change. It prints one line of figures; a failure names each key and the writes seen.
+//!
+//! The scene is 2560×2560 UInt16 with 128-pixel windows — 400 windows, the same fan-out as
+//! 10240² with 512-pixel windows and the same code paths, in a fraction of CI's time.
+//!
+//! The seed is printed; `TILEGATE_CHAOS_SEED=N` replays a run's choices (which windows are
+//! duplicated, which points crash and when, which workers encode duplicates). Process timing
+//! still varies from run to run: the invariants must hold for every interleaving.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, VecDeque};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tilegate_core::etag::ConditionList;
+use tilegate_core::message::WindowMessage;
+use tilegate_core::object::{GetOptions, GetOutcome, ObjectStore, ObjectStoreExt};
+use tilegate_core::table::ClaimState;
+use tilegate_core::{Backends, ETag, JobId, Window, now_millis};
+use tilegate_tests::{Aws, Target, assert_scene_matches_source, sample, tempdir};
+
+const SIZE: u32 = 2560;
+const WINDOW: u32 = 128;
+const WINDOWS: u64 = 400;
+const WORKERS: usize = 3;
+/// Crashes at the four named points, cycled (each point at least three times).
+const POINT_CRASHES: usize = 12;
+/// Kills from outside at random moments.
+const EXTERNAL_KILLS: usize = 4;
+const POINTS: [&str; 4] = [
+    "before-encode",
+    "after-commit",
+    "after-manifest",
+    "before-ack",
+];
+/// Give up (and report what was seen) after this long.
+const DEADLINE: Duration = Duration::from_secs(600);
+
+#[test]
+fn heavy_chaos_embedded() {
+    chaos(Target::Embedded);
+}
+
+#[test]
+fn heavy_chaos_aws() {
+    let Some(aws) = Aws::for_test("heavy_chaos_aws") else {
+        return;
+    };
+    chaos(Target::Aws(aws));
+}
+
+/// splitmix64: small, seedable, good enough to pick windows and moments.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
+}
+
+fn seed() -> u64 {
+    match std::env::var("TILEGATE_CHAOS_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("TILEGATE_CHAOS_SEED={s} is not a number")),
+        Err(_) => {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                % 1_000_000
+        }
+    }
+}
+
+/// Problems found, each naming its key; reported all together at the end.
+#[derive(Default)]
+struct Violations(Mutex<Vec<String>>);
+
+impl Violations {
+    fn add(&self, v: String) {
+        self.0.lock().unwrap().push(v);
+    }
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+fn chaos(target: Target) {
+    let seed = seed();
+    let flavor = target.name();
+    println!("chaos[{flavor}]: seed {seed} (replay with TILEGATE_CHAOS_SEED={seed})");
+    let mut rng = Rng(seed);
+    let started = Instant::now();
+    let tmp = tempdir();
+    let data = tmp.path().to_path_buf();
+    let logs = data.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    if let Target::Aws(aws) = &target {
+        target.json(&data, &["init", "--create-bucket"]);
+        rt.block_on(enable_versioning(aws));
+    }
+    let scene = data.join("scene.tif");
+    sample(&data, &scene, SIZE, seed % 1000);
+    let plan = target.json(
+        &data,
+        &[
+            "plan",
+            scene.to_str().unwrap(),
+            "--window",
+            &WINDOW.to_string(),
+        ],
+    );
+    assert_eq!(plan["windows"], WINDOWS);
+    let job = plan["job_id"].as_str().unwrap().to_owned();
+    let job_id = JobId::parse(&job).unwrap();
+    let tiles_prefix = format!("tilegate/tiles/{job}/");
+    let scene_key = format!("tilegate/scenes/{job}.tif");
+    let b = rt.block_on(target.backends(&data));
+
+    let write_log = WriteLog::start(&target, &data, &tiles_prefix, &scene_key);
+    let violations = Arc::new(Violations::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen: Arc<Mutex<BTreeMap<String, (ETag, SystemTime)>>> = Arc::default();
+    // The emulator serves S3 one request at a time: observe it more gently than a local disk.
+    let (poll, pause) = match target {
+        Target::Embedded => (Duration::from_millis(50), Duration::from_millis(5)),
+        Target::Aws(_) => (Duration::from_millis(300), Duration::from_millis(30)),
+    };
+    let monitor = rt.spawn(monitor(
+        b.objects.clone(),
+        tiles_prefix.clone(),
+        seen.clone(),
+        violations.clone(),
+        stop.clone(),
+        poll,
+    ));
+    let reads = Arc::new(AtomicU64::new(0));
+    let reader = rt.spawn(reader(
+        b.objects.clone(),
+        seen.clone(),
+        violations.clone(),
+        stop.clone(),
+        reads.clone(),
+        seed,
+        pause,
+    ));
+
+    // What happens when: duplicates (a first batch among the earliest windows, so their
+    // originals are still queued or in flight, then a second anywhere), a backfill of the
+    // whole job, kills from outside.
+    let grid_windows: Vec<Window> = {
+        let row = rt.block_on(b.jobs.get_job(&job_id)).unwrap().unwrap().row;
+        row.grid.windows().collect()
+    };
+    let mut early: Vec<Window> = grid_windows[..100].to_vec();
+    rng.shuffle(&mut early);
+    let mut later: Vec<Window> = grid_windows[100..].to_vec();
+    rng.shuffle(&mut later);
+    let dup_batches: Vec<(Duration, Vec<Window>)> = vec![
+        (
+            Duration::from_millis(rng.range(100, 400)),
+            early[..60].to_vec(),
+        ),
+        (
+            Duration::from_millis(rng.range(800, 2500)),
+            later[..75].to_vec(),
+        ),
+    ];
+    let duplicates: usize = dup_batches.iter().map(|(_, w)| w.len()).sum();
+    let mut dup_batches: VecDeque<_> = dup_batches.into();
+    let backfill_at = Duration::from_millis(rng.range(500, 3000));
+    let mut kill_times: VecDeque<Duration> = {
+        let mut v: Vec<Duration> = (0..EXTERNAL_KILLS)
+            .map(|_| Duration::from_millis(rng.range(300, 6000)))
+            .collect();
+        v.sort();
+        v.into()
+    };
+    let mut points: VecDeque<&'static str> = (0..POINT_CRASHES).map(|i| POINTS[i % 4]).collect();
+
+    let mut slots: Vec<Option<WorkerProc>> = (0..WORKERS).map(|_| None).collect();
+    let mut spawned = 0usize;
+    let mut crashes: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut external_kills = 0u64;
+    let mut backfill: Option<Child> = None;
+    let mut backfilled = None;
+    let mut assembly = Assembly::NotStarted;
+    let mut manifest_rows = 0u64;
+    let mut complete_at = None;
+    let mut assembled_at = None;
+    let mut last_count = Instant::now() - Duration::from_secs(1);
+    let t0 = Instant::now();
+    loop {
+        let now = t0.elapsed();
+        assert!(
+            now < DEADLINE,
+            "chaos[{flavor}] seed {seed}: not done after {DEADLINE:?}: manifest {manifest_rows}, \
+             assembly {assembly:?}, violations so far {:?}",
+            violations.take()
+        );
+        // Reap finished workers.
+        for slot in &mut slots {
+            let Some(w) = slot else { continue };
+            let Some(status) = w.child.try_wait().unwrap() else {
+                continue;
+            };
+            let w = slot.take().unwrap();
+            if status.signal() == Some(libc::SIGKILL) {
+                if w.killed_from_outside {
+                    external_kills += 1;
+                    // Killed before its point fired: the next worker takes the point.
+                    points.extend(w.armed);
+                } else {
+                    *crashes
+                        .entry(w.armed.expect("only armed workers die"))
+                        .or_default() += 1;
+                }
+            } else {
+                assert!(
+                    status.success(),
+                    "chaos[{flavor}] seed {seed}: worker {} failed ({status}): {}",
+                    w.id,
+                    std::fs::read_to_string(&w.stderr).unwrap_or_default()
+                );
+                if let Some(p) = w.armed {
+                    // Its point was never reached: arm the next worker with it.
+                    points.push_front(p);
+                }
+            }
+        }
+        // Duplicates, backfill, kills from outside.
+        if dup_batches.front().is_some_and(|(at, _)| now >= *at) {
+            let (_, windows) = dup_batches.pop_front().unwrap();
+            rt.block_on(enqueue_again(&b, &job_id, &windows));
+        }
+        if backfill.is_none() && backfilled.is_none() && now >= backfill_at {
+            backfill = Some(
+                target
+                    .command(&data)
+                    .args(["--json", "backfill", &job])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        if let Some(child) = backfill.as_mut()
+            && child.try_wait().unwrap().is_some()
+        {
+            let out = backfill.take().unwrap().wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "backfill failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+            backfilled = Some(doc["enqueued"].as_u64().unwrap());
+        }
+        if kill_times.front().is_some_and(|at| now >= *at) {
+            let live: Vec<usize> = (0..WORKERS)
+                .filter(|&i| slots[i].as_ref().is_some_and(|w| !w.killed_from_outside))
+                .collect();
+            if !live.is_empty() {
+                kill_times.pop_front();
+                let w = slots[live[rng.below(live.len() as u64) as usize]]
+                    .as_mut()
+                    .unwrap();
+                w.killed_from_outside = true;
+                let _ = w.child.kill();
+            }
+        }
+        // The manifest, and the assemblers once it is complete.
+        if last_count.elapsed() >= Duration::from_millis(200) {
+            manifest_rows = rt.block_on(b.manifest.count_entries(&job_id)).unwrap();
+            last_count = Instant::now();
+        }
+        if manifest_rows == WINDOWS {
+            complete_at.get_or_insert(now);
+            assembly.step(&target, &data, &job, &scene_key, &b, &rt, &logs);
+        }
+        // Keep the pool at strength while anything is left to do.
+        let injections_done = dup_batches.is_empty() && backfilled.is_some();
+        let depth = rt.block_on(b.queue.depth()).unwrap();
+        let drained = depth.visible == 0 && depth.in_flight == 0;
+        for slot in &mut slots {
+            if slot.is_none() && !(drained && injections_done && manifest_rows == WINDOWS) {
+                let armed = points.pop_front();
+                spawned += 1;
+                *slot = Some(WorkerProc::spawn(
+                    &target, &data, &logs, spawned, armed, &mut rng,
+                ));
+            }
+        }
+        let idle = slots.iter().all(Option::is_none);
+        if assembly.done() {
+            assembled_at.get_or_insert(now);
+        }
+        if idle && drained && injections_done && assembly.done() && manifest_rows == WINDOWS {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Let the reader and monitor see the settled state once more, then stop them.
+    std::thread::sleep(Duration::from_millis(400));
+    stop.store(true, Ordering::SeqCst);
+    rt.block_on(monitor).unwrap();
+    rt.block_on(reader).unwrap();
+    let writes = write_log.finish(&rt);
+    let Assembly::Done(docs) = &assembly else {
+        unreachable!()
+    };
+
+    // ---- What must hold. ----
+    let mut problems = violations.take();
+    let status = target.json(&data, &["status", &job]);
+    let c = &status["counters"];
+    let counter = |name: &str| c[name].as_u64().unwrap_or(0);
+    let tiles = rt.block_on(b.objects.list(&tiles_prefix)).unwrap();
+    let rows = rt.block_on(b.manifest.list_entries(&job_id)).unwrap();
+    if tiles.len() as u64 != WINDOWS {
+        problems.push(format!("{} tile objects, expected {WINDOWS}", tiles.len()));
+    }
+    if rows.len() as u64 != WINDOWS || status["manifest_rows"] != WINDOWS {
+        problems.push(format!(
+            "{} manifest rows (status says {}), expected {WINDOWS}",
+            rows.len(),
+            status["manifest_rows"]
+        ));
+    }
+    // Exactly one write per tile, by the storage's own record.
+    let mut expected_keys: Vec<String> = grid_windows
+        .iter()
+        .map(|w| format!("{tiles_prefix}{:04}_{:04}.tif", w.row, w.col))
+        .collect();
+    expected_keys.push(scene_key.clone());
+    for key in &expected_keys {
+        let seen_writes = writes.get(key).map_or(&[][..], Vec::as_slice);
+        if seen_writes.len() != 1 {
+            problems.push(format!(
+                "`{key}` was written {} times; writes seen: {seen_writes:?}",
+                seen_writes.len()
+            ));
+        }
+    }
+    for (key, w) in &writes {
+        if !expected_keys.contains(key) {
+            problems.push(format!("unexpected object `{key}`; writes seen: {w:?}"));
+        }
+    }
+    // The manifest records what is in place, and the monitor's first sighting still stands.
+    let first_seen = seen.lock().unwrap().clone();
+    for r in &rows {
+        let now = tiles.iter().find(|t| t.key == r.row.key);
+        match now {
+            Some(t) if t.e_tag == r.row.e_tag && t.size == r.row.size => {}
+            Some(t) => problems.push(format!(
+                "`{}`: manifest row says {} ({} bytes), the object is {} ({} bytes); writes \
+                 seen: {:?}",
+                r.row.key,
+                r.row.e_tag,
+                r.row.size,
+                t.e_tag,
+                t.size,
+                writes.get(&r.row.key)
+            )),
+            None => problems.push(format!("`{}`: manifest row without object", r.row.key)),
+        }
+    }
+    for t in &tiles {
+        match first_seen.get(&t.key) {
+            Some((e, lm)) if *e == t.e_tag && *lm == t.last_modified => {}
+            Some((e, lm)) => problems.push(format!(
+                "`{}` changed since first seen: {e} @ {lm:?} → {} @ {:?}; writes seen: {:?}",
+                t.key,
+                t.e_tag,
+                t.last_modified,
+                writes.get(&t.key)
+            )),
+            None => problems.push(format!("`{}` was never seen by the monitor", t.key)),
+        }
+    }
+    if status["queue"]["dead"] != 0 {
+        let dlq = target.json(&data, &["dlq", "list"]);
+        for d in dlq["dead_letters"].as_array().into_iter().flatten() {
+            let window = d["window"].as_str().unwrap_or("?");
+            problems.push(format!(
+                "dead letter of window {window}: {d}\n    what the workers logged about it:\n      {}",
+                log_lines(&logs, &[&format!("window={window}"), d["message_id"].as_str().unwrap_or("?")])
+                    .join("\n      ")
+            ));
+        }
+    }
+    let refused = counter("conditional_write_precondition_failed_total");
+    if refused == 0 {
+        problems.push("the store never refused a Create: the gate went untested".into());
+    }
+    for p in POINTS {
+        if crashes.get(p).copied().unwrap_or(0) == 0 {
+            problems.push(format!(
+                "no worker crashed at `{p}`: the harness missed a point"
+            ));
+        }
+    }
+    if reads.load(Ordering::SeqCst) == 0 {
+        problems.push("the reader read nothing".into());
+    }
+    // The assemblers: A's lease lapsed mid-upload and its upload was aborted; of B and C
+    // exactly one wrote the scene, the other lost the claim and uploaded nothing.
+    let [a, b_doc, c_doc] = &docs[..] else {
+        unreachable!()
+    };
+    if a["outcome"] != "lease_lost" || a["multipart_bytes_uploaded_total"].as_u64() == Some(0) {
+        problems.push(format!(
+            "the lapsing assembler should lose its lease mid-upload: {a}"
+        ));
+    }
+    let winners: Vec<&Value> = [b_doc, c_doc]
+        .into_iter()
+        .filter(|d| d["outcome"] == "written")
+        .collect();
+    let mut loser_bytes = 0;
+    if winners.len() != 1 {
+        problems.push(format!(
+            "expected one assembler to write the scene: {b_doc} / {c_doc}"
+        ));
+    }
+    for d in [b_doc, c_doc]
+        .into_iter()
+        .filter(|d| d["outcome"] != "written")
+    {
+        loser_bytes += d["multipart_bytes_uploaded_total"]
+            .as_u64()
+            .unwrap_or(u64::MAX);
+        if !(d["outcome"] == "held_by" || d["outcome"] == "already_done") {
+            problems.push(format!("a claim loser ended oddly: {d}"));
+        }
+    }
+    if loser_bytes != 0 {
+        problems.push(format!("claim losers uploaded {loser_bytes} bytes"));
+    }
+    let cleanup = target.json(&data, &["cleanup-uploads", "--older-than-s", "0"]);
+    if cleanup["aborted"] != 0 {
+        problems.push(format!("an upload was left incomplete: {cleanup}"));
+    }
+    let scene_meta = rt.block_on(b.objects.head(&scene_key)).unwrap();
+    match (&scene_meta, winners.first()) {
+        (Some(m), Some(w)) if w["scene_etag"] == m.e_tag.as_str() => {}
+        _ => problems.push(format!(
+            "the scene object {scene_meta:?} is not the winner's {winners:?}"
+        )),
+    }
+    if status["scene_output"]["e_tag"] != scene_meta.as_ref().map_or("", |m| m.e_tag.as_str()) {
+        problems.push(format!(
+            "the job row's scene output {} is not the object",
+            status["scene_output"]
+        ));
+    }
+
+    println!(
+        "chaos[{flavor}] seed={seed} windows={WINDOWS} duplicates={duplicates} backfill={} \
+         workers={spawned} crashes={{{}}} external_kills={external_kills} \
+         tiles_written_counted={} precondition_failed={refused} \
+         encodes_skipped={} manifest_rows={} dead={} reader_reads={} etag_changes_seen=0 \
+         assemblers=[{}, {}, {}] loser_bytes={loser_bytes} manifest_complete_at={:.1}s \
+         assembled_at={:.1}s drained_at={:.1}s elapsed={:.1}s problems={}",
+        backfilled.unwrap_or(0),
+        crashes
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+        counter("tiles_written_total"),
+        counter("duplicate_encodes_skipped_total"),
+        rows.len(),
+        status["queue"]["dead"],
+        reads.load(Ordering::SeqCst),
+        a["outcome"],
+        b_doc["outcome"],
+        c_doc["outcome"],
+        complete_at.unwrap_or_default().as_secs_f64(),
+        assembled_at.unwrap_or_default().as_secs_f64(),
+        t0.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        problems.len(),
+    );
+    assert!(
+        problems.is_empty(),
+        "chaos[{flavor}] seed {seed} (replay with TILEGATE_CHAOS_SEED={seed}):\n  {}",
+        problems.join("\n  ")
+    );
+
+    // The scene is a valid COG, pixel for pixel the source.
+    let local_scene = match &target {
+        Target::Embedded => data.join("objects").join(&scene_key),
+        Target::Aws(_) => {
+            let path = data.join("scene-from-s3.tif");
+            let got = rt.block_on(b.objects.get_bytes(&scene_key)).unwrap();
+            std::fs::write(&path, &got.bytes).unwrap();
+            path
+        }
+    };
+    assert_scene_matches_source(&local_scene, &scene);
+}
+
+/// Every line of the run's logs that mentions one of `needles`, prefixed with its file's name.
+fn log_lines(logs: &Path, needles: &[&str]) -> Vec<String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(logs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            let name = f.file_name().unwrap().to_string_lossy().into_owned();
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| needles.iter().any(|n| l.contains(n)))
+                .map(|l| format!("{name}: {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// One `tilegate work` process of the pool.
+struct WorkerProc {
+    id: usize,
+    child: Child,
+    armed: Option<&'static str>,
+    killed_from_outside: bool,
+    stderr: PathBuf,
+}
+
+impl WorkerProc {
+    fn spawn(
+        target: &Target,
+        data: &Path,
+        logs: &Path,
+        id: usize,
+        armed: Option<&'static str>,
+        rng: &mut Rng,
+    ) -> Self {
+        let stdout = logs.join(format!("worker-{id}.json"));
+        let stderr = logs.join(format!("worker-{id}.log"));
+        let mut cmd = target.command(data);
+        // Every window's outcome in the log, so that a failure can tell its story.
+        cmd.env("TILEGATE_LOG", "info,aws=warn,hyper=warn");
+        cmd.args([
+            "--json",
+            "work",
+            "--until-empty",
+            "--threads",
+            "1",
+            "--visibility",
+            "3",
+        ]);
+        // An armed worker takes one message at a time, so its crash strands exactly one
+        // delivery (three strandings of one message would dead-letter it).
+        cmd.args(["--concurrency", if armed.is_some() { "1" } else { "2" }]);
+        if rng.chance(50) {
+            // Encode duplicates too, so the store itself refuses their Creates.
+            cmd.arg("--no-skip-existing");
+        }
+        if let Some(point) = armed {
+            cmd.env("TILEGATE_FAULT", point)
+                .env("TILEGATE_FAULT_SKIP", rng.range(2, 12).to_string());
+        }
+        let child = cmd
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("start a worker");
+        Self {
+            id,
+            child,
+            armed,
+            killed_from_outside: false,
+            stderr,
+        }
+    }
+}
+
+/// The scene stage: A (lease forced to lapse mid-upload), then B while A holds the claim,
+/// then C once A's lease has lapsed.
+#[derive(Debug)]
+enum Assembly {
+    NotStarted,
+    AStarted(ChildDoc),
+    BStarted(ChildDoc, ChildDoc),
+    CStarted(ChildDoc, ChildDoc, ChildDoc),
+    Done(Vec<Value>),
+}
+
+/// A running assembler whose JSON document arrives on exit.
+#[derive(Debug)]
+struct ChildDoc(Child);
+
+impl ChildDoc {
+    fn spawn(target: &Target, data: &Path, job: &str, extra: &[&str], log: PathBuf) -> Self {
+        let child = target
+            .command(data)
+            .args([
+                "--json",
+                "assemble",
+                job,
+                "--multipart-threshold",
+                "1048576",
+                "--part-size",
+                "5242880",
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("start an assembler");
+        Self(child)
+    }
+
+    fn finish(self) -> Value {
+        let out = self.0.wait_with_output().unwrap();
+        assert!(out.status.success(), "an assembler failed: {}", out.status);
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Assembly {
+    fn done(&self) -> bool {
+        matches!(self, Self::Done(_))
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "test plumbing, one call site")]
+    fn step(
+        &mut self,
+        target: &Target,
+        data: &Path,
+        job: &str,
+        scene_key: &str,
+        b: &Backends,
+        rt: &tokio::runtime::Runtime,
+        logs: &Path,
+    ) {
+        let claim = || rt.block_on(b.claims.get_claim(scene_key)).unwrap();
+        *self = match std::mem::replace(self, Self::NotStarted) {
+            Self::NotStarted => Self::AStarted(ChildDoc::spawn(
+                target,
+                data,
+                job,
+                &[
+                    "--lease-ttl-ms",
+                    "1500",
+                    "--test-pause-renewals-after-parts",
+                    "1",
+                    "--test-part-delay-ms",
+                    "2500",
+                ],
+                logs.join("assemble-a.log"),
+            )),
+            Self::AStarted(a) => {
+                if claim().is_some_and(|c| c.row.state == ClaimState::Held) {
+                    let b = ChildDoc::spawn(target, data, job, &[], logs.join("assemble-b.log"));
+                    Self::BStarted(a, b)
+                } else {
+                    Self::AStarted(a)
+                }
+            }
+            Self::BStarted(a, b_child) => {
+                // C goes once A's lease has lapsed (or B, started late, took over and finished).
+                let lapsed_or_done = claim().is_some_and(|c| {
+                    c.row.expires_at < now_millis() || c.row.state == ClaimState::Done
+                });
+                if lapsed_or_done {
+                    let c = ChildDoc::spawn(target, data, job, &[], logs.join("assemble-c.log"));
+                    Self::CStarted(a, b_child, c)
+                } else {
+                    Self::BStarted(a, b_child)
+                }
+            }
+            Self::CStarted(mut a, mut b_child, mut c) => {
+                let all_done = [&mut a, &mut b_child, &mut c]
+                    .iter_mut()
+                    .all(|x| x.0.try_wait().unwrap().is_some());
+                if all_done {
+                    Self::Done(vec![a.finish(), b_child.finish(), c.finish()])
+                } else {
+                    Self::CStarted(a, b_child, c)
+                }
+            }
+            done @ Self::Done(_) => done,
+        };
+    }
+}
+
+/// Enqueue the windows' messages again, as a duplicate delivery would.
+async fn enqueue_again(b: &Backends, job: &JobId, windows: &[Window]) {
+    let row = b.jobs.get_job(job).await.unwrap().unwrap().row;
+    let bodies: Vec<String> = windows
+        .iter()
+        .map(|w| {
+            WindowMessage::new(
+                row.job_id.clone(),
+                row.source.clone(),
+                row.recipe.clone(),
+                row.grid,
+                row.prefix.clone(),
+                *w,
+            )
+            .encode()
+        })
+        .collect();
+    b.queue.send_batch(&bodies).await.unwrap();
+}
+
+/// Poll the tiles prefix: remember each object's first (ETag, LastModified) and report any
+/// change.
+async fn monitor(
+    objects: Arc<dyn ObjectStore>,
+    prefix: String,
+    seen: Arc<Mutex<BTreeMap<String, (ETag, SystemTime)>>>,
+    violations: Arc<Violations>,
+    stop: Arc<AtomicBool>,
+    period: Duration,
+) {
+    loop {
+        let last = stop.load(Ordering::SeqCst);
+        for m in objects.list(&prefix).await.unwrap() {
+            let mut seen = seen.lock().unwrap();
+            match seen.get(&m.key) {
+                None => {
+                    seen.insert(m.key.clone(), (m.e_tag, m.last_modified));
+                }
+                Some((e, lm)) if *e == m.e_tag && *lm == m.last_modified => {}
+                Some((e, lm)) => {
+                    violations.add(format!(
+                        "monitor: `{}` changed: {e} @ {lm:?} → {} @ {:?}",
+                        m.key, m.e_tag, m.last_modified
+                    ));
+                    seen.insert(m.key.clone(), (m.e_tag, m.last_modified));
+                }
+            }
+        }
+        if last {
+            return;
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+/// Range-read tiles during the storm, each read pinned with `If-Match` to the ETag the reader
+/// saw first: a tile rewritten under a reader would answer 412 (or other bytes).
+async fn reader(
+    objects: Arc<dyn ObjectStore>,
+    seen: Arc<Mutex<BTreeMap<String, (ETag, SystemTime)>>>,
+    violations: Arc<Violations>,
+    stop: Arc<AtomicBool>,
+    reads: Arc<AtomicU64>,
+    seed: u64,
+    pause: Duration,
+) {
+    let mut rng = Rng(seed ^ 0x5EED);
+    let mut pinned: BTreeMap<String, ETag> = BTreeMap::new();
+    while !stop.load(Ordering::SeqCst) {
+        let key = {
+            let seen = seen.lock().unwrap();
+            if seen.is_empty() {
+                None
+            } else {
+                let i = rng.below(seen.len() as u64) as usize;
+                seen.keys().nth(i).cloned()
+            }
+        };
+        let Some(key) = key else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let Some(meta) = objects.head(&key).await.unwrap() else {
+            violations.add(format!("reader: `{key}` vanished"));
+            continue;
+        };
+        let etag = pinned
+            .entry(key.clone())
+            .or_insert(meta.e_tag.clone())
+            .clone();
+        let quarter = meta.size.div_ceil(4).max(1);
+        let mut offset = 0;
+        while offset < meta.size {
+            let opts = GetOptions {
+                range: Some(offset..(offset + quarter).min(meta.size)),
+                if_match: Some(ConditionList::Tags(vec![etag.clone()])),
+                if_none_match: None,
+            };
+            match objects.get_opts(&key, opts).await {
+                Ok(GetOutcome::Found(r)) if r.meta.e_tag == etag => {
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+                other => {
+                    violations.add(format!(
+                        "reader: `{key}` pinned to {etag} answered {:?}",
+                        other.map(|o| match o {
+                            GetOutcome::Found(r) => format!("found with ETag {}", r.meta.e_tag),
+                            GetOutcome::NotModified => "not modified".into(),
+                            GetOutcome::PreconditionFailed =>
+                                "precondition failed (ETag changed)".into(),
+                        })
+                    ));
+                    break;
+                }
+            }
+            offset += quarter;
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// Turn on versioning of the test's bucket: from then on every write that lands is an object
+/// version, and S3 itself keeps the write log.
+async fn enable_versioning(aws: &Aws) {
+    use tilegate_aws::aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    let store = tilegate_aws::S3Store::connect(&aws.objects).await.unwrap();
+    store
+        .client()
+        .put_bucket_versioning()
+        .bucket(store.bucket())
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("enable bucket versioning");
+}
+
+/// The storage's own record of writes, per key: each entry one write that landed.
+enum WriteLog {
+    /// inotify on the tiles and scenes directories of the embedded store: a `link` (Create)
+    /// shows as IN_CREATE, a rename over (Update, Overwrite) as IN_MOVED_TO, a rewrite in
+    /// place as IN_MODIFY, a removal as IN_DELETE. Temp files live elsewhere.
+    Inotify(inotify::Watch),
+    /// S3 object versions of a versioned bucket, listed at the end.
+    Versions(Aws, Vec<String>),
+}
+
+impl WriteLog {
+    fn start(target: &Target, data: &Path, tiles_prefix: &str, scene_key: &str) -> Self {
+        match target {
+            Target::Embedded => {
+                let objects = data.join("objects");
+                let scenes_prefix = scene_key.rsplit_once('/').unwrap().0.to_owned() + "/";
+                let dirs: Vec<(PathBuf, String)> = [tiles_prefix.to_owned(), scenes_prefix]
+                    .into_iter()
+                    .map(|p| {
+                        let dir = objects.join(&p);
+                        std::fs::create_dir_all(&dir).unwrap();
+                        (dir, p)
+                    })
+                    .collect();
+                Self::Inotify(inotify::Watch::start(&dirs))
+            }
+            Target::Aws(aws) => Self::Versions(
+                aws.clone(),
+                vec![tiles_prefix.to_owned(), scene_key.to_owned()],
+            ),
+        }
+    }
+
+    fn finish(self, rt: &tokio::runtime::Runtime) -> BTreeMap<String, Vec<String>> {
+        match self {
+            Self::Inotify(w) => w.finish(),
+            Self::Versions(aws, prefixes) => rt.block_on(versions(&aws, &prefixes)),
+        }
+    }
+}
+
+/// Every version and delete marker under `prefixes`, by key (without the store's prefix).
+async fn versions(aws: &Aws, prefixes: &[String]) -> BTreeMap<String, Vec<String>> {
+    let store = tilegate_aws::S3Store::connect(&aws.objects).await.unwrap();
+    let root = format!("{}/", store.prefix());
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in prefixes {
+        let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
+        loop {
+            let page = store
+                .client()
+                .list_object_versions()
+                .bucket(store.bucket())
+                .prefix(format!("{root}{p}"))
+                .set_key_marker(key_marker.take())
+                .set_version_id_marker(version_marker.take())
+                .send()
+                .await
+                .expect("list object versions");
+            for v in page.versions() {
+                let key = v
+                    .key()
+                    .unwrap_or_default()
+                    .trim_start_matches(&root)
+                    .to_owned();
+                out.entry(key).or_default().push(format!(
+                    "version {} {} {:?}",
+                    v.version_id().unwrap_or("-"),
+                    v.e_tag().unwrap_or("-"),
+                    v.last_modified()
+                ));
+            }
+            for d in page.delete_markers() {
+                let key = d
+                    .key()
+                    .unwrap_or_default()
+                    .trim_start_matches(&root)
+                    .to_owned();
+                out.entry(key)
+                    .or_default()
+                    .push(format!("delete marker {}", d.version_id().unwrap_or("-")));
+            }
+            if page.is_truncated() != Some(true) {
+                break;
+            }
+            key_marker = page.next_key_marker().map(str::to_owned);
+            version_marker = page.next_version_id_marker().map(str::to_owned);
+        }
+    }
+    out
+}
+
+mod inotify {
+    //! A minimal inotify reader: the kernel's record of every name created, renamed over,
+    //! modified or removed in the watched directories.
+
+    use std::collections::{BTreeMap, HashMap};
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::thread::JoinHandle;
+    use std::time::Instant;
+
+    const WRITES: u32 = libc::IN_CREATE
+        | libc::IN_MOVED_TO
+        | libc::IN_MODIFY
+        | libc::IN_CLOSE_WRITE
+        | libc::IN_DELETE
+        | libc::IN_MOVED_FROM;
+
+    pub struct Watch {
+        stop: Arc<AtomicBool>,
+        thread: JoinHandle<BTreeMap<String, Vec<String>>>,
+    }
+
+    fn describe(mask: u32) -> String {
+        let names = [
+            (libc::IN_CREATE, "create"),
+            (libc::IN_MOVED_TO, "renamed-over"),
+            (libc::IN_MODIFY, "modify"),
+            (libc::IN_CLOSE_WRITE, "close-write"),
+            (libc::IN_DELETE, "delete"),
+            (libc::IN_MOVED_FROM, "renamed-away"),
+        ];
+        names
+            .iter()
+            .filter(|(m, _)| mask & m != 0)
+            .map(|(_, n)| *n)
+            .collect::<Vec<_>>()
+            .join("|")
+    }
+
+    impl Watch {
+        /// Watch each directory; names in it are reported as `key_prefix + name`.
+        pub fn start(dirs: &[(PathBuf, String)]) -> Self {
+            // SAFETY: plain syscalls on a descriptor this function owns.
+            let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+            assert!(
+                fd >= 0,
+                "inotify_init1: {}",
+                std::io::Error::last_os_error()
+            );
+            let mut wds = HashMap::new();
+            for (dir, prefix) in dirs {
+                let c = CString::new(dir.as_os_str().as_bytes()).unwrap();
+                // SAFETY: `c` is a valid NUL-terminated path; `fd` is an inotify descriptor.
+                let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), WRITES) };
+                assert!(wd >= 0, "inotify_add_watch {}", dir.display());
+                wds.insert(wd, prefix.clone());
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let stop2 = stop.clone();
+            let thread = std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut log: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let stopping = stop2.load(Ordering::SeqCst);
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut pfd, 1, 50) };
+                    // SAFETY: `buf` is writable for its length.
+                    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                    if n <= 0 {
+                        if stopping {
+                            break;
+                        }
+                        continue;
+                    }
+                    let mut off = 0usize;
+                    while off < n as usize {
+                        // SAFETY: the kernel wrote whole events; read the header unaligned.
+                        let ev: libc::inotify_event =
+                            unsafe { std::ptr::read_unaligned(buf[off..].as_ptr().cast()) };
+                        let name_start = off + size_of::<libc::inotify_event>();
+                        let name = &buf[name_start..name_start + ev.len as usize];
+                        let name = String::from_utf8_lossy(name)
+                            .trim_end_matches('\0')
+                            .to_owned();
+                        off = name_start + ev.len as usize;
+                        if ev.mask & libc::IN_Q_OVERFLOW != 0 {
+                            log.entry("<inotify queue overflow>".into())
+                                .or_default()
+                                .push("events were lost".into());
+                            continue;
+                        }
+                        if ev.mask & WRITES == 0 || name.is_empty() {
+                            continue;
+                        }
+                        let Some(prefix) = wds.get(&ev.wd) else {
+                            continue;
+                        };
+                        log.entry(format!("{prefix}{name}"))
+                            .or_default()
+                            .push(format!(
+                                "{} at +{:.3}s",
+                                describe(ev.mask),
+                                started.elapsed().as_secs_f64()
+                            ));
+                    }
+                }
+                // SAFETY: closing the descriptor this thread owns.
+                unsafe { libc::close(fd) };
+                log
+            });
+            Self { stop, thread }
+        }
+
+        pub fn finish(self) -> BTreeMap<String, Vec<String>> {
+            self.stop.store(true, Ordering::SeqCst);
+            self.thread.join().expect("inotify thread")
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The fuzz targets' properties (`tilegate_core::fuzz`), run on every CI pass: over the
+//! fuzzers' seed inputs in `fuzz/seeds/`, over those seeds with random bytes flipped, and over
+//! arbitrary strings. `cargo fuzz run <target>` explores further (README, Development).
+
+use proptest::prelude::*;
+use std::path::PathBuf;
+use tilegate_core::fuzz;
+
+type Target = fn(&[u8]);
+
+const TARGETS: [(&str, Target); 3] = [
+    ("window_message", fuzz::window_message),
+    ("key_segments", fuzz::key_segments),
+    ("condition_list", fuzz::condition_list),
+];
+
+fn seeds(target: &str) -> Vec<Vec<u8>> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/seeds")
+        .join(target);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+}
+
+#[test]
+fn fuzz_inputs_seed_corpus() {
+    for (name, target) in TARGETS {
+        let seeds = seeds(name);
+        assert!(!seeds.is_empty(), "fuzz/seeds/{name} is empty");
+        for s in &seeds {
+            target(s);
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn fuzz_inputs_mutated_seeds(
+        target in 0usize..3,
+        seed in any::<prop::sample::Index>(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+    ) {
+        let (name, f) = TARGETS[target];
+        let seeds = seeds(name);
+        let mut input = seed.get(&seeds).clone();
+        for (at, byte) in flips {
+            if !input.is_empty() {
+                let i = at.index(input.len());
+                input[i] = byte;
+            }
+        }
+        f(&input);
+    }
+
+    #[test]
+    fn fuzz_inputs_arbitrary_strings(s in "\\PC{0,300}") {
+        for (_, f) in TARGETS {
+            f(s.as_bytes());
+        }
+    }
+
+    #[test]
+    fn fuzz_inputs_key_like_strings(s in "[a-zA-Z0-9./_-]{0,60}") {
+        fuzz::key_segments(s.as_bytes());
+    }
+
+    #[test]
+    fn fuzz_inputs_condition_like_strings(s in "( *(W/)?\"[!#-~]{0,6}\" *,?)*|\\*") {
+        fuzz::condition_list(s.as_bytes());
+    }
+}
