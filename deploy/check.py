@@ -796,7 +796,7 @@ def self_test(template: dict, k8s: dict[str, list[dict]]) -> int:
         else:
             print(f"  FAIL {path.name}: expected a failure containing {fx['expect']!r}, got {errors or 'none'}")
             failed += 1
-    print(f"self-test: {passed} passed, {failed} failed")
+    print(f"self-test: {passed} of {passed + failed} bad fixtures refused as expected")
     return 1 if failed else 0
 
 

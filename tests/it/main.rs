@@ -8,5 +8,6 @@ mod cog;
 mod conformance;
 mod crash;
 mod fuzz_inputs;
+mod lambda;
 mod pipeline;
 mod scene;

@@ -90,6 +90,38 @@ impl AwsBackends {
         })
     }
 
+    /// The stores of a worker function, opened without any request (its role may read and
+    /// write objects, rows and messages, but not list buckets or look queues up): objects at
+    /// `s3://bucket/prefix`, tables at `dynamodb://prefix`, the work queue and its dead-letter
+    /// queue by URL.
+    pub async fn for_function(
+        objects: &str,
+        tables: &str,
+        queue_url: &str,
+        dlq_url: &str,
+        max_receive_count: u32,
+    ) -> StoreResult<Backends> {
+        let location = url::parse_s3(objects)?;
+        let prefix = url::parse_dynamodb(tables)?;
+        let sdk = config::load_sdk_config().await;
+        let tables = Arc::new(DynamoTables::new(config::dynamodb_client(&sdk), &prefix));
+        let queue = SqsQueue::from_urls(
+            config::sqs_client(&sdk),
+            queue_url,
+            dlq_url,
+            max_receive_count,
+        );
+        Ok(Backends {
+            objects: Arc::new(S3Store::new(config::s3_client(&sdk), location)),
+            jobs: tables.clone(),
+            manifest: tables.clone(),
+            claims: tables.clone(),
+            counters: tables,
+            queue: Arc::new(queue),
+            sources: Some(Arc::new(S3Sources::new())),
+        })
+    }
+
     /// Create what a deployment needs, idempotently ("already exists" is success): the bucket
     /// if `create_bucket` (otherwise it is only checked, when `objects` is given), the four
     /// DynamoDB tables (on-demand, waited for until ACTIVE), and the queue with its

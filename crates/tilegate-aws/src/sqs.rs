@@ -261,6 +261,27 @@ impl SqsQueue {
         })
     }
 
+    /// A queue known by its URL and its dead-letter queue's URL, opened without a request:
+    /// for hosts whose role may use the queues but not look them up (an SQS-triggered function
+    /// has no `sqs:GetQueueUrl` or `sqs:GetQueueAttributes` to spare). `max_receive_count` is
+    /// taken as given; the queue's own `RedrivePolicy` still decides.
+    pub fn from_urls(
+        client: aws_sdk_sqs::Client,
+        url: &str,
+        dlq_url: &str,
+        max_receive_count: u32,
+    ) -> Self {
+        Self {
+            client,
+            name: url.rsplit('/').next().unwrap_or(url).to_owned(),
+            url: url.to_owned(),
+            dlq_url: dlq_url.to_owned(),
+            max_receive_count,
+            ledger: Arc::new(Mutex::new(Ledger::default())),
+            retry: RetryPolicy::default(),
+        }
+    }
+
     /// Open `sqs://queue-name` with the standard AWS configuration.
     pub async fn connect(url: &str, max_receive_count: u32) -> StoreResult<Self> {
         let name = parse_sqs(url)?;

@@ -25,3 +25,13 @@ pub use error::{CogError, RectDisplay};
 pub use probe::probe;
 pub use read::{RasterData, TiffLayout, read_raster, tiff_layout};
 pub use sample::{SAMPLE_BLOCK, SAMPLE_EPSG, SAMPLE_GEOTRANSFORM, SampleOptions, sample_scene};
+
+/// Set process-wide GDAL configuration options (how `/vsis3/` reaches S3, say); one that
+/// cannot be set is logged and skipped.
+pub fn set_config_options(options: impl IntoIterator<Item = (String, String)>) {
+    for (key, value) in options {
+        if let Err(e) = gdal::config::set_config_option(&key, &value) {
+            tracing::warn!(key, error = %e, "could not set a GDAL configuration option");
+        }
+    }
+}

@@ -213,7 +213,7 @@ async fn process(
     let key = job.prefix.tile_key(&job.job_id, window);
 
     if shared.cfg.skip_existing
-        && let Some(meta) = shared.b.objects.head(&key).await?
+        && let Some(meta) = head_if_allowed(shared, &key).await
     {
         // An optimisation only: the Create below would refuse the copy anyway.
         deltas.bump(shared, m::DUPLICATE_ENCODES_SKIPPED);
@@ -271,6 +271,19 @@ async fn process(
     tracing::info!(outcome = outcome.name(), size = meta.size, "tile commit");
     fault::point("before-ack");
     Ok(outcome)
+}
+
+/// The skip-if-present HEAD. It only saves work, so a HEAD that fails (a role without
+/// `s3:ListBucket` answers 403 for an absent key) is no reason to fail the window: encode, and
+/// let the create-if-absent write decide.
+async fn head_if_allowed(shared: &Shared, key: &str) -> Option<ObjectMeta> {
+    match shared.b.objects.head(key).await {
+        Ok(meta) => meta,
+        Err(e) => {
+            tracing::debug!(key, error = %chain(&e), "skip-if-present HEAD failed; encoding");
+            None
+        }
+    }
 }
 
 async fn verify_source(

@@ -1,0 +1,162 @@
+//! tilegate's worker as an SQS-triggered AWS Lambda function.
+//!
+//! Each record of a batch runs through the same worker code as `tilegate work`
+//! ([`Worker::handle_one`]); the function answers with a *partial batch response* that lists
+//! only the records that met a genuine, retryable fault, so that SQS redelivers those and no
+//! other:
+//!
+//! - a tile already in place (the Create refused, `AlreadyPresent`) is success;
+//! - a permanent fault (malformed message, unknown job, changed source, …) is sent to the
+//!   dead-letter queue by the handler itself, with its reason, and reported as success — one
+//!   bad record never redelivers its batch;
+//! - a retryable fault (throttling, a network error) is listed in `batchItemFailures`, its
+//!   visibility set to a short backoff so that it returns soon rather than after the queue's
+//!   visibility timeout.
+//!
+//! The function's role has no `s3:ListBucket`, so a HEAD of an absent key answers 403, not
+//! 404: the handler never HEADs a tile before encoding (no skip-if-present optimisation) and
+//! relies on the create-if-absent write alone. Counters go out as CloudWatch Embedded Metric
+//! Format lines after each batch.
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use futures::StreamExt as _;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tilegate_core::metrics::{self, Counters};
+use tilegate_core::queue::Received;
+use tilegate_core::{Backends, now_millis};
+use tilegate_worker::{StopWhen, WindowOutcome, Worker, WorkerConfig};
+
+/// The SQS event types the function receives and answers with.
+pub use aws_lambda_events::event::sqs as events;
+
+/// The CloudWatch namespace of the function's metrics.
+pub const METRICS_NAMESPACE: &str = "tilegate";
+
+/// How the function works.
+#[derive(Debug, Clone)]
+pub struct HandlerConfig {
+    /// Records handled at once.
+    pub concurrency: usize,
+    /// Encoder threads.
+    pub threads: usize,
+    /// The queue's visibility timeout: the heartbeat keeps long windows invisible this long.
+    pub visibility: Duration,
+    /// The function's name, the metrics' `function` dimension.
+    pub function: String,
+}
+
+impl Default for HandlerConfig {
+    fn default() -> Self {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            concurrency: threads * 2,
+            threads,
+            visibility: Duration::from_secs(720),
+            function: "tilegate-worker".to_owned(),
+        }
+    }
+}
+
+/// The function's state across invocations of one execution environment.
+#[derive(Debug)]
+pub struct Handler {
+    worker: Worker,
+    counters: Arc<Counters>,
+    cfg: HandlerConfig,
+    /// Counter values already reported as metrics.
+    reported: Mutex<BTreeMap<String, u64>>,
+}
+
+/// What one invocation produced.
+#[derive(Debug)]
+pub struct BatchResult {
+    pub response: SqsBatchResponse,
+    /// Each record's outcome, by message ID.
+    pub outcomes: Vec<(String, WindowOutcome)>,
+    /// CloudWatch Embedded Metric Format documents to print, one per line.
+    pub metrics: Vec<String>,
+}
+
+impl Handler {
+    pub fn new(b: Backends, cfg: HandlerConfig) -> Self {
+        let counters = Arc::new(Counters::new());
+        let worker_cfg = WorkerConfig {
+            concurrency: cfg.concurrency,
+            threads: cfg.threads,
+            visibility: cfg.visibility,
+            // Without s3:ListBucket a HEAD of an absent tile is a 403: never ask.
+            skip_existing: false,
+            stop: StopWhen::Signal,
+            ..WorkerConfig::default()
+        };
+        Self {
+            worker: Worker::new(b, worker_cfg, counters.clone()),
+            counters,
+            cfg,
+            reported: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Handle one SQS batch.
+    pub async fn handle(&self, event: SqsEvent) -> BatchResult {
+        let outcomes: Vec<(String, WindowOutcome)> = futures::stream::iter(event.records)
+            .map(|record| self.record(record))
+            .buffer_unordered(self.cfg.concurrency.max(1))
+            .collect()
+            .await;
+        self.worker.flush_counters().await;
+        let batch_item_failures = outcomes
+            .iter()
+            .filter(|(_, o)| matches!(o, WindowOutcome::Retry(_)))
+            .map(|(id, _)| {
+                let mut f = BatchItemFailure::default();
+                f.item_identifier = id.clone();
+                f
+            })
+            .collect();
+        let mut response = SqsBatchResponse::default();
+        response.batch_item_failures = batch_item_failures;
+        BatchResult {
+            response,
+            outcomes,
+            metrics: self.metrics(),
+        }
+    }
+
+    async fn record(&self, record: SqsMessage) -> (String, WindowOutcome) {
+        let msg = received(record);
+        let id = msg.message_id.clone();
+        let outcome = self.worker.handle_one(msg).await;
+        if let WindowOutcome::Retry(detail) = &outcome {
+            tracing::warn!(message_id = %id, detail, "retryable fault: reported for redelivery");
+        }
+        (id, outcome)
+    }
+
+    /// EMF lines for the counters that moved since the last report.
+    fn metrics(&self) -> Vec<String> {
+        let now = self.counters.snapshot();
+        let mut reported = self.reported.lock().expect("metrics lock");
+        let deltas = metrics::deltas(&reported, &now);
+        *reported = now;
+        metrics::emf_lines(METRICS_NAMESPACE, &self.cfg.function, &deltas, now_millis())
+    }
+}
+
+/// A Lambda SQS record as the worker's [`Received`]. The receive count comes from the
+/// record's `ApproximateReceiveCount` attribute (1 if absent).
+pub fn received(record: SqsMessage) -> Received {
+    let receive_count = record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1);
+    Received {
+        message_id: record.message_id.unwrap_or_default(),
+        receipt: record.receipt_handle.unwrap_or_default(),
+        body: record.body.unwrap_or_default(),
+        receive_count,
+    }
+}

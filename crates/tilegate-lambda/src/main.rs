@@ -1,0 +1,66 @@
+//! The `tilegate-lambda` function (runtime `provided.al2023`, handler `bootstrap`). Configured
+//! by its environment, as deploy/aws/template.yaml sets it: `TILEGATE_OBJECTS`
+//! (`s3://bucket/prefix`), `TILEGATE_TABLES` (`dynamodb://prefix`), `TILEGATE_QUEUE_URL`,
+//! `TILEGATE_DLQ_URL`, and optionally `TILEGATE_VISIBILITY_S` (the queue's visibility timeout,
+//! default 720) and `TILEGATE_CONCURRENCY`.
+
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use std::sync::Arc;
+use std::time::Duration;
+use tilegate_lambda::{Handler, HandlerConfig};
+
+fn env(name: &str) -> Result<String, Error> {
+    std::env::var(name).map_err(|_| format!("the function needs {name} in its environment").into())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TILEGATE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(false)
+        .without_time()
+        .init();
+    tilegate_cog::set_config_options(tilegate_aws::gdal_s3_config());
+    let backends = tilegate_aws::AwsBackends::for_function(
+        &env("TILEGATE_OBJECTS")?,
+        &env("TILEGATE_TABLES")?,
+        &env("TILEGATE_QUEUE_URL")?,
+        &env("TILEGATE_DLQ_URL")?,
+        tilegate_core::queue::DEFAULT_MAX_RECEIVE_COUNT,
+    )
+    .await?;
+    let mut cfg = HandlerConfig::default();
+    if let Ok(name) = std::env::var("AWS_LAMBDA_FUNCTION_NAME") {
+        cfg.function = name;
+    }
+    if let Some(s) = std::env::var("TILEGATE_VISIBILITY_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        cfg.visibility = Duration::from_secs(s);
+    }
+    if let Some(n) = std::env::var("TILEGATE_CONCURRENCY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        cfg.concurrency = n;
+    }
+    let handler = Arc::new(Handler::new(backends, cfg));
+    lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {
+            let handler = handler.clone();
+            async move {
+                let result = handler.handle(event.payload).await;
+                // CloudWatch reads Embedded Metric Format documents from the function's output.
+                for line in &result.metrics {
+                    println!("{line}");
+                }
+                Ok::<_, Error>(result.response)
+            }
+        },
+    ))
+    .await
+}
