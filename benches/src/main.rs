@@ -1,5 +1,106 @@
-//! tilegate's benchmarks. The fan-out benchmark arrives with its own issue; this binary
-//! already builds so CI keeps it compiling.
-fn main() {
-    println!("tilegate-benches: no benchmark is implemented yet (see BENCHMARKS.md)");
+//! tilegate's benchmarks. `tilegate-benches fanout` measures the 400-window fan-out against
+//! the tools a user would pick instead (BENCHMARKS.md has the latest table and how to read
+//! it); the criterion micro-benchmarks of the hot paths are in `benches/hot_paths.rs`.
+
+mod fanout;
+mod measure;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "tilegate-benches")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// The fan-out benchmark: reference gdal_translate, peer tilers and mosaic, and tilegate's
+    /// end to end run, stages, duplicates, orchestration overhead and many-window plan, in
+    /// interleaved rounds. Prints a Markdown table (or JSON) with ratios to the reference.
+    Fanout {
+        /// Rounds (each runs every contender once, in the same order).
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        /// Scene width and height in pixels.
+        #[arg(long, default_value_t = 10240)]
+        size: u32,
+        /// Window size (400 windows on the default scene).
+        #[arg(long, default_value_t = 512)]
+        window: u32,
+        /// Window size of the many-window plan (102,400 windows on the default scene).
+        #[arg(long, default_value_t = 32)]
+        plan_window: u32,
+        /// Directory holding the `tilegate` binary [default: this binary's directory].
+        #[arg(long)]
+        bin: Option<PathBuf>,
+        /// Scratch and cache directory (the sample scene is cached here).
+        #[arg(long, default_value = ".ci-cache/bench")]
+        work: PathBuf,
+        /// Skip the rasterio + rio-cogeo peer (it needs a virtual environment from PyPI).
+        #[arg(long)]
+        no_python: bool,
+        /// A seconds-long configuration for CI: a 1024² scene, one round, no Python peer.
+        #[arg(long)]
+        smoke: bool,
+        /// Print the results as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let Cmd::Fanout {
+        rounds,
+        size,
+        window,
+        plan_window,
+        bin,
+        work,
+        no_python,
+        smoke,
+        json,
+    } = Cli::parse().command;
+    let bin = match bin {
+        Some(b) => b,
+        None => std::env::current_exe()?
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default(),
+    };
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cfg = if smoke {
+        fanout::Config {
+            rounds: 1,
+            size: 1024,
+            window: 256,
+            plan_window: 16,
+            bin,
+            work: work.join("smoke"),
+            python: false,
+            cores,
+        }
+    } else {
+        fanout::Config {
+            rounds: rounds.max(1),
+            size,
+            window,
+            plan_window,
+            bin,
+            work,
+            python: !no_python,
+            cores,
+        }
+    };
+    let results = fanout::run_benchmark(&cfg)?;
+    let (table, doc) = fanout::report(&cfg, &results);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("{table}");
+        println!("derived: {}", doc["derived"]);
+    }
+    Ok(())
 }

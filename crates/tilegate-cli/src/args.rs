@@ -109,7 +109,9 @@ pub struct SampleArgs {
 /// What to make of each window.
 #[derive(Debug, Args, Clone)]
 pub struct RecipeArgs {
-    /// Operation: `copy` (re-encode) or `ndvi` (two bands → Float32).
+    /// Operation: `copy` (re-encode), `ndvi` (two bands → Float32), or `noop` (commit a
+    /// placeholder per window without reading the source: measures orchestration alone; such
+    /// a job cannot be assembled).
     #[arg(long, default_value = "copy")]
     pub recipe: String,
     /// Bands for `copy`, 1-based, comma-separated (default: all).

@@ -79,10 +79,11 @@ fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Prefix)> {
             red: a.red,
             nir: a.nir,
         },
+        "noop" => Operation::Noop,
         other => {
             return Err(refused(
                 "bad-recipe",
-                format!("unknown recipe `{other}`: expected `copy` or `ndvi`"),
+                format!("unknown recipe `{other}`: expected `copy`, `ndvi` or `noop`"),
             ));
         }
     };
@@ -208,6 +209,12 @@ async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCo
         "newly_planned": p.newly_planned,
         "source": p.job.source.uri,
         "source_etag": p.job.source.etag,
+        "timings": {
+            "pin_source_s": p.timings.pin_s,
+            "probe_s": p.timings.probe_s,
+            "job_row_s": p.timings.job_row_s,
+            "enqueue_s": p.timings.enqueue_s,
+        },
         "elapsed_s": started.elapsed().as_secs_f64(),
     });
     out.emit(&doc, || {

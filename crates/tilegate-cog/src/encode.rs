@@ -66,10 +66,14 @@ pub fn encode_window(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
     .entered();
     let bands = req.recipe.input_bands(req.scene.bands)?;
     check_window(req)?;
+    if req.recipe.operation == Operation::Noop {
+        return Ok(format!("tilegate noop {},{}\n", rect.x, rect.y).into_bytes());
+    }
     let tile = with_source(req, |src| {
         let pixels = match &req.recipe.operation {
             Operation::Copy { .. } => read_copy(src, req, &bands)?,
             Operation::Ndvi { .. } => read_ndvi(src, req, &bands)?,
+            Operation::Noop => unreachable!("a noop window reads nothing"),
         };
         write_tile(req, pixels)
     })

@@ -20,6 +20,10 @@ pub enum Operation {
     },
     /// Normalised difference vegetation index `(nir - red) / (nir + red)` as Float32.
     Ndvi { red: u32, nir: u32 },
+    /// Read nothing, encode nothing: each window commits a few placeholder bytes. Measures the
+    /// orchestration alone (queue, source check, commit, manifest); its "tiles" are not
+    /// TIFFs, so such a job cannot be assembled.
+    Noop,
 }
 
 /// Tile compression.
@@ -98,6 +102,7 @@ impl Recipe {
             Operation::Ndvi { red, nir } => {
                 let _ = write!(s, "op=ndvi;red={red};nir={nir}");
             }
+            Operation::Noop => s.push_str("op=noop"),
         }
         let _ = write!(
             s,
@@ -125,6 +130,7 @@ impl Recipe {
             Operation::Copy { bands: Some(b) } if b.is_empty() => Err(RecipeError::NoBands),
             Operation::Copy { bands: Some(b) } => b.iter().map(|&b| check(b)).collect(),
             Operation::Ndvi { red, nir } => Ok(vec![check(*red)?, check(*nir)?]),
+            Operation::Noop => Ok(Vec::new()),
         }
     }
 }

@@ -7,5 +7,5 @@
 pub mod plan;
 pub mod source;
 
-pub use plan::{Plan, PlanError, PlanOptions, enqueue_windows, plan};
+pub use plan::{Plan, PlanError, PlanOptions, PlanTimings, enqueue_windows, plan};
 pub use source::{SourceError, SourceGuard, resolve_source};

@@ -29,6 +29,21 @@ pub struct Plan {
     /// Windows that already had a manifest row before this plan.
     pub already_recorded: u64,
     pub enqueued: u64,
+    /// Where the time went.
+    pub timings: PlanTimings,
+}
+
+/// Seconds spent in each step of planning.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlanTimings {
+    /// Pinning the source: its content hash (local) or HEAD (S3).
+    pub pin_s: f64,
+    /// Opening it with GDAL for size, bands and CRS.
+    pub probe_s: f64,
+    /// Writing the job row.
+    pub job_row_s: f64,
+    /// Building and sending the window messages.
+    pub enqueue_s: f64,
 }
 
 /// Why planning failed.
@@ -65,11 +80,20 @@ const SEND_CHUNK: usize = 1000;
 
 /// Plan a job for `source` and enqueue its windows.
 pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    let mut timings = PlanTimings::default();
+    let mut clock = std::time::Instant::now();
+    let mut lap = || {
+        let s = clock.elapsed().as_secs_f64();
+        clock = std::time::Instant::now();
+        s
+    };
     let resolved = resolve(b, source).await?;
+    timings.pin_s = lap();
     let gdal_path = resolved.gdal_path.clone();
     let scene = tokio::task::spawn_blocking(move || tilegate_cog::probe(&gdal_path))
         .await
         .expect("planning task panicked")?;
+    timings.probe_s = lap();
     opts.recipe.input_bands(scene.bands)?;
     let grid = Grid::new(scene.width, scene.height, opts.recipe.window)?;
     let job_id = JobId::derive(
@@ -92,14 +116,17 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
         CreateOutcome::AlreadyExists(existing) => (existing.row, false),
     };
     tracing::info!(job_id = %job.job_id, windows = grid.len(), newly_planned, "job planned");
+    timings.job_row_s = lap();
 
     let (enqueued, already_recorded) = enqueue_windows(b, &job, opts.resume).await?;
+    timings.enqueue_s = lap();
     Ok(Plan {
         windows: job.grid.len(),
         already_recorded,
         job,
         newly_planned,
         enqueued,
+        timings,
     })
 }
 

@@ -227,7 +227,7 @@ impl Worker {
         // A dropped sender means nobody can ask us to stop; stop watching it.
         let mut stop_open = true;
         let mut last_flush = std::time::Instant::now();
-        let mut checked_at = 0u64;
+        let mut checked_at = None;
         loop {
             if last_flush.elapsed() >= COUNTER_FLUSH_PERIOD {
                 flush_counters(shared).await;
@@ -239,13 +239,13 @@ impl Worker {
             if *stop.borrow() {
                 break;
             }
-            // A run for one job ends as soon as its last window is recorded, without waiting
-            // out another long poll.
+            // Whenever the pool falls idle, see at once whether it is done (the job's last
+            // window recorded, or the queue drained) rather than after another long poll.
             if tasks.is_empty()
-                && report.handled > checked_at
-                && matches!(cfg.stop, StopWhen::JobComplete(_))
+                && checked_at != Some(report.handled)
+                && cfg.stop != StopWhen::Signal
             {
-                checked_at = report.handled;
+                checked_at = Some(report.handled);
                 if self.should_stop().await? {
                     break;
                 }
