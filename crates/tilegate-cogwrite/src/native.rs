@@ -94,18 +94,37 @@ fn overviews<T: Sample>(
         nodata: nodata.and_then(T::from_nodata),
     };
     let t0 = std::time::Instant::now();
-    let mut cur = decode_scene::<T>(grid, f, tiles, layouts, validity)?;
+    let even = grid.width.is_multiple_of(2) && grid.height.is_multiple_of(2);
+    let mut cur = if even {
+        decode_half::<T>(grid, f, tiles, layouts, validity, spec.resampling)?
+    } else {
+        decode_scene::<T>(grid, f, tiles, layouts, validity)?
+    };
     tracing::debug!(
         elapsed_ms = t0.elapsed().as_millis() as u64,
         tiles = tiles.len(),
-        "decoded full resolution"
+        first_level_direct = even,
+        "decoded the tiles"
     );
     let mut levels = Vec::with_capacity(sizes.len());
     // Each level from the previous one, as GDAL 3.6's COG driver does (measured: level 2
     // equals the average of GDAL's rounded level 1, not of the full resolution).
     for (w, h) in sizes {
         let t0 = std::time::Instant::now();
-        let next = overview::downsample(&cur, w as usize, h as usize, validity, spec.resampling);
+        let next = if (cur.width, cur.height) == (w as usize, h as usize) {
+            // The first level, already reduced while decoding.
+            std::mem::replace(
+                &mut cur,
+                Raster {
+                    width: 0,
+                    height: 0,
+                    spp: 0,
+                    data: Vec::new(),
+                },
+            )
+        } else {
+            overview::downsample(&cur, w as usize, h as usize, validity, spec.resampling)
+        };
         let t1 = std::time::Instant::now();
         levels.push(Level {
             width: w,
@@ -139,8 +158,6 @@ fn decode_scene<T: Sample>(
     let win = grid.window as usize;
     let cols = grid.cols() as usize;
     let shape = BlockShape::of(f);
-    let planes = f.planes() as usize;
-    let block_spp = f.block_samples();
     let mut data = vec![T::default(); width * height * spp];
     data.par_chunks_mut(win * width * spp)
         .enumerate()
@@ -150,40 +167,95 @@ fn decode_scene<T: Sample>(
                 let rows_here = strip.len() / (width * spp);
                 for col in 0..cols {
                     let i = row * cols + col;
-                    let (t, l) = (&tiles[i], &layouts[i]);
                     let x0 = col * win;
                     let w = win.min(width - x0);
-                    for plane in 0..planes {
-                        let (off, len) = l.blocks[plane];
-                        if len == 0 {
-                            // A sparse block reads as nodata (or 0), as in GDAL.
-                            fill_block(
-                                strip, width, spp, x0, w, rows_here, plane, planes, validity,
-                            );
-                            continue;
-                        }
-                        let src = &t.bytes[off as usize..(off + len) as usize];
-                        let corrupt = |detail| AssembleError::CorruptBlock {
-                            window: l.window,
-                            detail,
-                        };
-                        codec.inflate(f, src, buf).map_err(corrupt)?;
-                        if f.predictor == 3 {
-                            codec::fp_undo(buf, f.endian, shape);
-                        }
-                        let row_bytes = shape.row_samples * T::BYTES;
-                        for y in 0..rows_here {
-                            let line = &buf[y * row_bytes..(y + 1) * row_bytes];
-                            let dst =
-                                &mut strip[(y * width + x0) * spp..(y * width + x0 + w) * spp];
-                            let n = w * block_spp;
-                            let horizontal = f.predictor == 2;
-                            if planes > 1 {
-                                overview::read_row(line, f.endian, n, 1, horizontal, dst, |i| {
-                                    i * spp + plane
-                                });
-                            } else {
-                                overview::read_row(line, f.endian, n, spp, horizontal, dst, |i| i);
+                    let out = &mut strip[x0 * spp..];
+                    decode_tile(
+                        codec,
+                        buf,
+                        f,
+                        &tiles[i],
+                        &layouts[i],
+                        w,
+                        rows_here,
+                        validity,
+                        out,
+                        width * spp,
+                    )?;
+                }
+                Ok(())
+            },
+        )?;
+    Ok(Raster {
+        width,
+        height,
+        spp,
+        data,
+    })
+}
+
+/// The first overview level straight from the tiles, for a scene of even width and height:
+/// every 2×2 box then lies inside one tile (windows start at multiples of 16), so each tile is
+/// decoded and reduced on its own and the full-resolution scene is never held in memory. The
+/// result is the same as [`decode_scene`] followed by [`overview::downsample`].
+fn decode_half<T: Sample>(
+    grid: Grid,
+    f: &Format,
+    tiles: &[TileInput],
+    layouts: &[TileLayout],
+    validity: Validity<T>,
+    resampling: crate::Resampling,
+) -> Result<Raster<T>, AssembleError> {
+    let (width, height) = (grid.width as usize / 2, grid.height as usize / 2);
+    let spp = usize::from(f.samples);
+    let win = grid.window as usize;
+    let cols = grid.cols() as usize;
+    let shape = BlockShape::of(f);
+    let mut data = vec![T::default(); width * height * spp];
+    data.par_chunks_mut(win / 2 * width * spp)
+        .enumerate()
+        .try_for_each_init(
+            || {
+                (
+                    Codec::default(),
+                    vec![0u8; shape.len()],
+                    vec![T::default(); win * win * spp],
+                )
+            },
+            |(codec, buf, px), (row, strip)| -> Result<(), AssembleError> {
+                let half_rows = strip.len() / (width * spp);
+                for col in 0..cols {
+                    let i = row * cols + col;
+                    let x0 = col * win;
+                    let w = win.min(2 * width - x0);
+                    let stride = w * spp;
+                    decode_tile(
+                        codec,
+                        buf,
+                        f,
+                        &tiles[i],
+                        &layouts[i],
+                        w,
+                        2 * half_rows,
+                        validity,
+                        px,
+                        stride,
+                    )?;
+                    for y in 0..half_rows {
+                        let top = &px[2 * y * stride..(2 * y + 1) * stride];
+                        let bottom = &px[(2 * y + 1) * stride..(2 * y + 2) * stride];
+                        let out = &mut strip[(y * width + x0 / 2) * spp..][..w / 2 * spp];
+                        match resampling {
+                            crate::Resampling::Average => {
+                                overview::box2_into(top, bottom, spp, validity, out);
+                            }
+                            crate::Resampling::Nearest => {
+                                // ⌊0.5 + 2i⌋ = 2i: the top-left pixel of each box.
+                                for (o, p) in
+                                    out.chunks_exact_mut(spp).zip(top.chunks_exact(2 * spp))
+                                {
+                                    o.copy_from_slice(&p[..spp]);
+                                }
                             }
                         }
                     }
@@ -199,15 +271,71 @@ fn decode_scene<T: Sample>(
     })
 }
 
+/// Decode one tile's top `rows` rows, `w` pixels wide, into `out` (pixel-interleaved,
+/// `out_stride` samples per row), undoing the predictors.
 #[expect(
     clippy::too_many_arguments,
-    reason = "a strip region and its band selection"
+    reason = "a tile, its format and a destination region"
 )]
+fn decode_tile<T: Sample>(
+    codec: &mut Codec,
+    buf: &mut [u8],
+    f: &Format,
+    t: &TileInput,
+    l: &TileLayout,
+    w: usize,
+    rows: usize,
+    validity: Validity<T>,
+    out: &mut [T],
+    out_stride: usize,
+) -> Result<(), AssembleError> {
+    let spp = usize::from(f.samples);
+    let shape = BlockShape::of(f);
+    let planes = f.planes() as usize;
+    let block_spp = f.block_samples();
+    let row_bytes = shape.row_samples * T::BYTES;
+    let horizontal = f.predictor == 2;
+    for plane in 0..planes {
+        let (off, len) = l.blocks[plane];
+        if len == 0 {
+            // A sparse block reads as nodata (or 0), as in GDAL.
+            fill_block(out, out_stride, spp, w, rows, plane, planes, validity);
+            continue;
+        }
+        let src = &t.bytes[off as usize..(off + len) as usize];
+        let corrupt = |detail| AssembleError::CorruptBlock {
+            window: l.window,
+            detail,
+        };
+        codec.inflate(f, src, buf).map_err(corrupt)?;
+        if f.predictor == 3 {
+            codec::fp_undo(buf, f.endian, shape);
+        }
+        let n = w * block_spp;
+        for y in 0..rows {
+            let line = &buf[y * row_bytes..(y + 1) * row_bytes];
+            let dst = &mut out[y * out_stride..y * out_stride + w * spp];
+            if planes > 1 {
+                overview::read_row(line, f.endian, n, 1, horizontal, dst, |i| i * spp + plane);
+            } else {
+                overview::read_row_contiguous(
+                    &line[..n * T::BYTES],
+                    f.endian,
+                    spp,
+                    horizontal,
+                    dst,
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[expect(clippy::too_many_arguments, reason = "a region and its band selection")]
 fn fill_block<T: Sample>(
-    strip: &mut [T],
-    width: usize,
+    out: &mut [T],
+    out_stride: usize,
     spp: usize,
-    x0: usize,
     w: usize,
     rows: usize,
     plane: usize,
@@ -217,7 +345,7 @@ fn fill_block<T: Sample>(
     let v = validity.nodata.unwrap_or_default();
     for y in 0..rows {
         for x in 0..w {
-            let px = &mut strip[((y * width) + x0 + x) * spp..][..spp];
+            let px = &mut out[y * out_stride + x * spp..][..spp];
             if planes > 1 {
                 px[plane] = v;
             } else {

@@ -42,6 +42,24 @@ pub(crate) trait Sample: Copy + Send + Sync + PartialEq + Default + 'static {
     fn wrapping_sub(self, o: Self) -> Self;
     /// What an output pixel with no valid input becomes when there is no nodata.
     fn empty() -> Self;
+    /// The average of a 2×2 box, nodata excluded (`fill` when nothing is valid): the mean of
+    /// the valid samples through [`Sample::from_mean`]. Integer types compute it exactly in
+    /// integers, with the same rounding.
+    fn box4(v: [Self; 4], validity: Validity<Self>) -> Self {
+        let mut sum = 0.0;
+        let mut n = 0u32;
+        for x in v {
+            if validity.valid(x) {
+                sum += x.to_f64();
+                n += 1;
+            }
+        }
+        if n > 0 {
+            Self::from_mean(sum / f64::from(n))
+        } else {
+            validity.fill()
+        }
+    }
 }
 
 macro_rules! int_sample {
@@ -84,6 +102,27 @@ macro_rules! int_sample {
             }
             fn empty() -> Self {
                 0
+            }
+            fn box4(v: [Self; 4], validity: Validity<Self>) -> Self {
+                let (mut sum, mut n) = (0i64, 0i64);
+                for x in v {
+                    if validity.valid(x) {
+                        sum += i64::from(x);
+                        n += 1;
+                    }
+                }
+                if n == 0 {
+                    return validity.fill();
+                }
+                // round(sum / n), half away from zero, exactly: ⌊(2·sum + n) / 2n⌋ for a
+                // non-negative sum, mirrored for a negative one. The mean of samples of this
+                // type is within its range.
+                let q = if sum >= 0 {
+                    (2 * sum + n) / (2 * n)
+                } else {
+                    -((-2 * sum + n) / (2 * n))
+                };
+                q as $t
             }
         }
     };
@@ -267,23 +306,28 @@ fn box2_row<T: Sample>(src: &Raster<T>, j: usize, validity: Validity<T>, out: &m
     let stride = src.width * spp;
     let top = &src.data[2 * j * stride..(2 * j + 1) * stride];
     let bottom = &src.data[(2 * j + 1) * stride..(2 * j + 2) * stride];
-    let fill = validity.fill();
+    box2_into(top, bottom, spp, validity, out);
+}
+
+/// One output row of a 2×2 box reduction from two source rows (`spp` samples per pixel).
+pub(crate) fn box2_into<T: Sample>(
+    top: &[T],
+    bottom: &[T],
+    spp: usize,
+    validity: Validity<T>,
+    out: &mut [T],
+) {
+    if spp == 1 {
+        for (i, o) in out.iter_mut().enumerate() {
+            let a = 2 * i;
+            *o = T::box4([top[a], top[a + 1], bottom[a], bottom[a + 1]], validity);
+        }
+        return;
+    }
     for (k, o) in out.iter_mut().enumerate() {
         // Output sample k is pixel k / spp, band k % spp.
         let a = (k / spp) * 2 * spp + k % spp;
-        let mut sum = 0.0;
-        let mut n = 0u32;
-        for v in [top[a], top[a + spp], bottom[a], bottom[a + spp]] {
-            if validity.valid(v) {
-                sum += v.to_f64();
-                n += 1;
-            }
-        }
-        *o = if n > 0 {
-            T::from_mean(sum / f64::from(n))
-        } else {
-            fill
-        };
+        *o = T::box4([top[a], top[a + spp], bottom[a], bottom[a + spp]], validity);
     }
 }
 
@@ -320,6 +364,25 @@ fn average_row<T: Sample>(
             } else {
                 fill
             };
+        }
+    }
+}
+
+/// [`read_row`] for a contiguous destination (one plane, or pixel-interleaved samples): the
+/// common case, without an index closure per sample.
+pub(crate) fn read_row_contiguous<T: Sample>(
+    line: &[u8],
+    e: Endian,
+    stride: usize,
+    horizontal: bool,
+    dst: &mut [T],
+) {
+    for (d, b) in dst.iter_mut().zip(line.chunks_exact(T::BYTES)) {
+        *d = T::read(e, b);
+    }
+    if horizontal {
+        for i in stride..dst.len() {
+            dst[i] = dst[i].wrapping_add(dst[i - stride]);
         }
     }
 }

@@ -90,6 +90,8 @@ macro_rules! conformance_suite {
             multipart_create_twice,
             multipart_update_honours_etag,
             multipart_abort,
+            multipart_parts_out_of_order_and_replaced,
+            multipart_in_order_parts,
             list_multipart_older_than,
             invalid_keys_refused,
             race_create_same_key,

@@ -72,6 +72,17 @@ pub(crate) fn hash_file(f: &File) -> io::Result<ETag> {
     Ok(etag_of(&hasher.finalize()))
 }
 
+/// Hash a file by path, memory-mapped and on every core for large files: the ETag of content
+/// that was just written (and is still in the page cache).
+pub(crate) fn hash_path(path: &Path) -> io::Result<ETag> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_mmap_rayon(path)?;
+    Ok(etag_of(&hasher.finalize()))
+}
+
+/// Objects at least this large are hashed on every core, beside their write.
+const PARALLEL_HASH: usize = 8 << 20;
+
 /// fsync a directory, so that names just created, linked, renamed or removed in it survive a
 /// power loss (POSIX leaves the durability of a directory entry to an fsync of the directory).
 pub(crate) fn fsync_dir(dir: &Path) -> io::Result<()> {
@@ -125,12 +136,23 @@ impl Staged {
     /// crash can leave at most a stray temp file, never a partial object at a key.
     pub fn write(tmp_dir: &Path, bytes: &[u8]) -> io::Result<Self> {
         let mut tmp = TempFile::create(tmp_dir)?;
-        tmp.file.write_all(bytes)?;
-        tmp.file.sync_all()?;
-        Ok(Self {
-            tmp,
-            e_tag: etag_of(&blake3::hash(bytes)),
-        })
+        if bytes.len() < PARALLEL_HASH {
+            tmp.file.write_all(bytes)?;
+            tmp.file.sync_all()?;
+            return Ok(Self {
+                tmp,
+                e_tag: etag_of(&blake3::hash(bytes)),
+            });
+        }
+        // A large object: hash it on the other cores while this thread writes and waits for
+        // the disk.
+        let e_tag = std::thread::scope(|s| -> io::Result<ETag> {
+            let hash = s.spawn(|| etag_of(&blake3::Hasher::new().update_rayon(bytes).finalize()));
+            tmp.file.write_all(bytes)?;
+            tmp.file.sync_all()?;
+            Ok(hash.join().expect("hashing thread panicked"))
+        })?;
+        Ok(Self { tmp, e_tag })
     }
 
     pub fn stat(&self) -> io::Result<Stat> {

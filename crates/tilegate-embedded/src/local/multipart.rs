@@ -1,23 +1,81 @@
-//! Multipart uploads for the local store: parts staged under `.tilegate/uploads/<id>/`,
-//! concatenated at completion into one fsynced temp file that is then published exactly like a
-//! single put, honouring the same [`PutMode`].
+//! Multipart uploads for the local store, under `.tilegate/uploads/<id>/`, published at
+//! completion exactly like a single put, honouring the same [`PutMode`].
+//!
+//! Parts that arrive in order (part 1, then 2, …: what every tilegate uploader does) are
+//! appended to one *spool* file, fsynced, and recorded in `spool.idx` (number, offset, length,
+//! ETag); completing with exactly those parts publishes the spool itself — no copy, no second
+//! fsync of the object's bytes. Any other part (out of order, or uploaded again under a number
+//! already used) is staged as its own file `part-NNNNN`, which takes precedence, and completion
+//! then concatenates the named parts into a new file. A lock file in the upload's directory
+//! serialises part uploads and completion of one upload across processes.
 
-use super::fsx::{Staged, TempFile, etag_of, fsync_dir};
+use super::fsx::{Staged, TempFile, etag_of, fsync_dir, hash_path, lock};
 use super::{Local, check_key};
 use crate::error::{EmbeddedError, io_error, own_error};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Read as _, Write as _};
-use std::path::PathBuf;
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tilegate_core::object::{MultipartUpload, PartId, PutMode, PutOutcome};
-use tilegate_core::{Retry, StoreError, StoreResult, UnixMillis, now_millis};
+use tilegate_core::{ETag, Retry, StoreError, StoreResult, UnixMillis, now_millis};
 use tracing::{debug, warn};
 
 /// S3's part-number range, kept so callers behave the same on every backend.
 const MAX_PART_NUMBER: u32 = 10_000;
 const INFO_FILE: &str = "upload.json";
+const SPOOL_FILE: &str = "spool";
+const SPOOL_INDEX: &str = "spool.idx";
+const LOCK_FILE: &str = "lock";
+
+/// One part in the spool.
+#[derive(Debug, Clone, PartialEq)]
+struct Spooled {
+    part_number: u32,
+    offset: u64,
+    len: u64,
+    e_tag: ETag,
+}
+
+/// The spool's index: one line per appended part, written after the part's bytes are durable.
+/// A torn last line (a crash while appending it) is ignored with the part it described.
+fn read_spool_index(dir: &Path) -> io::Result<Vec<Spooled>> {
+    let text = match fs::read_to_string(dir.join(SPOOL_INDEX)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out: Vec<Spooled> = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let [n, offset, len, e_tag] = f[..] else {
+            break;
+        };
+        let (Ok(n), Ok(offset), Ok(len)) = (n.parse(), offset.parse(), len.parse()) else {
+            break;
+        };
+        // Entries are contiguous and numbered 1, 2, …; anything else is not ours.
+        let expected = out.last().map_or(0, |p| p.offset + p.len);
+        if n as usize != out.len() + 1 || offset != expected {
+            break;
+        }
+        out.push(Spooled {
+            part_number: n,
+            offset,
+            len,
+            e_tag: ETag::new(e_tag),
+        });
+    }
+    Ok(out)
+}
+
+/// Where a named part's bytes are.
+enum PartSource {
+    File(PathBuf),
+    Spool(Spooled),
+}
 
 /// `uploads/<id>/upload.json`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -132,8 +190,17 @@ impl Local {
             ));
         }
         let (dir, _) = self.upload(OP, key, id)?;
+        let _lock = lock(OP, key, &dir.join(LOCK_FILE))?;
+        // Re-read under the lock: a completion or abort may have taken the upload meanwhile.
+        self.upload(OP, key, id)?;
+        let spooled = read_spool_index(&dir).map_err(|e| io_error(OP, key, e))?;
+        let next = spooled.len() as u32 + 1;
+        if part_number == next && !dir.join(part_name(part_number)).exists() {
+            return self.append_to_spool(key, &dir, &spooled, part_number, bytes);
+        }
         let staged = Staged::write(&self.tmp, bytes).map_err(|e| io_error(OP, key, e))?;
-        // rename(2) replaces a part uploaded earlier under the same number, as S3 does.
+        // rename(2) replaces a part uploaded earlier under the same number, as S3 does (and
+        // takes precedence over that number's bytes in the spool).
         match fs::rename(&staged.tmp.path, dir.join(part_name(part_number))) {
             Ok(()) => {}
             // The upload was completed or aborted meanwhile.
@@ -147,6 +214,42 @@ impl Local {
         })
     }
 
+    /// Append the next part to the spool: bytes written at the end of the last recorded part
+    /// and fsynced, then the index line (also fsynced), so that the index never names bytes
+    /// that are not durable.
+    fn append_to_spool(
+        &self,
+        key: &str,
+        dir: &Path,
+        spooled: &[Spooled],
+        part_number: u32,
+        bytes: &[u8],
+    ) -> StoreResult<PartId> {
+        const OP: &str = "upload part";
+        let offset = spooled.last().map_or(0, |p| p.offset + p.len);
+        let e_tag = etag_of(&blake3::hash(bytes));
+        let append = || -> io::Result<()> {
+            let spool = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(SPOOL_FILE))?;
+            // Drop anything a crash left after the last recorded part.
+            spool.set_len(offset)?;
+            spool.write_all_at(bytes, offset)?;
+            spool.sync_data()?;
+            let mut index = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(SPOOL_INDEX))?;
+            writeln!(index, "{part_number} {offset} {} {e_tag}", bytes.len())?;
+            index.sync_data()?;
+            fsync_dir(dir)
+        };
+        append().map_err(|e| io_error(OP, key, e))?;
+        Ok(PartId { part_number, e_tag })
+    }
+
     pub(super) fn complete_multipart(
         &self,
         key: &str,
@@ -156,6 +259,8 @@ impl Local {
     ) -> StoreResult<PutOutcome> {
         const OP: &str = "complete multipart upload";
         check_key(key)?;
+        let (dir, _) = self.upload(OP, key, id)?;
+        let _lock = lock(OP, key, &dir.join(LOCK_FILE))?;
         let (dir, info) = self.upload(OP, key, id)?;
         let invalid = |e| own_error(OP, key, Retry::Permanent, e);
         if parts.is_empty() {
@@ -171,7 +276,32 @@ impl Local {
                 "part numbers must be strictly ascending",
             )));
         }
-        let staged = self.concatenate(key, &dir, parts)?;
+        let spooled = read_spool_index(&dir).map_err(|e| io_error(OP, key, e))?;
+        let mut sources = Vec::with_capacity(parts.len());
+        for p in parts {
+            let file = dir.join(part_name(p.part_number));
+            let source = if file.exists() {
+                PartSource::File(file)
+            } else {
+                match spooled.get(p.part_number as usize - 1) {
+                    Some(s) => PartSource::Spool(s.clone()),
+                    None => {
+                        return Err(invalid(EmbeddedError::InvalidPart {
+                            part_number: p.part_number,
+                            reason: "it was not uploaded",
+                        }));
+                    }
+                }
+            };
+            sources.push(source);
+        }
+        let whole_spool = sources.len() == spooled.len()
+            && sources.iter().all(|s| matches!(s, PartSource::Spool(_)));
+        let staged = if whole_spool {
+            self.take_spool(key, &dir, parts, &spooled)?
+        } else {
+            self.concatenate(key, &dir, parts, &sources)?
+        };
 
         // Claim the upload: rename(2) of its directory is atomic, so of two concurrent
         // completions (or a completion and an abort) exactly one moves it; the other sees
@@ -194,19 +324,63 @@ impl Local {
         out
     }
 
+    /// The spool holds exactly the named parts, in order: it becomes the object. Each part's
+    /// recorded ETag must be the one the caller was given; the whole is hashed once for the
+    /// object's ETag. The spool's bytes were fsynced part by part as they arrived.
+    fn take_spool(
+        &self,
+        key: &str,
+        dir: &Path,
+        parts: &[PartId],
+        spooled: &[Spooled],
+    ) -> StoreResult<Staged> {
+        const OP: &str = "complete multipart upload";
+        for (p, s) in parts.iter().zip(spooled) {
+            if !s.e_tag.strong_eq(&p.e_tag) {
+                return Err(own_error(
+                    OP,
+                    key,
+                    Retry::Permanent,
+                    EmbeddedError::InvalidPart {
+                        part_number: p.part_number,
+                        reason: "its ETag differs from the uploaded part's",
+                    },
+                ));
+            }
+        }
+        let end = spooled.last().map_or(0, |s| s.offset + s.len);
+        let take = || -> io::Result<Staged> {
+            let path = self
+                .tmp
+                .join(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
+            fs::rename(dir.join(SPOOL_FILE), &path)?;
+            let file = fs::OpenOptions::new().read(true).write(true).open(&path)?;
+            let tmp = TempFile { path, file };
+            // Bytes past the last recorded part (a crash mid-append) are not the object's.
+            if tmp.file.metadata()?.len() != end {
+                tmp.file.set_len(end)?;
+                tmp.file.sync_data()?;
+            }
+            let e_tag = hash_path(&tmp.path)?;
+            Ok(Staged { tmp, e_tag })
+        };
+        take().map_err(|e| io_error(OP, key, e))
+    }
+
     /// Concatenate the named parts, in order, into one fsynced temp file, checking each part's
     /// ETag against the one the caller was given (S3's InvalidPart otherwise).
     fn concatenate(
         &self,
         key: &str,
-        dir: &std::path::Path,
+        dir: &Path,
         parts: &[PartId],
+        sources: &[PartSource],
     ) -> StoreResult<Staged> {
         const OP: &str = "complete multipart upload";
         let mut tmp = TempFile::create(&self.tmp).map_err(|e| io_error(OP, key, e))?;
         let mut whole = blake3::Hasher::new();
         let mut buf = vec![0u8; 1 << 20];
-        for p in parts {
+        for (p, source) in parts.iter().zip(sources) {
             let bad = |reason| {
                 own_error(
                     OP,
@@ -218,12 +392,26 @@ impl Local {
                     },
                 )
             };
-            let mut f = match File::open(dir.join(part_name(p.part_number))) {
+            let (path, range) = match source {
+                PartSource::File(path) => (path.clone(), None),
+                PartSource::Spool(s) => (dir.join(SPOOL_FILE), Some((s.offset, s.len))),
+            };
+            let f = match File::open(&path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     return Err(bad("it was not uploaded"));
                 }
                 Err(e) => return Err(io_error(OP, key, e)),
+            };
+            let mut f: Box<dyn io::Read> = match range {
+                None => Box::new(f),
+                Some((offset, len)) => {
+                    use std::io::Seek as _;
+                    let mut f = f;
+                    f.seek(io::SeekFrom::Start(offset))
+                        .map_err(|e| io_error(OP, key, e))?;
+                    Box::new(f.take(len))
+                }
             };
             let mut part = blake3::Hasher::new();
             loop {
