@@ -8,7 +8,7 @@
 //! again, so an ack with an old receipt is refused (`Stale`) exactly when someone else may be
 //! working on the message.
 
-use super::{SqliteBackend, TxResult, to_u64};
+use super::{Cached as _, SqliteBackend, TxResult, to_u64};
 use crate::error::EmbeddedError;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension as _, params};
@@ -40,13 +40,13 @@ fn millis(d: Duration) -> i64 {
 
 /// Move the message `seq` to the dead letters with `reason`, in the caller's transaction.
 fn move_to_dead(tx: &Connection, seq: i64, reason: &str, now: UnixMillis) -> TxResult<usize> {
-    let n = tx.execute(
+    let n = tx.exec(
         "INSERT INTO queue_dead_letters (queue, message_id, body, sent_at, reason, receive_count, dead_at)
          SELECT queue, message_id, body, sent_at, ?2, receive_count, ?3
          FROM queue_messages WHERE seq = ?1",
         params![seq, reason, now],
     )?;
-    tx.execute("DELETE FROM queue_messages WHERE seq = ?1", [seq])?;
+    tx.exec("DELETE FROM queue_messages WHERE seq = ?1", [seq])?;
     Ok(n)
 }
 
@@ -70,7 +70,7 @@ impl SqliteQueue {
         let queue = self.queue.clone();
         self.db
             .with_conn("receive", &self.queue, move |c| {
-                Ok(c.query_row(
+                Ok(c.row(
                     "SELECT EXISTS (SELECT 1 FROM queue_messages WHERE queue = ?1 AND visible_at <= ?2)",
                     params![queue, now_millis()],
                     |r| r.get(0),
@@ -124,7 +124,7 @@ impl SqliteQueue {
                             continue;
                         }
                         let receipt = uuid::Uuid::new_v4().simple().to_string();
-                        tx.execute(
+                        tx.exec(
                             "UPDATE queue_messages
                              SET receive_count = receive_count + 1, receipt = ?2, visible_at = ?3
                              WHERE seq = ?1",
@@ -218,7 +218,7 @@ impl WorkQueue for SqliteQueue {
         let (queue, receipt) = (self.queue.clone(), receipt.to_owned());
         self.db
             .with_conn("ack", &self.queue, move |c| {
-                let n = c.execute(
+                let n = c.exec(
                     "DELETE FROM queue_messages WHERE queue = ?1 AND receipt = ?2",
                     params![queue, receipt],
                 )?;
@@ -236,7 +236,7 @@ impl WorkQueue for SqliteQueue {
         let timeout = millis(timeout);
         self.db
             .with_conn("change visibility", &self.queue, move |c| {
-                let n = c.execute(
+                let n = c.exec(
                     "UPDATE queue_messages SET visible_at = ?3 WHERE queue = ?1 AND receipt = ?2",
                     params![queue, receipt, now_millis().saturating_add(timeout)],
                 )?;
@@ -282,7 +282,7 @@ impl WorkQueue for SqliteQueue {
         let queue = self.queue.clone();
         self.db
             .with_conn("list dead letters", &self.queue, move |c| {
-                let mut stmt = c.prepare(
+                let mut stmt = c.prepare_cached(
                     "SELECT message_id, body, reason, receive_count, dead_at
                      FROM queue_dead_letters WHERE queue = ?1 ORDER BY seq LIMIT ?2",
                 )?;
@@ -328,16 +328,16 @@ impl WorkQueue for SqliteQueue {
                 let mut moved = 0usize;
                 match &ids {
                     None => {
-                        moved += tx.execute(&format!("{INSERT} ORDER BY seq"), params![queue, now])?;
-                        tx.execute("DELETE FROM queue_dead_letters WHERE queue = ?1", [&queue])?;
+                        moved += tx.exec(&format!("{INSERT} ORDER BY seq"), params![queue, now])?;
+                        tx.exec("DELETE FROM queue_dead_letters WHERE queue = ?1", [&queue])?;
                     }
                     Some(ids) => {
                         for id in ids {
-                            moved += tx.execute(
+                            moved += tx.exec(
                                 &format!("{INSERT} AND message_id = ?3"),
                                 params![queue, now, id],
                             )?;
-                            tx.execute(
+                            tx.exec(
                                 "DELETE FROM queue_dead_letters WHERE queue = ?1 AND message_id = ?2",
                                 params![queue, id],
                             )?;
@@ -356,13 +356,13 @@ impl WorkQueue for SqliteQueue {
         self.db
             .with_conn("depth", &self.queue, move |c| {
                 let now = now_millis();
-                let (visible, in_flight): (i64, i64) = c.query_row(
+                let (visible, in_flight): (i64, i64) = c.row(
                     "SELECT COALESCE(SUM(visible_at <= ?2), 0), COALESCE(SUM(visible_at > ?2), 0)
                      FROM queue_messages WHERE queue = ?1",
                     params![queue, now],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )?;
-                let dead: i64 = c.query_row(
+                let dead: i64 = c.row(
                     "SELECT COUNT(*) FROM queue_dead_letters WHERE queue = ?1",
                     [&queue],
                     |r| r.get(0),

@@ -3,7 +3,9 @@
 //! `UPDATE ... WHERE version = ?`, each inside one IMMEDIATE transaction so the row read back
 //! after a refused write is the row that refused it.
 
-use super::{SqliteBackend, TxError, TxResult, decode, encode, select_versioned, to_i64, to_u64};
+use super::{
+    Cached as _, SqliteBackend, TxError, TxResult, decode, encode, select_versioned, to_i64, to_u64,
+};
 use crate::error::EmbeddedError;
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
@@ -45,7 +47,7 @@ impl JobTable for SqliteBackend {
         let id = job.job_id.to_string();
         self.write("create job", &id.clone(), move |tx| {
             let body = encode("job row", &id, &job)?;
-            let n = tx.execute(
+            let n = tx.exec(
                 "INSERT INTO jobs (job_id, version, created_at, body) VALUES (?1, 1, ?2, ?3)
                  ON CONFLICT (job_id) DO NOTHING",
                 params![id, job.created_at, body],
@@ -77,7 +79,7 @@ impl JobTable for SqliteBackend {
         self.write("update job", &id.clone(), move |tx| {
             let body = encode("job row", &id, &job)?;
             let exp = to_i64("version", &id, expected)?;
-            let n = tx.execute(
+            let n = tx.exec(
                 "UPDATE jobs SET version = version + 1, created_at = ?2, body = ?3
                  WHERE job_id = ?1 AND version = ?4",
                 params![id, job.created_at, body, exp],
@@ -96,7 +98,7 @@ impl JobTable for SqliteBackend {
     async fn list_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
         self.with_conn("list jobs", "jobs", move |c| {
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let mut stmt = c.prepare(
+            let mut stmt = c.prepare_cached(
                 "SELECT job_id, version, body FROM jobs
                  ORDER BY created_at DESC, job_id LIMIT ?1",
             )?;
@@ -149,7 +151,7 @@ impl ManifestTable for SqliteBackend {
         let key = manifest_key(e.job_id.as_str(), e.window);
         self.write("put manifest entry", &key.clone(), move |tx| {
             let body = encode("manifest row", &key, &e)?;
-            let n = tx.execute(
+            let n = tx.exec(
                 "INSERT INTO manifest (job_id, win_row, win_col, version, body)
                  VALUES (?1, ?2, ?3, 1, ?4) ON CONFLICT DO NOTHING",
                 params![e.job_id.as_str(), e.window.row, e.window.col, body],
@@ -175,7 +177,7 @@ impl ManifestTable for SqliteBackend {
         self.write("update manifest entry", &key.clone(), move |tx| {
             let body = encode("manifest row", &key, &e)?;
             let exp = to_i64("version", &key, expected)?;
-            let n = tx.execute(
+            let n = tx.exec(
                 "UPDATE manifest SET version = version + 1, body = ?4
                  WHERE job_id = ?1 AND win_row = ?2 AND win_col = ?3 AND version = ?5",
                 params![e.job_id.as_str(), e.window.row, e.window.col, body, exp],
@@ -210,7 +212,7 @@ impl ManifestTable for SqliteBackend {
         let job = job.to_string();
         self.with_conn("list manifest entries", &job.clone(), move |c| {
             // (win_row, win_col) is the order of `Window`'s `Ord`.
-            let mut stmt = c.prepare(
+            let mut stmt = c.prepare_cached(
                 "SELECT win_row, win_col, version, body FROM manifest
                  WHERE job_id = ?1 ORDER BY win_row, win_col",
             )?;
@@ -238,7 +240,7 @@ impl ManifestTable for SqliteBackend {
     async fn count_entries(&self, job: &JobId) -> StoreResult<u64> {
         let job = job.to_string();
         self.with_conn("count manifest entries", &job.clone(), move |c| {
-            let n: i64 = c.query_row(
+            let n: i64 = c.row(
                 "SELECT COUNT(*) FROM manifest WHERE job_id = ?1",
                 [&job],
                 |r| r.get(0),
@@ -270,7 +272,7 @@ fn state_name(s: ClaimState) -> &'static str {
 /// already decided, inside the same IMMEDIATE transaction, that the write is allowed.
 fn store_claim(tx: &Connection, claim: &ClaimRecord, version: u64) -> TxResult<()> {
     let r = claim.resource.as_str();
-    tx.execute(
+    tx.exec(
         "INSERT INTO claims (resource, version, owner, fencing_token, expires_at, state, body)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT (resource) DO UPDATE SET version = excluded.version, owner = excluded.owner,
@@ -394,7 +396,7 @@ impl CounterTable for SqliteBackend {
                 // `value = value + ?` in the storage engine, never read-modify-write here. The
                 // guard keeps the sum an integer (SQLite would silently turn an overflowing
                 // sum into a float).
-                let n = tx.execute(
+                let n = tx.exec(
                     "INSERT INTO counters (job_id, name, value) VALUES (?1, ?2, ?3)
                      ON CONFLICT (job_id, name) DO UPDATE SET value = value + excluded.value
                      WHERE value <= 9223372036854775807 - excluded.value",
@@ -420,7 +422,8 @@ impl CounterTable for SqliteBackend {
     async fn get_counters(&self, job: &JobId) -> StoreResult<BTreeMap<String, u64>> {
         let job = job.to_string();
         self.with_conn("get counters", &job.clone(), move |c| {
-            let mut stmt = c.prepare("SELECT name, value FROM counters WHERE job_id = ?1")?;
+            let mut stmt =
+                c.prepare_cached("SELECT name, value FROM counters WHERE job_id = ?1")?;
             let rows = stmt.query_map([&job], |r| {
                 Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
             })?;
