@@ -13,7 +13,9 @@ use gdal::errors::GdalError;
 use gdal::{Dataset, DriverManager};
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tilegate_cogwrite::TileWriter;
 use tilegate_core::WindowRect;
 use tilegate_core::recipe::{Operation, Recipe};
 use tilegate_core::source::SceneMeta;
@@ -53,6 +55,16 @@ pub struct EncodeRequest {
 /// The tile's geotransform is the scene's with its origin moved to the window's top-left
 /// corner (left as GDAL's default where the scene has none); its CRS is the scene's.
 pub fn encode_window(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
+    encode(req, true)
+}
+
+/// [`encode_window`] through GDAL's COG driver for every window, never the native tile writer:
+/// the reference the native writer is tested against.
+pub fn encode_window_with_gdal(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
+    encode(req, false)
+}
+
+fn encode(req: &EncodeRequest, native: bool) -> Result<Vec<u8>, CogError> {
     let _gdal_log = ffi::ErrorScope::new();
     let rect = req.rect;
     let _span = tracing::debug_span!(
@@ -75,6 +87,18 @@ pub fn encode_window(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
             Operation::Ndvi { .. } => read_ndvi(src, req, &bands)?,
             Operation::Noop => unreachable!("a noop window reads nothing"),
         };
+        if native && let Some(writer) = tile_writer(req, &pixels)? {
+            match writer.encode(
+                &pixels.bytes,
+                rect.width,
+                rect.height,
+                (rect.x, rect.y),
+                &req.scene.geotransform,
+            ) {
+                Ok(tile) => return Ok(tile),
+                Err(e) => tracing::warn!(error = %e, "native tile encoding failed; using GDAL"),
+            }
+        }
         write_tile(req, pixels)
     })
     .inspect_err(|e| {
@@ -87,6 +111,70 @@ pub fn encode_window(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
     Ok(tile)
 }
 
+thread_local! {
+    /// Per thread, per job: the native tile writer learned from a GDAL-written prototype of
+    /// the job's tiles, or `None` where the job's tiles need GDAL.
+    static WRITERS: RefCell<Vec<(String, Option<Arc<TileWriter>>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The native tile writer for `req`'s job, made on first use from a prototype tile that GDAL's
+/// COG driver writes for window (0,0) with zero pixels of the same type, bands and nodata.
+fn tile_writer(req: &EncodeRequest, like: &Pixels) -> Result<Option<Arc<TileWriter>>, CogError> {
+    let key = format!(
+        "{}|{}|{}|{}",
+        req.path,
+        req.cache_key,
+        req.recipe.fingerprint(),
+        like.dtype.name()
+    );
+    if let Some(w) = WRITERS.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, w)| w.clone())
+    }) {
+        return Ok(w);
+    }
+    let origin = WindowRect {
+        x: 0,
+        y: 0,
+        width: req.recipe.window.min(req.scene.width),
+        height: req.recipe.window.min(req.scene.height),
+    };
+    let proto_req = EncodeRequest {
+        rect: origin,
+        ..req.clone()
+    };
+    let zeros = Pixels {
+        dtype: like.dtype,
+        bands: like.bands,
+        nodata: like.nodata.clone(),
+        bytes: vec![
+            0u8;
+            origin.width as usize
+                * origin.height as usize
+                * like.bands as usize
+                * like.dtype.size()
+        ],
+    };
+    let prototype = write_tile(&proto_req, zeros)?;
+    let writer = match TileWriter::from_prototype(&prototype, req.recipe.window) {
+        Ok(w) => Some(Arc::new(w)),
+        Err(reason) => {
+            tracing::debug!(reason, "this job's tiles are encoded by GDAL");
+            None
+        }
+    };
+    WRITERS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= CACHE_CAPACITY {
+            c.remove(0);
+        }
+        c.push((key, writer.clone()));
+    });
+    Ok(writer)
+}
+
 /// Encode every request on rayon's pool; results are in request order.
 pub fn encode_windows_parallel(reqs: &[EncodeRequest]) -> Vec<Result<Vec<u8>, CogError>> {
     reqs.par_iter().map(encode_window).collect()
@@ -95,6 +183,7 @@ pub fn encode_windows_parallel(reqs: &[EncodeRequest]) -> Vec<Result<Vec<u8>, Co
 /// Close every source the calling thread holds open.
 pub fn clear_thread_cache() {
     SOURCES.with(|s| s.borrow_mut().clear());
+    WRITERS.with(|w| w.borrow_mut().clear());
 }
 
 /// How many times this process has opened a source for encoding (each thread opens each

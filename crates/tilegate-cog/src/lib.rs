@@ -18,8 +18,8 @@ mod sample;
 
 pub use dtype::Dtype;
 pub use encode::{
-    EncodeRequest, NDVI_NODATA, clear_thread_cache, encode_window, encode_windows_parallel, ndvi,
-    shifted_geotransform, source_opens, vsimem_leftovers,
+    EncodeRequest, NDVI_NODATA, clear_thread_cache, encode_window, encode_window_with_gdal,
+    encode_windows_parallel, ndvi, shifted_geotransform, source_opens, vsimem_leftovers,
 };
 pub use error::{CogError, RectDisplay};
 pub use probe::probe;

@@ -35,6 +35,18 @@ fn ghost_area() -> String {
 pub(crate) struct IfdOut<'a> {
     pub entries: Vec<Entry>,
     pub blocks: Vec<&'a [u8]>,
+    /// Tags whose out-of-line values go first, in this order (the rest follow by tag): to lay
+    /// a tile out as the GDAL-written tile it copies (libtiff writes custom tags' values after
+    /// the baseline ones). Empty: by tag.
+    pub value_order: Vec<u16>,
+}
+
+/// The order in which `entries`' out-of-line values are written: indices into `entries`.
+fn value_sequence(entries: &[Entry], order: &[u16]) -> Vec<usize> {
+    let rank = |tag: u16| order.iter().position(|&t| t == tag).unwrap_or(order.len());
+    let mut idx: Vec<usize> = (0..entries.len()).collect();
+    idx.sort_by_key(|&i| (rank(entries[i].tag), entries[i].tag));
+    idx
 }
 
 /// Leader and trailer bytes around each block.
@@ -131,14 +143,13 @@ fn plan(ifds: &[IfdOut<'_>], e: Endian, bigtiff: bool) -> Plan {
         let entries = full_entries(ifd, e, bigtiff, &zeros);
         ifd_at.push(at);
         at += count_len + entries.len() as u64 * entry_len + link_len;
-        let mut values = Vec::new();
-        for x in &entries {
+        let mut values = vec![None; entries.len()];
+        for i in value_sequence(&entries, &ifd.value_order) {
+            let x = &entries[i];
             if x.data.len() as u64 > inline_len {
                 at = even(at);
-                values.push(Some(at));
+                values[i] = Some(at);
                 at += x.data.len() as u64;
-            } else {
-                values.push(None);
             }
         }
         at = even(at);
@@ -231,10 +242,10 @@ fn write_with_limit(
         } else {
             e.put_u32(&mut out, next as u32);
         }
-        for (x, at) in entries.iter().zip(&p.value_at[i]) {
-            if let Some(at) = at {
-                pad_to(&mut out, *at);
-                out.extend_from_slice(&x.data);
+        for j in value_sequence(&entries, &ifd.value_order) {
+            if let Some(at) = p.value_at[i][j] {
+                pad_to(&mut out, at);
+                out.extend_from_slice(&entries[j].data);
             }
         }
     }
@@ -312,6 +323,7 @@ mod tests {
         let ifds = [IfdOut {
             entries: vec![size_entry(Endian::Little, 256, 10)],
             blocks: vec![&block],
+            value_order: Vec::new(),
         }];
         let (classic, big) = write(&ifds, Endian::Little, false);
         assert!(!big);
@@ -336,10 +348,12 @@ mod tests {
                 IfdOut {
                     entries: vec![size_entry(e, 256, 70000), short_entry(e, 258, &[8, 8, 8])],
                     blocks: blocks.iter().map(Vec::as_slice).collect(),
+                    value_order: Vec::new(),
                 },
                 IfdOut {
                     entries: vec![long_entry(e, 254, 1)],
                     blocks: vec![&ovr],
+                    value_order: Vec::new(),
                 },
             ];
             let (bytes, bigtiff) = write(&ifds, e, big);

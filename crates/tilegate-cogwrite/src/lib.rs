@@ -42,10 +42,12 @@ mod native;
 mod overview;
 mod tiff;
 mod tile;
+mod tilewrite;
 
 pub use error::AssembleError;
 pub use fallback::assemble_with_gdal;
 pub use overview::overview_sizes;
+pub use tilewrite::TileWriter;
 
 use bytes::Bytes;
 use rayon::prelude::*;

@@ -47,11 +47,13 @@ pub(crate) fn assemble(
     let mut ifds = vec![IfdOut {
         entries: main,
         blocks: full,
+        value_order: Vec::new(),
     }];
     for lvl in &levels {
         ifds.push(IfdOut {
             entries: overview_entries(f, lvl.width, lvl.height, &layouts[0]),
             blocks: lvl.blocks.iter().map(Vec::as_slice).collect(),
+            value_order: Vec::new(),
         });
     }
     let t0 = std::time::Instant::now();

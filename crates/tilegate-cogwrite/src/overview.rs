@@ -409,52 +409,65 @@ pub(crate) fn read_row<T: Sample>(
 }
 
 /// Encode one level into blocks in TIFF order (plane-major, then row-major), in parallel.
-/// Partial right and bottom blocks are padded with zeros (TIFF 6.0 §15 stores whole tiles;
-/// readers ignore the padding); the predictor runs over the whole padded row, as libtiff's.
 pub(crate) fn encode_level<T: Sample>(r: &Raster<T>, f: &Format) -> Result<Vec<Vec<u8>>, String> {
-    let shape = BlockShape::of(f);
     let bs = f.tile_width as usize;
     let bx = r.width.div_ceil(bs);
     let by = r.height.div_ceil(bs);
     let planes = f.planes() as usize;
-    let block_spp = f.block_samples();
-    let row_bytes = shape.row_samples * T::BYTES;
     (0..planes * by * bx)
         .into_par_iter()
         .map_init(Codec::default, |codec, idx| {
             let plane = idx / (bx * by);
-            let (row, col) = ((idx / bx) % by, idx % bx);
-            let mut raw = vec![0u8; shape.len()];
-            let mut line = vec![T::default(); shape.row_samples];
-            let (x0, y0) = (col * bs, row * bs);
-            let w = bs.min(r.width - x0);
-            let h = bs.min(r.height - y0);
-            for y in 0..h {
-                let src = &r.data[((y0 + y) * r.width + x0) * r.spp..];
-                if planes > 1 {
-                    for x in 0..w {
-                        line[x] = src[x * r.spp + plane];
-                    }
-                } else {
-                    line[..w * r.spp].copy_from_slice(&src[..w * r.spp]);
-                }
-                line[w * block_spp..].fill(T::default());
-                if f.predictor == 2 {
-                    for i in (block_spp..line.len()).rev() {
-                        line[i] = line[i].wrapping_sub(line[i - block_spp]);
-                    }
-                }
-                let out = &mut raw[y * row_bytes..(y + 1) * row_bytes];
-                for (v, b) in line.iter().zip(out.chunks_exact_mut(T::BYTES)) {
-                    v.write(f.endian, b);
-                }
-            }
-            if f.predictor == 3 {
-                crate::codec::fp_apply(&mut raw, f.endian, shape);
-            }
-            codec.deflate(f, &raw)
+            encode_block(codec, r, f, plane, (idx / bx) % by, idx % bx)
         })
         .collect()
+}
+
+/// Encode block (`row`, `col`) of `plane`. Partial right and bottom blocks are padded with
+/// zeros (TIFF 6.0 §15 stores whole tiles; readers ignore the padding, and GDAL pads so too);
+/// the predictor runs over the whole padded row, as libtiff's.
+pub(crate) fn encode_block<T: Sample>(
+    codec: &mut Codec,
+    r: &Raster<T>,
+    f: &Format,
+    plane: usize,
+    row: usize,
+    col: usize,
+) -> Result<Vec<u8>, String> {
+    let shape = BlockShape::of(f);
+    let bs = f.tile_width as usize;
+    let planes = f.planes() as usize;
+    let block_spp = f.block_samples();
+    let row_bytes = shape.row_samples * T::BYTES;
+    let mut raw = vec![0u8; shape.len()];
+    let mut line = vec![T::default(); shape.row_samples];
+    let (x0, y0) = (col * bs, row * bs);
+    let w = bs.min(r.width - x0);
+    let h = bs.min(r.height - y0);
+    for y in 0..h {
+        let src = &r.data[((y0 + y) * r.width + x0) * r.spp..];
+        if planes > 1 {
+            for x in 0..w {
+                line[x] = src[x * r.spp + plane];
+            }
+        } else {
+            line[..w * r.spp].copy_from_slice(&src[..w * r.spp]);
+        }
+        line[w * block_spp..].fill(T::default());
+        if f.predictor == 2 {
+            for i in (block_spp..line.len()).rev() {
+                line[i] = line[i].wrapping_sub(line[i - block_spp]);
+            }
+        }
+        let out = &mut raw[y * row_bytes..(y + 1) * row_bytes];
+        for (v, b) in line.iter().zip(out.chunks_exact_mut(T::BYTES)) {
+            v.write(f.endian, b);
+        }
+    }
+    if f.predictor == 3 {
+        crate::codec::fp_apply(&mut raw, f.endian, shape);
+    }
+    codec.deflate(f, &raw)
 }
 
 #[cfg(test)]

@@ -66,6 +66,7 @@ pub(crate) const BYTE: u16 = 1;
 pub(crate) const ASCII: u16 = 2;
 pub(crate) const SHORT: u16 = 3;
 pub(crate) const LONG: u16 = 4;
+pub(crate) const DOUBLE: u16 = 12;
 pub(crate) const LONG8: u16 = 16;
 const IFD: u16 = 13;
 const SLONG8: u16 = 17;
@@ -119,6 +120,8 @@ impl Entry {
 #[derive(Debug, Clone)]
 pub(crate) struct Ifd {
     pub entries: Vec<Entry>,
+    /// The tags whose values lie outside the entry, in the order of their values in the file.
+    pub value_order: Vec<u16>,
 }
 
 impl Ifd {
@@ -216,6 +219,7 @@ fn parse_ifd(b: &[u8], e: Endian, big: bool, off: u64) -> Result<(Ifd, u64), Par
     };
     let body = slice(b, off + count_len, n * entry_len + inline_len)?;
     let mut entries = Vec::with_capacity(n as usize);
+    let mut placed: Vec<(u64, u16)> = Vec::new();
     for raw in body[..(n * entry_len) as usize].chunks_exact(entry_len as usize) {
         let tag = e.u16(&raw[0..2]);
         let typ = e.u16(&raw[2..4]);
@@ -237,6 +241,7 @@ fn parse_ifd(b: &[u8], e: Endian, big: bool, off: u64) -> Result<(Ifd, u64), Par
             } else {
                 u64::from(e.u32(value))
             };
+            placed.push((at, tag));
             slice(b, at, len)
                 .map_err(|err| match err {
                     ParseError::Corrupt(m) => ParseError::Corrupt(format!("tag {tag}: {m}")),
@@ -259,7 +264,15 @@ fn parse_ifd(b: &[u8], e: Endian, big: bool, off: u64) -> Result<(Ifd, u64), Par
     } else {
         u64::from(e.u32(tail))
     };
-    Ok((Ifd { entries }, next))
+    placed.sort_unstable();
+    let value_order = placed.into_iter().map(|(_, tag)| tag).collect();
+    Ok((
+        Ifd {
+            entries,
+            value_order,
+        },
+        next,
+    ))
 }
 
 #[cfg(test)]
