@@ -18,6 +18,7 @@
 
 use crate::tiff::{Endian, Entry, LONG, LONG8, SHORT, type_size};
 use crate::tile::{TILE_BYTE_COUNTS, TILE_OFFSETS};
+use rayon::prelude::*;
 
 /// The ghost area's declarations, byte for byte what GDAL 3.6 writes (its trailing space is
 /// GDAL's padding too).
@@ -249,22 +250,39 @@ fn write_with_limit(
             }
         }
     }
+    // The block data: each block (with its leader and trailer) gets its own slice of the
+    // output, cut off in file order, and the slices are filled on every core — for a scene,
+    // hundreds of megabytes of copying.
+    let data_start = out.len();
+    out.resize(p.total as usize, 0);
+    let mut rest: &mut [u8] = &mut out[data_start..];
+    let mut consumed = data_start as u64;
+    let mut jobs: Vec<(&mut [u8], &[u8])> = Vec::new();
     for (i, ifd) in ifds.iter().enumerate().rev() {
         for (b, &at) in ifd.blocks.iter().zip(&p.block_at[i]) {
             if b.is_empty() {
                 continue;
             }
-            pad_to(&mut out, at - LEADER);
-            // BLOCK_LEADER=SIZE_AS_UINT4 is little-endian whatever the file's byte order
-            // (GDAL's validator reads it with "<I").
-            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            out.extend_from_slice(b);
-            let tail = &b[b.len().saturating_sub(4)..];
-            out.extend_from_slice(&[0u8; 4][..4 - tail.len()]);
-            out.extend_from_slice(tail);
+            let start = at - LEADER;
+            let len = LEADER + b.len() as u64 + TRAILER;
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut((start - consumed) as usize);
+            let (slot, tail) = tail.split_at_mut(len as usize);
+            rest = tail;
+            consumed = start + len;
+            jobs.push((slot, b));
         }
     }
-    debug_assert_eq!(out.len() as u64, p.total);
+    debug_assert_eq!(consumed, p.total, "layout plan and writer disagree");
+    jobs.into_par_iter().for_each(|(slot, b)| {
+        // BLOCK_LEADER=SIZE_AS_UINT4 is little-endian whatever the file's byte order
+        // (GDAL's validator reads it with "<I").
+        slot[..4].copy_from_slice(&(b.len() as u32).to_le_bytes());
+        slot[4..4 + b.len()].copy_from_slice(b);
+        // BLOCK_TRAILER=LAST_4_BYTES_REPEATED (zero-padded on the left for shorter blocks).
+        let tail = &b[b.len().saturating_sub(4)..];
+        let end = slot.len();
+        slot[end - tail.len()..].copy_from_slice(tail);
+    });
     (out, p.bigtiff)
 }
 
