@@ -71,3 +71,11 @@ fn tune_allocator() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
     }
 }
+
+/// Return the heap's free memory to the kernel (after a stage whose buffers are done with).
+pub(crate) fn release_free_memory() {
+    // SAFETY: malloc_trim only releases free heap memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
