@@ -134,7 +134,12 @@ pub fn tg(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
 pub fn tg_json(data: &Path, args: &[&str]) -> Value {
     let mut a = vec!["--json"];
     a.extend_from_slice(args);
-    let out = tg(data, &a, &[]);
+    json_of(args, &tg(data, &a, &[]))
+}
+
+/// The JSON document a successful `tilegate --json ARGS` printed; panics with its stderr if it
+/// failed.
+pub fn json_of(args: &[&str], out: &Output) -> Value {
     assert!(
         out.status.success(),
         "tilegate {args:?} failed: {}\n{}",
@@ -377,18 +382,7 @@ impl Target {
             .args(args)
             .output()
             .expect("run tilegate");
-        assert!(
-            out.status.success(),
-            "tilegate {args:?} failed: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "tilegate {args:?} printed no JSON ({e}): {}",
-                String::from_utf8_lossy(&out.stdout)
-            )
-        })
+        json_of(args, &out)
     }
 
     /// The same stores the binary works on, opened in the test process.

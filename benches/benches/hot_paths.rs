@@ -100,7 +100,7 @@ fn queue_and_manifest(c: &mut Criterion) {
     });
     let job = JobId::derive("u", "e", "manifest");
     let w = AtomicU64::new(0);
-    let entry = |i: u64| ManifestEntry {
+    let entry = |job: &JobId, i: u64| ManifestEntry {
         job_id: job.clone(),
         window: Window::new((i / 10_000) as u32, (i % 10_000) as u32),
         key: format!("tilegate/tiles/{job}/{i}.tif"),
@@ -111,12 +111,21 @@ fn queue_and_manifest(c: &mut Criterion) {
     };
     c.bench_function("manifest_put", |b| {
         b.iter(|| {
-            rt.block_on(db.put_entry(&entry(w.fetch_add(1, Ordering::Relaxed))))
+            rt.block_on(db.put_entry(&entry(&job, w.fetch_add(1, Ordering::Relaxed))))
                 .unwrap()
         })
     });
-    c.bench_function("manifest_count", |b| {
-        b.iter(|| rt.block_on(db.count_entries(&job)).unwrap())
+    // A job of its own with a fixed number of rows (the put benchmark's job grows by however
+    // many iterations criterion chose).
+    let counted = JobId::derive("u", "e", "count");
+    for i in 0..10_000 {
+        rt.block_on(db.put_entry(&entry(&counted, i))).unwrap();
+    }
+    c.bench_function("manifest_count_10k", |b| {
+        b.iter(|| {
+            let n = rt.block_on(db.count_entries(&counted)).unwrap();
+            assert_eq!(n, 10_000);
+        })
     });
 }
 

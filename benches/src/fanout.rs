@@ -389,17 +389,7 @@ async fn enqueue_again(b: &Backends, job: &JobId, fraction: f64) -> anyhow::Resu
     let n = (all.len() as f64 * fraction).round() as usize;
     let bodies: Vec<String> = (0..n)
         .map(|i| all[i * all.len() / n])
-        .map(|w| {
-            WindowMessage::new(
-                row.job_id.clone(),
-                row.source.clone(),
-                row.recipe.clone(),
-                row.grid,
-                row.prefix.clone(),
-                w,
-            )
-            .encode()
-        })
+        .map(|w| WindowMessage::for_job(&row, w).encode())
         .collect();
     b.queue.send_batch(&bodies).await?;
     Ok(())

@@ -747,17 +747,7 @@ async fn enqueue_again(b: &Backends, job: &JobId, windows: &[Window]) {
     let row = b.jobs.get_job(job).await.unwrap().unwrap().row;
     let bodies: Vec<String> = windows
         .iter()
-        .map(|w| {
-            WindowMessage::new(
-                row.job_id.clone(),
-                row.source.clone(),
-                row.recipe.clone(),
-                row.grid,
-                row.prefix.clone(),
-                *w,
-            )
-            .encode()
-        })
+        .map(|w| WindowMessage::for_job(&row, *w).encode())
         .collect();
     b.queue.send_batch(&bodies).await.unwrap();
 }

@@ -197,16 +197,7 @@ fn bad_input_is_dead_lettered_with_a_named_reason_and_overwrites_nothing() {
         .unwrap()
         .unwrap()
         .row;
-    let msg = |w| {
-        WindowMessage::new(
-            row.job_id.clone(),
-            row.source.clone(),
-            row.recipe.clone(),
-            row.grid,
-            row.prefix.clone(),
-            w,
-        )
-    };
+    let msg = |w| WindowMessage::for_job(&row, w);
     // An unknown job: consistent ID, never planned.
     let ghost = SourceInfo {
         uri: "file:///nowhere/ghost.tif".into(),

@@ -7,6 +7,7 @@ use crate::keys::{KeyError, Prefix};
 use crate::queue::MAX_MESSAGE_BYTES;
 use crate::recipe::Recipe;
 use crate::source::SourceInfo;
+use crate::table::JobRecord;
 use serde::{Deserialize, Serialize};
 
 /// The message format version this build writes and reads.
@@ -80,6 +81,18 @@ impl WindowMessage {
             prefix,
             window,
         }
+    }
+
+    /// The message for `window` of a planned job.
+    pub fn for_job(job: &JobRecord, window: Window) -> Self {
+        Self::new(
+            job.job_id.clone(),
+            job.source.clone(),
+            job.recipe.clone(),
+            job.grid,
+            job.prefix.clone(),
+            window,
+        )
     }
 
     pub fn encode(&self) -> String {

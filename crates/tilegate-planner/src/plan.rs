@@ -151,17 +151,7 @@ pub async fn enqueue_windows(
         if only_missing && recorded.contains(&w) {
             continue;
         }
-        chunk.push(
-            WindowMessage::new(
-                job.job_id.clone(),
-                job.source.clone(),
-                job.recipe.clone(),
-                job.grid,
-                job.prefix.clone(),
-                w,
-            )
-            .encode(),
-        );
+        chunk.push(WindowMessage::for_job(job, w).encode());
         if chunk.len() == SEND_CHUNK {
             b.queue.send_batch(&chunk).await?;
             enqueued += chunk.len() as u64;
