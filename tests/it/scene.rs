@@ -78,6 +78,69 @@ fn assembled_scene_is_a_valid_cog_equal_to_its_source() {
     }
 }
 
+/// `run` assembles with the first overview level its encoders computed; the scene must be
+/// byte for byte the one `assemble` makes by decoding the same tiles.
+#[test]
+fn run_reuses_its_encoders_reductions_byte_for_byte() {
+    let cases: &[(&str, &[&str], &str, u64)] = &[
+        ("u16-average", &["--size", "2048"], "average", 16),
+        (
+            "byte-3band-nodata-partial-nearest",
+            &[
+                "--width", "1300", "--height", "900", "--bands", "3", "--dtype", "Byte",
+                "--nodata", "0",
+            ],
+            "nearest",
+            24,
+        ),
+        (
+            "f32-nodata-partial-average",
+            &[
+                "--width", "1024", "--height", "700", "--dtype", "Float32", "--nodata", "-9999",
+            ],
+            "average",
+            12,
+        ),
+        // Odd: the first level is not made of whole windows; nothing is reused.
+        (
+            "u16-odd",
+            &["--width", "1001", "--height", "999"],
+            "average",
+            0,
+        ),
+    ];
+    for (name, args, resampling, reused) in cases {
+        let tmp = tempdir();
+        let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+        let src = tmp.path().join(format!("{name}.tif"));
+        sample_with(&one, &src, args);
+        let window = if *reused == 16 { "512" } else { "256" };
+        let common = ["--window", window, "--resampling", resampling];
+        let mut a = vec!["run", src.to_str().unwrap()];
+        a.extend_from_slice(&common);
+        let run = tg_json(&one, &a);
+        assert_eq!(run["scene"]["outcome"], "written", "{name}: {run}");
+        assert_eq!(
+            run["scene"]["reduced_windows_reused"], *reused,
+            "{name}: {run}"
+        );
+        a.push("--no-assemble");
+        tg_json(&two, &a);
+        let asm = tg_json(&two, &["assemble", "--resampling", resampling]);
+        assert_eq!(asm["reduced_windows_reused"], 0, "{name}: {asm}");
+        let job = run["job_id"].as_str().unwrap();
+        let (x, y) = (scene_path(&one, job), scene_path(&two, job));
+        assert!(
+            std::fs::read(&x).unwrap() == std::fs::read(&y).unwrap(),
+            "{name}: {} and {} differ",
+            x.display(),
+            y.display()
+        );
+        assert_eq!(run["scene"]["scene_etag"], asm["scene_etag"], "{name}");
+        assert_scene_matches_source(&x, &src);
+    }
+}
+
 fn spawn_assemble(data: &Path, extra: &[&str]) -> std::process::Child {
     Command::new(tilegate_bin())
         .arg("--data")

@@ -7,9 +7,10 @@
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tilegate_claim::{ClaimGate, ClaimOutcome, KeepAlive, Lease, LeaseState};
-use tilegate_cogwrite::{AssemblyPath, Resampling, SceneSpec, TileInput};
+use tilegate_cogwrite::{AssemblyPath, ReducedWindows, Resampling, SceneSpec, TileInput};
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::object::{ObjectStoreExt, PartId, PutMode, PutOptions, PutOutcome};
 use tilegate_core::table::{JobRecord, OutputRef, UpdateOutcome};
@@ -33,6 +34,9 @@ pub struct AssembleOptions {
     /// between parts, so that the lease lapses mid-upload.
     pub pause_renewals_after_parts: Option<u32>,
     pub part_delay: Duration,
+    /// First-overview-level reductions the encoders of this process left behind (`run`); used
+    /// only for tiles whose ETag is the one each was made for.
+    pub reduced: Option<Arc<ReducedWindows>>,
 }
 
 impl AssembleOptions {
@@ -45,6 +49,7 @@ impl AssembleOptions {
             resampling: Resampling::Average,
             pause_renewals_after_parts: None,
             part_delay: Duration::ZERO,
+            reduced: None,
         }
     }
 }
@@ -89,6 +94,8 @@ pub struct AssembleReport {
     pub multipart_bytes_uploaded: u64,
     pub build_s: f64,
     pub upload_s: f64,
+    /// Windows whose first overview level came from their encoder, not from decoding the tile.
+    pub reduced_windows_reused: u64,
 }
 
 /// Why assembly was refused or failed.
@@ -180,6 +187,7 @@ pub async fn assemble(
         multipart_bytes_uploaded: 0,
         build_s: 0.0,
         upload_s: 0.0,
+        reduced_windows_reused: 0,
     };
     if job.scene_output.is_some() {
         return Ok(report);
@@ -258,7 +266,11 @@ async fn build_and_publish(
     report: &mut AssembleReport,
 ) -> Result<(), AssembleError> {
     let started = Instant::now();
-    let tiles = fetch_tiles(b, job).await?;
+    let (tiles, e_tags) = fetch_tiles(b, job).await?;
+    let reduced = opts.reduced.clone();
+    if let Some(r) = &reduced {
+        r.retain_matching(tiles.iter().map(|t| t.window).zip(&e_tags));
+    }
     let spec = SceneSpec {
         grid: job.grid,
         scene: job.scene.clone(),
@@ -266,15 +278,18 @@ async fn build_and_publish(
         force_bigtiff: false,
     };
     let job_id = job.job_id.clone();
-    let cog = tokio::task::spawn_blocking(move || tilegate_cogwrite::assemble(&spec, tiles))
-        .await
-        .expect("assembly task panicked")
-        .map_err(|source| AssembleError::Build {
-            job: job_id,
-            source,
-        })?;
+    let cog = tokio::task::spawn_blocking(move || {
+        tilegate_cogwrite::assemble_reusing(&spec, tiles, reduced.as_deref())
+    })
+    .await
+    .expect("assembly task panicked")
+    .map_err(|source| AssembleError::Build {
+        job: job_id,
+        source,
+    })?;
     report.build_s = started.elapsed().as_secs_f64();
     report.path = Some(cog.path);
+    report.reduced_windows_reused = cog.reduced_windows_reused;
     let size = cog.bytes.len() as u64;
     let bytes = Bytes::from(cog.bytes);
     let key = report.scene_key.clone();
@@ -331,8 +346,12 @@ async fn build_and_publish(
     Ok(())
 }
 
-/// Read every tile named by the manifest, checking its size and ETag against the row.
-async fn fetch_tiles(b: &Backends, job: &JobRecord) -> Result<Vec<TileInput>, AssembleError> {
+/// Read every tile named by the manifest, checking its size and ETag against the row; the
+/// tiles with their ETags, in the same order.
+async fn fetch_tiles(
+    b: &Backends,
+    job: &JobRecord,
+) -> Result<(Vec<TileInput>, Vec<ETag>), AssembleError> {
     let entries = b.manifest.list_entries(&job.job_id).await?;
     futures::stream::iter(entries)
         .map(|e| async move {
@@ -355,14 +374,18 @@ async fn fetch_tiles(b: &Backends, job: &JobRecord) -> Result<Vec<TileInput>, As
                     found: got.meta.e_tag,
                 });
             }
-            Ok(TileInput {
-                window: e.row.window,
-                bytes: got.bytes,
-            })
+            Ok((
+                TileInput {
+                    window: e.row.window,
+                    bytes: got.bytes,
+                },
+                got.meta.e_tag,
+            ))
         })
         .buffer_unordered(16)
-        .try_collect()
+        .try_collect::<Vec<_>>()
         .await
+        .map(|v| v.into_iter().unzip())
 }
 
 /// Upload in parts while the lease holds; `None` if it was lost (the upload is aborted).

@@ -113,6 +113,11 @@ fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Prefix)> {
     ))
 }
 
+/// At most this many bytes of first-overview-level pixels are kept for `run`'s assembler
+/// (a quarter of the scene's uncompressed size; 52 MB for a 10240² UInt16 scene); windows
+/// beyond it are decoded from their tiles.
+const REDUCED_WINDOWS_BUDGET: usize = 512 << 20;
+
 fn worker_config(p: &PoolArgs, stop: StopWhen) -> WorkerConfig {
     let mut cfg = WorkerConfig::default();
     if let Some(t) = p.threads {
@@ -307,11 +312,18 @@ async fn run_source(
     .with_context(|| format!("plan {source}"))?;
     let job = p.job.clone();
     let counters = Arc::new(Counters::new());
-    let worker = Worker::new(
-        b.clone(),
-        worker_config(pool, StopWhen::JobComplete(job.job_id.clone())),
-        counters.clone(),
-    );
+    let assemble_opts = assemble.map(assemble_options).transpose()?;
+    let mut cfg = worker_config(pool, StopWhen::JobComplete(job.job_id.clone()));
+    // The encoders hand the assembler each window's first overview level, so that it does
+    // not decode the tiles this process has just encoded.
+    let reduced = assemble_opts.as_ref().map(|o| {
+        Arc::new(tilegate_cog::ReducedWindows::new(
+            o.resampling,
+            REDUCED_WINDOWS_BUDGET,
+        ))
+    });
+    cfg.reduce_into = reduced.clone();
+    let worker = Worker::new(b.clone(), cfg, counters.clone());
     let progress = output::progress(out, b.clone(), &job);
     let report = worker.run(stop_on_signals()).await.context("work")?;
     progress.finish().await;
@@ -321,12 +333,12 @@ async fn run_source(
     crate::release_free_memory();
     let manifest_rows = b.manifest.count_entries(&job.job_id).await?;
     let complete = manifest_rows == p.windows;
-    let scene = match assemble {
-        Some(flags) if complete => {
-            let r =
-                tilegate_assembler::assemble(b, &job.job_id, &assemble_options(flags)?, &counters)
-                    .await
-                    .context("assemble the scene")?;
+    let scene = match assemble_opts {
+        Some(mut opts) if complete => {
+            opts.reduced = reduced;
+            let r = tilegate_assembler::assemble(b, &job.job_id, &opts, &counters)
+                .await
+                .context("assemble the scene")?;
             Some(assemble_doc(&r, &counters))
         }
         _ => None,
@@ -555,6 +567,7 @@ fn assemble_doc(r: &tilegate_assembler::AssembleReport, counters: &Counters) -> 
         "multipart": r.multipart,
         "build_s": r.build_s,
         "upload_s": r.upload_s,
+        "reduced_windows_reused": r.reduced_windows_reused,
         "claims_won_total": counters.get(m::CLAIMS_WON),
         "claims_lost_total": counters.get(m::CLAIMS_LOST),
         "multipart_bytes_uploaded_total": counters.get(m::MULTIPART_BYTES_UPLOADED),

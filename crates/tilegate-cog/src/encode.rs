@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tilegate_cogwrite::TileWriter;
+use tilegate_cogwrite::{ReducedWindow, Resampling, TileWriter};
 use tilegate_core::WindowRect;
 use tilegate_core::recipe::{Operation, Recipe};
 use tilegate_core::source::SceneMeta;
@@ -55,16 +55,30 @@ pub struct EncodeRequest {
 /// The tile's geotransform is the scene's with its origin moved to the window's top-left
 /// corner (left as GDAL's default where the scene has none); its CRS is the scene's.
 pub fn encode_window(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
-    encode(req, true)
+    Ok(encode(req, true, None)?.0)
+}
+
+/// [`encode_window`], and the window reduced 2× with `reduce` — its share of the scene's first
+/// overview level — where the native tile writer encoded it and its size is even (`None`
+/// otherwise: the assembler then decodes the tile).
+pub fn encode_window_reducing(
+    req: &EncodeRequest,
+    reduce: Resampling,
+) -> Result<(Vec<u8>, Option<ReducedWindow>), CogError> {
+    encode(req, true, Some(reduce))
 }
 
 /// [`encode_window`] through GDAL's COG driver for every window, never the native tile writer:
 /// the reference the native writer is tested against.
 pub fn encode_window_with_gdal(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
-    encode(req, false)
+    Ok(encode(req, false, None)?.0)
 }
 
-fn encode(req: &EncodeRequest, native: bool) -> Result<Vec<u8>, CogError> {
+fn encode(
+    req: &EncodeRequest,
+    native: bool,
+    reduce: Option<Resampling>,
+) -> Result<(Vec<u8>, Option<ReducedWindow>), CogError> {
     let _gdal_log = ffi::ErrorScope::new();
     let rect = req.rect;
     let _span = tracing::debug_span!(
@@ -79,7 +93,10 @@ fn encode(req: &EncodeRequest, native: bool) -> Result<Vec<u8>, CogError> {
     let bands = req.recipe.input_bands(req.scene.bands)?;
     check_window(req)?;
     if req.recipe.operation == Operation::Noop {
-        return Ok(format!("tilegate noop {},{}\n", rect.x, rect.y).into_bytes());
+        return Ok((
+            format!("tilegate noop {},{}\n", rect.x, rect.y).into_bytes(),
+            None,
+        ));
     }
     let tile = with_source(req, |src| {
         let pixels = match &req.recipe.operation {
@@ -88,18 +105,19 @@ fn encode(req: &EncodeRequest, native: bool) -> Result<Vec<u8>, CogError> {
             Operation::Noop => unreachable!("a noop window reads nothing"),
         };
         if native && let Some(writer) = tile_writer(req, &pixels)? {
-            match writer.encode(
+            match writer.encode_reducing(
                 &pixels.bytes,
                 rect.width,
                 rect.height,
                 (rect.x, rect.y),
                 &req.scene.geotransform,
+                reduce,
             ) {
-                Ok(tile) => return Ok(tile),
+                Ok(encoded) => return Ok(encoded),
                 Err(e) => tracing::warn!(error = %e, "native tile encoding failed; using GDAL"),
             }
         }
-        write_tile(req, pixels)
+        Ok((write_tile(req, pixels)?, None))
     })
     .inspect_err(|e| {
         if matches!(e, CogError::Read { .. } | CogError::CorruptWindow { .. }) {
@@ -107,7 +125,7 @@ fn encode(req: &EncodeRequest, native: bool) -> Result<Vec<u8>, CogError> {
             evict(&req.path);
         }
     })?;
-    tracing::debug!(bytes = tile.len(), "encoded tile");
+    tracing::debug!(bytes = tile.0.len(), "encoded tile");
     Ok(tile)
 }
 

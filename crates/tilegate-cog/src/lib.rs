@@ -18,13 +18,15 @@ mod sample;
 
 pub use dtype::Dtype;
 pub use encode::{
-    EncodeRequest, NDVI_NODATA, clear_thread_cache, encode_window, encode_window_with_gdal,
-    encode_windows_parallel, ndvi, shifted_geotransform, source_opens, vsimem_leftovers,
+    EncodeRequest, NDVI_NODATA, clear_thread_cache, encode_window, encode_window_reducing,
+    encode_window_with_gdal, encode_windows_parallel, ndvi, shifted_geotransform, source_opens,
+    vsimem_leftovers,
 };
 pub use error::{CogError, RectDisplay};
 pub use probe::probe;
 pub use read::{RasterData, TiffLayout, read_raster, tiff_layout};
 pub use sample::{SAMPLE_BLOCK, SAMPLE_EPSG, SAMPLE_GEOTRANSFORM, SampleOptions, sample_scene};
+pub use tilegate_cogwrite::{ReducedWindow, ReducedWindows, Resampling};
 
 /// Set process-wide GDAL configuration options (how `/vsis3/` reaches S3, say); one that
 /// cannot be set is logged and skipped.

@@ -224,5 +224,6 @@ pub fn assemble_with_gdal(
         overview_levels,
         path: AssemblyPath::GdalFallback,
         fallback_reason: None,
+        reduced_windows_reused: 0,
     })
 }

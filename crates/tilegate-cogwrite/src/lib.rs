@@ -40,6 +40,7 @@ mod fallback;
 mod layout;
 mod native;
 mod overview;
+mod reduced;
 mod tiff;
 mod tile;
 mod tilewrite;
@@ -47,6 +48,7 @@ mod tilewrite;
 pub use error::AssembleError;
 pub use fallback::assemble_with_gdal;
 pub use overview::overview_sizes;
+pub use reduced::{ReducedWindow, ReducedWindows};
 pub use tilewrite::TileWriter;
 
 use bytes::Bytes;
@@ -115,6 +117,9 @@ pub struct SceneCog {
     pub path: AssemblyPath,
     /// Why [`assemble`] fell back to GDAL, when it did.
     pub fallback_reason: Option<String>,
+    /// Windows whose first overview level came from their encoder ([`assemble_reusing`])
+    /// instead of decoding their tile.
+    pub reduced_windows_reused: u64,
 }
 
 /// Put tiles in grid order (row-major), refusing windows outside the grid, duplicates and
@@ -169,6 +174,17 @@ fn check_spec(spec: &SceneSpec) -> Result<(), AssembleError> {
 /// window or the scene, a missing, duplicate or out-of-grid window. Valid tiles that cannot be
 /// block-copied are assembled by GDAL instead.
 pub fn assemble(spec: &SceneSpec, tiles: Vec<TileInput>) -> Result<SceneCog, AssembleError> {
+    assemble_reusing(spec, tiles, None)
+}
+
+/// [`assemble`], taking the first overview level of the windows found in `reduced` from there
+/// rather than decoding their tiles. The caller vouches that each reduction was made from the
+/// pixels of the very tile given for its window ([`ReducedWindows::retain_matching`]).
+pub fn assemble_reusing(
+    spec: &SceneSpec,
+    tiles: Vec<TileInput>,
+    reduced: Option<&ReducedWindows>,
+) -> Result<SceneCog, AssembleError> {
     check_spec(spec)?;
     let tiles = order_tiles(spec, tiles.iter())?;
     let layouts: Vec<Result<tile::TileLayout, AssembleError>> = tiles
@@ -200,5 +216,5 @@ pub fn assemble(spec: &SceneSpec, tiles: Vec<TileInput>) -> Result<SceneCog, Ass
         cog.fallback_reason = Some(reason);
         return Ok(cog);
     }
-    native::assemble(spec, &tiles, &layouts)
+    native::assemble(spec, &tiles, &layouts, reduced)
 }

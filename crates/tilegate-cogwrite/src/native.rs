@@ -5,10 +5,12 @@ use crate::codec::{self, BlockShape, Codec};
 use crate::error::AssembleError;
 use crate::layout::{self, IfdOut, long_entry, short_entry, size_entry};
 use crate::overview::{self, Raster, Sample, Validity};
+use crate::reduced::ReducedWindows;
 use crate::tiff::Entry;
 use crate::tile::{self, Format, TileLayout};
 use crate::{AssemblyPath, SceneCog, SceneSpec, TileInput};
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tilegate_core::Grid;
 
 /// Assemble tiles already checked to be block-copyable with natively decodable blocks.
@@ -17,20 +19,22 @@ pub(crate) fn assemble(
     spec: &SceneSpec,
     tiles: &[TileInput],
     layouts: &[TileLayout],
+    reduced: Option<&ReducedWindows>,
 ) -> Result<SceneCog, AssembleError> {
     let f = &layouts[0].format;
     let nodata = layouts[0].nodata_value();
     let levels = match f.gdal_dtype() {
-        Some("Byte") => overviews::<u8>(spec, tiles, layouts, nodata),
-        Some("Int8") => overviews::<i8>(spec, tiles, layouts, nodata),
-        Some("UInt16") => overviews::<u16>(spec, tiles, layouts, nodata),
-        Some("Int16") => overviews::<i16>(spec, tiles, layouts, nodata),
-        Some("UInt32") => overviews::<u32>(spec, tiles, layouts, nodata),
-        Some("Int32") => overviews::<i32>(spec, tiles, layouts, nodata),
-        Some("Float32") => overviews::<f32>(spec, tiles, layouts, nodata),
-        Some("Float64") => overviews::<f64>(spec, tiles, layouts, nodata),
+        Some("Byte") => overviews::<u8>(spec, tiles, layouts, nodata, reduced),
+        Some("Int8") => overviews::<i8>(spec, tiles, layouts, nodata, reduced),
+        Some("UInt16") => overviews::<u16>(spec, tiles, layouts, nodata, reduced),
+        Some("Int16") => overviews::<i16>(spec, tiles, layouts, nodata, reduced),
+        Some("UInt32") => overviews::<u32>(spec, tiles, layouts, nodata, reduced),
+        Some("Int32") => overviews::<i32>(spec, tiles, layouts, nodata, reduced),
+        Some("Float32") => overviews::<f32>(spec, tiles, layouts, nodata, reduced),
+        Some("Float64") => overviews::<f64>(spec, tiles, layouts, nodata, reduced),
         other => unreachable!("overview_obstacle admits only native types, not {other:?}"),
     }?;
+    let (levels, reused) = levels;
 
     // Full resolution: each tile's block(s), byte for byte, in the scene's TIFF block order
     // (all of plane 0 row-major, then plane 1, … — TIFF 6.0 §15 TileOffsets).
@@ -70,6 +74,7 @@ pub(crate) fn assemble(
         overview_levels: levels.len() as u32,
         path: AssemblyPath::CopiedBlocks,
         fallback_reason: None,
+        reduced_windows_reused: reused as u64,
     })
 }
 
@@ -80,32 +85,37 @@ struct Level {
     blocks: Vec<Vec<u8>>,
 }
 
+/// The encoded overview levels, and how many windows' first level came from `reduced`.
 fn overviews<T: Sample>(
     spec: &SceneSpec,
     tiles: &[TileInput],
     layouts: &[TileLayout],
     nodata: Option<f64>,
-) -> Result<Vec<Level>, AssembleError> {
+    reduced: Option<&ReducedWindows>,
+) -> Result<(Vec<Level>, usize), AssembleError> {
     let grid = spec.grid;
     let sizes = overview::overview_sizes(grid.width, grid.height, grid.window);
     if sizes.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     }
+    // Reductions made with another resampling are not this level's.
+    let reduced = reduced.filter(|r| r.resampling() == spec.resampling);
     let f = &layouts[0].format;
     let validity = Validity {
         nodata: nodata.and_then(T::from_nodata),
     };
     let t0 = std::time::Instant::now();
     let even = grid.width.is_multiple_of(2) && grid.height.is_multiple_of(2);
-    let mut cur = if even {
-        decode_half::<T>(grid, f, tiles, layouts, validity, spec.resampling)?
+    let (mut cur, reused) = if even {
+        decode_half::<T>(grid, f, tiles, layouts, validity, spec.resampling, reduced)?
     } else {
-        decode_scene::<T>(grid, f, tiles, layouts, validity)?
+        (decode_scene::<T>(grid, f, tiles, layouts, validity)?, 0)
     };
     tracing::debug!(
         elapsed_ms = t0.elapsed().as_millis() as u64,
         tiles = tiles.len(),
         first_level_direct = even,
+        reused,
         "decoded the tiles"
     );
     let mut levels = Vec::with_capacity(sizes.len());
@@ -143,7 +153,7 @@ fn overviews<T: Sample>(
         );
         cur = next;
     }
-    Ok(levels)
+    Ok((levels, reused))
 }
 
 /// Decode every tile's block(s) into one pixel-interleaved scene raster, one grid row of tiles
@@ -199,7 +209,9 @@ fn decode_scene<T: Sample>(
 /// The first overview level straight from the tiles, for a scene of even width and height:
 /// every 2×2 box then lies inside one tile (windows start at multiples of 16), so each tile is
 /// decoded and reduced on its own and the full-resolution scene is never held in memory. The
-/// result is the same as [`decode_scene`] followed by [`overview::downsample`].
+/// result is the same as [`decode_scene`] followed by [`overview::downsample`]. Windows whose
+/// encoder left their reduction in `reduced` are copied from it instead of decoded; returns how
+/// many were.
 fn decode_half<T: Sample>(
     grid: Grid,
     f: &Format,
@@ -207,12 +219,14 @@ fn decode_half<T: Sample>(
     layouts: &[TileLayout],
     validity: Validity<T>,
     resampling: crate::Resampling,
-) -> Result<Raster<T>, AssembleError> {
+    reduced: Option<&ReducedWindows>,
+) -> Result<(Raster<T>, usize), AssembleError> {
     let (width, height) = (grid.width as usize / 2, grid.height as usize / 2);
     let spp = usize::from(f.samples);
     let win = grid.window as usize;
     let cols = grid.cols() as usize;
     let shape = BlockShape::of(f);
+    let reused = AtomicUsize::new(0);
     let mut data = vec![T::default(); width * height * spp];
     data.par_chunks_mut(win / 2 * width * spp)
         .enumerate()
@@ -230,7 +244,17 @@ fn decode_half<T: Sample>(
                     let i = row * cols + col;
                     let x0 = col * win;
                     let w = win.min(2 * width - x0);
-                    let stride = w * spp;
+                    let out = &mut strip[x0 / 2 * spp..];
+                    let half_row = w / 2 * spp;
+                    if let Some(r) =
+                        reduced.and_then(|r| r.take::<T>(tiles[i].window, half_row * half_rows))
+                    {
+                        for (y, src) in r.chunks_exact(half_row).enumerate() {
+                            out[y * width * spp..][..half_row].copy_from_slice(src);
+                        }
+                        reused.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     decode_tile(
                         codec,
                         buf,
@@ -241,36 +265,31 @@ fn decode_half<T: Sample>(
                         2 * half_rows,
                         validity,
                         px,
-                        stride,
+                        w * spp,
                     )?;
-                    for y in 0..half_rows {
-                        let top = &px[2 * y * stride..(2 * y + 1) * stride];
-                        let bottom = &px[(2 * y + 1) * stride..(2 * y + 2) * stride];
-                        let out = &mut strip[(y * width + x0 / 2) * spp..][..w / 2 * spp];
-                        match resampling {
-                            crate::Resampling::Average => {
-                                overview::box2_into(top, bottom, spp, validity, out);
-                            }
-                            crate::Resampling::Nearest => {
-                                // ⌊0.5 + 2i⌋ = 2i: the top-left pixel of each box.
-                                for (o, p) in
-                                    out.chunks_exact_mut(spp).zip(top.chunks_exact(2 * spp))
-                                {
-                                    o.copy_from_slice(&p[..spp]);
-                                }
-                            }
-                        }
-                    }
+                    overview::reduce_window(
+                        px,
+                        w,
+                        2 * half_rows,
+                        spp,
+                        validity,
+                        resampling,
+                        out,
+                        width * spp,
+                    );
                 }
                 Ok(())
             },
         )?;
-    Ok(Raster {
-        width,
-        height,
-        spp,
-        data,
-    })
+    Ok((
+        Raster {
+            width,
+            height,
+            spp,
+            data,
+        },
+        reused.into_inner(),
+    ))
 }
 
 /// Decode one tile's top `rows` rows, `w` pixels wide, into `out` (pixel-interleaved,

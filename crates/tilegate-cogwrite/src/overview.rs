@@ -309,6 +309,39 @@ fn box2_row<T: Sample>(src: &Raster<T>, j: usize, validity: Validity<T>, out: &m
     box2_into(top, bottom, spp, validity, out);
 }
 
+/// The first overview level of one window: `rows` rows of `w` pixel-interleaved pixels (both
+/// even; `spp` samples each) reduced 2×, output row `y` at `out[y * out_stride..]`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a window, its reduction and a destination"
+)]
+pub(crate) fn reduce_window<T: Sample>(
+    px: &[T],
+    w: usize,
+    rows: usize,
+    spp: usize,
+    validity: Validity<T>,
+    resampling: Resampling,
+    out: &mut [T],
+    out_stride: usize,
+) {
+    let stride = w * spp;
+    for y in 0..rows / 2 {
+        let top = &px[2 * y * stride..(2 * y + 1) * stride];
+        let bottom = &px[(2 * y + 1) * stride..(2 * y + 2) * stride];
+        let out = &mut out[y * out_stride..][..w / 2 * spp];
+        match resampling {
+            Resampling::Average => box2_into(top, bottom, spp, validity, out),
+            Resampling::Nearest => {
+                // ⌊0.5 + 2i⌋ = 2i: the top-left pixel of each box.
+                for (o, p) in out.chunks_exact_mut(spp).zip(top.chunks_exact(2 * spp)) {
+                    o.copy_from_slice(&p[..spp]);
+                }
+            }
+        }
+    }
+}
+
 /// One output row of a 2×2 box reduction from two source rows (`spp` samples per pixel).
 pub(crate) fn box2_into<T: Sample>(
     top: &[T],

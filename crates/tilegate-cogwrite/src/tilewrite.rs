@@ -11,9 +11,11 @@
 //! raster (0,0), pixel-is-area — and the compressions the assembler can copy; for anything
 //! else [`TileWriter::from_prototype`] says no and the caller keeps using GDAL per window.
 
+use crate::Resampling;
 use crate::codec::Codec;
 use crate::layout::{self, IfdOut, size_entry};
-use crate::overview::{Raster, Sample, encode_block};
+use crate::overview::{Raster, Sample, Validity, encode_block};
+use crate::reduced::ReducedWindow;
 use crate::tiff::{DOUBLE, Endian, Entry};
 use crate::tile::{
     self, COMPRESSION_DEFLATE, COMPRESSION_LZW, COMPRESSION_NONE, COMPRESSION_ZSTD, GDAL_METADATA,
@@ -128,23 +130,40 @@ impl TileWriter {
         pixels: &[u8],
         width: u32,
         height: u32,
-        (x, y): (u32, u32),
+        origin: (u32, u32),
         gt: &[f64; 6],
     ) -> Result<Vec<u8>, String> {
+        Ok(self
+            .encode_reducing(pixels, width, height, origin, gt, None)?
+            .0)
+    }
+
+    /// [`TileWriter::encode`], and with `reduce` also the window's first overview level (for
+    /// windows of even width and height) as the assembler would compute it from the tile.
+    pub fn encode_reducing(
+        &self,
+        pixels: &[u8],
+        width: u32,
+        height: u32,
+        (x, y): (u32, u32),
+        gt: &[f64; 6],
+        reduce: Option<Resampling>,
+    ) -> Result<(Vec<u8>, Option<ReducedWindow>), String> {
         if width > self.window || height > self.window || width == 0 || height == 0 {
             return Err(format!("a {width}×{height} window does not fit one block"));
         }
+        let reduce = reduce.filter(|_| width.is_multiple_of(2) && height.is_multiple_of(2));
         let f = &self.layout.format;
         let e = f.endian;
-        let blocks = match f.gdal_dtype() {
-            Some("Byte") => self.blocks::<u8>(pixels, width, height)?,
-            Some("Int8") => self.blocks::<i8>(pixels, width, height)?,
-            Some("UInt16") => self.blocks::<u16>(pixels, width, height)?,
-            Some("Int16") => self.blocks::<i16>(pixels, width, height)?,
-            Some("UInt32") => self.blocks::<u32>(pixels, width, height)?,
-            Some("Int32") => self.blocks::<i32>(pixels, width, height)?,
-            Some("Float32") => self.blocks::<f32>(pixels, width, height)?,
-            Some("Float64") => self.blocks::<f64>(pixels, width, height)?,
+        let (blocks, reduced) = match f.gdal_dtype() {
+            Some("Byte") => self.blocks::<u8>(pixels, width, height, reduce)?,
+            Some("Int8") => self.blocks::<i8>(pixels, width, height, reduce)?,
+            Some("UInt16") => self.blocks::<u16>(pixels, width, height, reduce)?,
+            Some("Int16") => self.blocks::<i16>(pixels, width, height, reduce)?,
+            Some("UInt32") => self.blocks::<u32>(pixels, width, height, reduce)?,
+            Some("Int32") => self.blocks::<i32>(pixels, width, height, reduce)?,
+            Some("Float32") => self.blocks::<f32>(pixels, width, height, reduce)?,
+            Some("Float64") => self.blocks::<f64>(pixels, width, height, reduce)?,
             other => return Err(format!("no native tiles for {other:?}")),
         };
         let mut entries = self.kept.clone();
@@ -177,17 +196,18 @@ impl TileWriter {
             blocks: blocks.iter().map(Vec::as_slice).collect(),
             value_order: self.layout.ifd.value_order.clone(),
         };
-        Ok(layout::write(&[ifd], e, false).0)
+        Ok((layout::write(&[ifd], e, false).0, reduced))
     }
 
     /// The window's block(s): band-sequential native samples to the block layout, then
-    /// predicted and compressed.
+    /// predicted and compressed; and the window reduced with `reduce`.
     fn blocks<T: Sample>(
         &self,
         pixels: &[u8],
         width: u32,
         height: u32,
-    ) -> Result<Vec<Vec<u8>>, String> {
+        reduce: Option<Resampling>,
+    ) -> Result<(Vec<Vec<u8>>, Option<ReducedWindow>), String> {
         let f = &self.layout.format;
         let spp = usize::from(f.samples);
         let n = width as usize * height as usize;
@@ -215,11 +235,25 @@ impl TileWriter {
             spp,
             data,
         };
-        CODEC.with(|codec| {
+        let reduced = reduce.map(|resampling| {
+            let validity = Validity {
+                nodata: self.layout.nodata_value().and_then(T::from_nodata),
+            };
+            ReducedWindow::of(
+                &raster.data,
+                raster.width,
+                raster.height,
+                spp,
+                validity,
+                resampling,
+            )
+        });
+        let blocks = CODEC.with(|codec| {
             let mut codec = codec.borrow_mut();
             (0..f.planes() as usize)
                 .map(|plane| encode_block(&mut codec, &raster, f, plane, 0, 0))
-                .collect()
-        })
+                .collect::<Result<Vec<_>, String>>()
+        })?;
+        Ok((blocks, reduced))
     }
 }

@@ -6,7 +6,7 @@ use crate::pool::Shared;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
-use tilegate_cog::{CogError, EncodeRequest};
+use tilegate_cog::{CogError, EncodeRequest, ReducedWindow};
 use tilegate_core::error::chain;
 use tilegate_core::message::WindowMessage;
 use tilegate_core::metrics as m;
@@ -232,7 +232,7 @@ async fn process(
 
     verify_source(shared, &job, deltas).await?;
     fault::point("before-encode");
-    let bytes = encode(shared, &job, window).await?;
+    let (bytes, reduced) = encode(shared, &job, window).await?;
     // Pinned before and after the read: a source that changed mid-read is not committed.
     verify_source(shared, &job, deltas).await?;
 
@@ -244,6 +244,10 @@ async fn process(
     {
         PutOutcome::Written(meta) => {
             deltas.bump(shared, m::TILES_WRITTEN);
+            // Only this write's bytes are known to be these pixels.
+            if let (Some(into), Some(r)) = (&shared.cfg.reduce_into, reduced) {
+                into.insert(window, meta.e_tag.clone(), r);
+            }
             (meta, TileOrigin::Written, WindowOutcome::Written)
         }
         PutOutcome::AlreadyPresent => {
@@ -301,11 +305,24 @@ async fn verify_source(
         })
 }
 
-async fn encode(shared: &Shared, job: &JobRecord, window: Window) -> Result<Vec<u8>, Failure> {
+/// The window's tile, and its reduction when the pool collects them.
+async fn encode(
+    shared: &Shared,
+    job: &JobRecord,
+    window: Window,
+) -> Result<(Vec<u8>, Option<ReducedWindow>), Failure> {
     let req = encode_request(job, window)?;
+    // Only an even-sized scene's first level is made of whole windows' reductions.
+    let even = job.grid.width.is_multiple_of(2) && job.grid.height.is_multiple_of(2);
+    let reduce = (shared.cfg.reduce_into.as_ref())
+        .filter(|_| even)
+        .map(|r| r.resampling());
     let (tx, rx) = tokio::sync::oneshot::channel();
     shared.pool.spawn(move || {
-        let _ = tx.send(tilegate_cog::encode_window(&req));
+        let _ = tx.send(match reduce {
+            Some(resampling) => tilegate_cog::encode_window_reducing(&req, resampling),
+            None => tilegate_cog::encode_window(&req).map(|tile| (tile, None)),
+        });
     });
     Ok(rx
         .await

@@ -5,6 +5,7 @@ use crate::handle::{WindowOutcome, handle};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tilegate_cog::ReducedWindows;
 use tilegate_core::metrics::Counters;
 use tilegate_core::queue::{ReceiveOptions, Received};
 use tilegate_core::table::JobRecord;
@@ -49,6 +50,9 @@ pub struct WorkerConfig {
     /// running then are released (visibility reset to zero, so another worker takes them at
     /// once) and abandoned; whatever they had committed stays correct, as after a crash.
     pub shutdown_grace: Duration,
+    /// Where to leave each written window's first overview level for this process's assembler
+    /// (`tilegate run`); `None` for a pool whose tiles another process assembles.
+    pub reduce_into: Option<Arc<ReducedWindows>>,
 }
 
 impl Default for WorkerConfig {
@@ -62,6 +66,7 @@ impl Default for WorkerConfig {
             skip_existing: true,
             stop: StopWhen::QueueDrained,
             shutdown_grace: Duration::from_secs(30),
+            reduce_into: None,
         }
     }
 }
