@@ -113,9 +113,9 @@ fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Prefix)> {
     ))
 }
 
-/// At most this many bytes of first-overview-level pixels are kept for `run`'s assembler
-/// (a quarter of the scene's uncompressed size; 52 MB for a 10240² UInt16 scene); windows
-/// beyond it are decoded from their tiles.
+/// `run`'s encoders fill the scene's first overview level (a quarter of its uncompressed size:
+/// 52 MB for a 10240² UInt16 scene) only up to this size; beyond it the assembler decodes the
+/// tiles, one row of windows at a time.
 const REDUCED_WINDOWS_BUDGET: usize = 512 << 20;
 
 fn worker_config(p: &PoolArgs, stop: StopWhen) -> WorkerConfig {
@@ -316,11 +316,17 @@ async fn run_source(
     let mut cfg = worker_config(pool, StopWhen::JobComplete(job.job_id.clone()));
     // The encoders hand the assembler each window's first overview level, so that it does
     // not decode the tiles this process has just encoded.
-    let reduced = assemble_opts.as_ref().map(|o| {
-        Arc::new(tilegate_cog::ReducedWindows::new(
+    let pixel_bytes = job.scene.bands as usize
+        * tilegate_cog::Dtype::from_name(&job.scene.dtype).map_or(8, |d| d.size());
+    let reduced = assemble_opts.as_ref().and_then(|o| {
+        tilegate_cog::ReducedWindows::new(
+            job.job_id.clone(),
             o.resampling,
+            job.grid,
+            pixel_bytes,
             REDUCED_WINDOWS_BUDGET,
-        ))
+        )
+        .map(Arc::new)
     });
     cfg.reduce_into = reduced.clone();
     let worker = Worker::new(b.clone(), cfg, counters.clone());

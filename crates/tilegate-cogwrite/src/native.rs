@@ -10,6 +10,7 @@ use crate::tiff::Entry;
 use crate::tile::{self, Format, TileLayout};
 use crate::{AssemblyPath, SceneCog, SceneSpec, TileInput};
 use rayon::prelude::*;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tilegate_core::Grid;
 
@@ -209,9 +210,9 @@ fn decode_scene<T: Sample>(
 /// The first overview level straight from the tiles, for a scene of even width and height:
 /// every 2×2 box then lies inside one tile (windows start at multiples of 16), so each tile is
 /// decoded and reduced on its own and the full-resolution scene is never held in memory. The
-/// result is the same as [`decode_scene`] followed by [`overview::downsample`]. Windows whose
-/// encoder left their reduction in `reduced` are copied from it instead of decoded; returns how
-/// many were.
+/// result is the same as [`decode_scene`] followed by [`overview::downsample`]. Windows that
+/// their encoders placed in `reduced` are already there and are not decoded; returns how many
+/// were.
 fn decode_half<T: Sample>(
     grid: Grid,
     f: &Format,
@@ -226,8 +227,11 @@ fn decode_half<T: Sample>(
     let win = grid.window as usize;
     let cols = grid.cols() as usize;
     let shape = BlockShape::of(f);
+    let (mut data, placed) = reduced
+        .and_then(|r| r.take::<T>(spp))
+        .filter(|(level, _)| level.len() == width * height * spp)
+        .unwrap_or_else(|| (vec![T::default(); width * height * spp], HashSet::new()));
     let reused = AtomicUsize::new(0);
-    let mut data = vec![T::default(); width * height * spp];
     data.par_chunks_mut(win / 2 * width * spp)
         .enumerate()
         .try_for_each_init(
@@ -244,17 +248,11 @@ fn decode_half<T: Sample>(
                     let i = row * cols + col;
                     let x0 = col * win;
                     let w = win.min(2 * width - x0);
-                    let out = &mut strip[x0 / 2 * spp..];
-                    let half_row = w / 2 * spp;
-                    if let Some(r) =
-                        reduced.and_then(|r| r.take::<T>(tiles[i].window, half_row * half_rows))
-                    {
-                        for (y, src) in r.chunks_exact(half_row).enumerate() {
-                            out[y * width * spp..][..half_row].copy_from_slice(src);
-                        }
+                    if placed.contains(&tiles[i].window) {
                         reused.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
+                    let out = &mut strip[x0 / 2 * spp..];
                     decode_tile(
                         codec,
                         buf,

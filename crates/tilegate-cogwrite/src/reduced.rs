@@ -1,31 +1,38 @@
-//! Windows reduced 2× by the encoder that wrote their tiles, kept for the assembler of the same
-//! process (`tilegate run`): the first overview level of those windows need not be decoded from
-//! the tiles again.
+//! The scene's first overview level, filled in by the encoders that wrote the tiles, for the
+//! assembler of the same process (`tilegate run`): those windows need not be decoded again.
 //!
-//! A reduction is only ever used for the exact object it was computed for: the worker files it
-//! under the ETag its own create-if-absent write returned, the assembler keeps only those whose
-//! ETag is the manifest row's (and the fetched object's), and it must have the sample type and
-//! size the tile's layout implies. Anything else — a tile another process wrote, one over the
-//! memory budget, an odd-sized scene — is decoded from the tile as before.
+//! Each encoder reduces its window 2× into a [`ReducedWindow`]; only once its own
+//! create-if-absent write has succeeded does the worker place it, with the ETag that write
+//! returned, into [`ReducedWindows`] — straight into the level's raster, which the assembler
+//! then completes and encodes. The assembler keeps only windows whose ETag is the manifest
+//! row's (and the fetched object's), so every reused pixel comes from that very tile; any other
+//! window — written by another process, refused as present, of another sample type — is
+//! decoded from its tile as before.
 
 use crate::Resampling;
 use crate::overview::{Sample, Validity, reduce_window};
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use tilegate_core::{ETag, Window};
+use tilegate_core::{ETag, Grid, JobId, Window};
 
-/// One window's first overview level as its encoder computed it: `width/2 × height/2` pixels,
-/// pixel-interleaved, of the tile's sample type.
+/// One window's share of the first overview level as its encoder computed it: `width/2 ×
+/// height/2` pixels, pixel-interleaved, of the tile's sample type.
 pub struct ReducedWindow {
     samples: Box<dyn Any + Send>,
-    bytes: usize,
+    width: usize,
+    height: usize,
+    spp: usize,
+    /// Copies `samples` into a level raster of the same sample type.
+    place: fn(&ReducedWindow, &mut Level, usize, usize, usize) -> bool,
 }
 
 impl std::fmt::Debug for ReducedWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReducedWindow")
-            .field("bytes", &self.bytes)
+            .field("width", &self.width)
+            .field("height", &self.height)
+            .field("spp", &self.spp)
             .finish_non_exhaustive()
     }
 }
@@ -40,50 +47,122 @@ impl ReducedWindow {
         validity: Validity<T>,
         resampling: Resampling,
     ) -> Self {
-        let out_stride = width / 2 * spp;
-        let mut out = vec![T::default(); out_stride * (height / 2)];
+        let (w, h) = (width / 2, height / 2);
+        let mut out = vec![T::default(); w * h * spp];
         reduce_window(
-            px, width, height, spp, validity, resampling, &mut out, out_stride,
+            px,
+            width,
+            height,
+            spp,
+            validity,
+            resampling,
+            &mut out,
+            w * spp,
         );
         Self {
-            bytes: out.len() * T::BYTES,
             samples: Box::new(out),
+            width: w,
+            height: h,
+            spp,
+            place: place::<T>,
         }
     }
 }
 
-struct Held {
-    e_tag: ETag,
-    reduced: ReducedWindow,
+/// The level raster: `Vec<T>` of `width × height × spp` samples, made by the first window placed.
+struct Level {
+    samples: Option<Box<dyn Any + Send>>,
+    width: usize,
+    height: usize,
+    spp: usize,
 }
 
-/// The reductions of one process's windows, by window; bounded by a byte budget.
+/// Copy `r` into the level at pixel (`x`, `y`); `false` if the sample type or band count differ.
+fn place<T: Sample>(r: &ReducedWindow, level: &mut Level, x: usize, y: usize, spp: usize) -> bool {
+    let Some(src) = r.samples.downcast_ref::<Vec<T>>() else {
+        return false;
+    };
+    if level.samples.is_none() {
+        level.spp = spp;
+        level.samples = Some(Box::new(vec![
+            T::default();
+            level.width * level.height * spp
+        ]));
+    }
+    let stride = level.width * level.spp;
+    match level
+        .samples
+        .as_mut()
+        .and_then(|s| s.downcast_mut::<Vec<T>>())
+    {
+        Some(dst) if level.spp == spp => {
+            let row = r.width * spp;
+            for (j, line) in src.chunks_exact(row).enumerate() {
+                dst[(y + j) * stride + x * spp..][..row].copy_from_slice(line);
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+struct Inner {
+    level: Level,
+    /// The windows placed, with the ETag of the object each was made from.
+    placed: HashMap<Window, ETag>,
+}
+
+/// The first overview level of one even-sized job, filled window by window.
 pub struct ReducedWindows {
+    job: JobId,
     resampling: Resampling,
-    budget: usize,
-    inner: Mutex<(usize, HashMap<Window, Held>)>,
+    grid: Grid,
+    inner: Mutex<Inner>,
 }
 
 impl std::fmt::Debug for ReducedWindows {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (bytes, map) = &*self.inner.lock().expect("reduced windows lock");
         f.debug_struct("ReducedWindows")
+            .field("job", &self.job)
             .field("resampling", &self.resampling)
-            .field("windows", &map.len())
-            .field("bytes", bytes)
-            .field("budget", &self.budget)
+            .field("grid", &self.grid)
+            .field("windows", &self.len())
             .finish()
     }
 }
 
 impl ReducedWindows {
-    /// Reductions made with `resampling`, holding at most `budget` bytes of samples.
-    pub fn new(resampling: Resampling, budget: usize) -> Self {
-        Self {
+    /// The first level of `job`'s scene (of `grid`), reduced with `resampling`. `None` when the scene's
+    /// first level is not made of whole windows (odd width or height) or when, at
+    /// `pixel_bytes` a pixel, it would take more than `budget` bytes.
+    pub fn new(
+        job: JobId,
+        resampling: Resampling,
+        grid: Grid,
+        pixel_bytes: usize,
+        budget: usize,
+    ) -> Option<Self> {
+        let (w, h) = (grid.width as usize / 2, grid.height as usize / 2);
+        let even = grid.width.is_multiple_of(2) && grid.height.is_multiple_of(2);
+        (even && w * h * pixel_bytes <= budget).then(|| Self {
+            job,
             resampling,
-            budget,
-            inner: Mutex::new((0, HashMap::new())),
-        }
+            grid,
+            inner: Mutex::new(Inner {
+                level: Level {
+                    samples: None,
+                    width: w,
+                    height: h,
+                    spp: 0,
+                },
+                placed: HashMap::new(),
+            }),
+        })
+    }
+
+    /// The job whose windows belong here.
+    pub fn job(&self) -> &JobId {
+        &self.job
     }
 
     /// The resampling the encoders must reduce with.
@@ -91,49 +170,57 @@ impl ReducedWindows {
         self.resampling
     }
 
-    /// Keep `window`'s reduction, made from the pixels of the object whose ETag is `e_tag`.
-    /// Beyond the budget it is dropped (the assembler then decodes that tile).
+    /// Place `window`'s reduction, made from the pixels of the object whose ETag is `e_tag`.
+    /// A reduction that does not fit (another size, sample type or band count) is dropped: the
+    /// assembler then decodes that tile.
     pub fn insert(&self, window: Window, e_tag: ETag, reduced: ReducedWindow) {
-        let mut guard = self.inner.lock().expect("reduced windows lock");
-        let (bytes, map) = &mut *guard;
-        let replaced = map.get(&window).map_or(0, |h| h.reduced.bytes);
-        let after = *bytes - replaced + reduced.bytes;
-        if after > self.budget {
+        let Some(rect) = self.grid.rect(window) else {
             return;
+        };
+        let (x, y) = (rect.x as usize / 2, rect.y as usize / 2);
+        let mut inner = self.inner.lock().expect("reduced windows lock");
+        let fits = (reduced.width, reduced.height)
+            == (rect.width as usize / 2, rect.height as usize / 2)
+            && x + reduced.width <= inner.level.width
+            && y + reduced.height <= inner.level.height;
+        if fits && (reduced.place)(&reduced, &mut inner.level, x, y, reduced.spp) {
+            inner.placed.insert(window, e_tag);
         }
-        *bytes = after;
-        map.insert(window, Held { e_tag, reduced });
     }
 
-    /// How many windows are held.
+    /// How many windows are placed.
     pub fn len(&self) -> usize {
-        self.inner.lock().expect("reduced windows lock").1.len()
+        self.inner
+            .lock()
+            .expect("reduced windows lock")
+            .placed
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Drop every reduction whose window is not listed with the ETag it was made for.
+    /// Forget every placed window not listed with the ETag it was made from.
     pub fn retain_matching<'a>(&self, objects: impl IntoIterator<Item = (Window, &'a ETag)>) {
         let objects: HashMap<Window, &ETag> = objects.into_iter().collect();
-        let mut guard = self.inner.lock().expect("reduced windows lock");
-        let (bytes, map) = &mut *guard;
-        map.retain(|w, h| objects.get(w).is_some_and(|e| h.e_tag.strong_eq(e)));
-        *bytes = map.values().map(|h| h.reduced.bytes).sum();
+        let mut inner = self.inner.lock().expect("reduced windows lock");
+        inner
+            .placed
+            .retain(|w, e| objects.get(w).is_some_and(|o| e.strong_eq(o)));
     }
 
-    /// Take `window`'s reduction if it holds `len` samples of type `T`.
-    pub(crate) fn take<T: Sample>(&self, window: Window, len: usize) -> Option<Vec<T>> {
-        let held = {
-            let mut guard = self.inner.lock().expect("reduced windows lock");
-            let (bytes, map) = &mut *guard;
-            let held = map.remove(&window)?;
-            *bytes -= held.reduced.bytes;
-            held
-        };
-        let samples = held.reduced.samples.downcast::<Vec<T>>().ok()?;
-        (samples.len() == len).then_some(*samples)
+    /// Take the level raster (`Vec<T>` of `spp` samples per pixel) and the windows placed in
+    /// it, if it holds that; the other windows' pixels are the caller's to fill.
+    pub(crate) fn take<T: Sample>(&self, spp: usize) -> Option<(Vec<T>, HashSet<Window>)> {
+        let mut inner = self.inner.lock().expect("reduced windows lock");
+        let holds = inner.level.samples.as_ref()?.is::<Vec<T>>();
+        if !holds || inner.level.spp != spp {
+            return None;
+        }
+        let samples = inner.level.samples.take()?.downcast::<Vec<T>>().ok()?;
+        let placed = inner.placed.drain().map(|(w, _)| w).collect();
+        Some((*samples, placed))
     }
 }
 
@@ -141,7 +228,7 @@ impl ReducedWindows {
 mod tests {
     use super::*;
 
-    fn window_of(values: &[u16]) -> ReducedWindow {
+    fn reduction(values: &[u16]) -> ReducedWindow {
         // A 4×2 single-band window reduces to 2×1.
         ReducedWindow::of(
             values,
@@ -153,50 +240,62 @@ mod tests {
         )
     }
 
+    fn job() -> JobId {
+        JobId::derive("u", "e", "r")
+    }
+
+    fn grid() -> Grid {
+        // Two windows of 4×2 side by side: an 8×2 scene, a 4×1 first level.
+        Grid {
+            width: 8,
+            height: 2,
+            window: 4,
+        }
+    }
+
     #[test]
-    fn reductions_are_kept_only_for_the_object_they_were_made_from() {
-        let r = ReducedWindows::new(Resampling::Average, 1 << 20);
+    fn only_windows_matching_their_objects_are_kept() {
+        let r = ReducedWindows::new(job(), Resampling::Average, grid(), 2, 1 << 20).unwrap();
         let (a, b) = (Window::new(0, 0), Window::new(0, 1));
         r.insert(
             a,
             ETag::new("\"x\""),
-            window_of(&[1, 3, 10, 10, 1, 3, 20, 20]),
+            reduction(&[1, 3, 10, 10, 1, 3, 20, 20]),
         );
-        r.insert(b, ETag::new("\"y\""), window_of(&[0; 8]));
-        // b's object is now another one: its reduction must go.
+        r.insert(b, ETag::new("\"y\""), reduction(&[7; 8]));
+        assert_eq!(r.len(), 2);
+        // b's object is now another one: its pixels must not be used.
         r.retain_matching([(a, &ETag::new("\"x\"")), (b, &ETag::new("\"z\""))]);
-        assert_eq!(r.len(), 1);
-        assert_eq!(r.take::<u16>(b, 2), None);
-        // The wrong sample type or size is refused too, and a take empties the slot.
-        assert_eq!(r.take::<u8>(a, 2), None);
-        r.insert(
-            a,
-            ETag::new("\"x\""),
-            window_of(&[1, 3, 10, 10, 1, 3, 20, 20]),
-        );
-        assert_eq!(r.take::<u16>(a, 3), None);
-        r.insert(
-            a,
-            ETag::new("\"x\""),
-            window_of(&[1, 3, 10, 10, 1, 3, 20, 20]),
-        );
-        assert_eq!(r.take::<u16>(a, 2), Some(vec![2, 15]));
+        // The wrong sample type or band count is refused.
+        assert!(r.take::<u8>(1).is_none());
+        assert!(r.take::<u16>(3).is_none());
+        let (level, placed) = r.take::<u16>(1).unwrap();
+        assert_eq!(level, vec![2, 15, 7, 7]);
+        assert_eq!(placed, HashSet::from([a]));
         assert!(r.is_empty());
     }
 
     #[test]
-    fn reductions_beyond_the_budget_are_dropped() {
-        // Each 2×1 UInt16 reduction is 4 bytes.
-        let r = ReducedWindows::new(Resampling::Average, 8);
-        for col in 0..3 {
-            r.insert(Window::new(0, col), ETag::new("\"e\""), window_of(&[0; 8]));
-        }
-        assert_eq!(r.len(), 2);
-        // Replacing a held window does not count it twice: the new reduction is kept.
-        r.insert(Window::new(0, 1), ETag::new("\"f\""), window_of(&[9; 8]));
-        assert_eq!(r.len(), 2);
-        assert_eq!(r.take::<u16>(Window::new(0, 1), 2), Some(vec![9, 9]));
-        r.insert(Window::new(0, 2), ETag::new("\"e\""), window_of(&[0; 8]));
-        assert_eq!(r.len(), 2);
+    fn odd_scenes_and_levels_over_the_budget_collect_nothing() {
+        let odd = Grid { width: 9, ..grid() };
+        assert!(ReducedWindows::new(job(), Resampling::Average, odd, 2, 1 << 20).is_none());
+        // The level is 4×1 UInt16: 8 bytes.
+        assert!(ReducedWindows::new(job(), Resampling::Average, grid(), 2, 7).is_none());
+        assert!(ReducedWindows::new(job(), Resampling::Average, grid(), 2, 8).is_some());
+    }
+
+    #[test]
+    fn a_reduction_of_the_wrong_size_is_dropped() {
+        let r = ReducedWindows::new(job(), Resampling::Average, grid(), 2, 1 << 20).unwrap();
+        let big = ReducedWindow::of(
+            &[0u16; 32],
+            8,
+            4,
+            1,
+            Validity { nodata: None },
+            Resampling::Average,
+        );
+        r.insert(Window::new(0, 0), ETag::new("\"x\""), big);
+        assert!(r.is_empty());
     }
 }

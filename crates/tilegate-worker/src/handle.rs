@@ -312,10 +312,8 @@ async fn encode(
     window: Window,
 ) -> Result<(Vec<u8>, Option<ReducedWindow>), Failure> {
     let req = encode_request(job, window)?;
-    // Only an even-sized scene's first level is made of whole windows' reductions.
-    let even = job.grid.width.is_multiple_of(2) && job.grid.height.is_multiple_of(2);
     let reduce = (shared.cfg.reduce_into.as_ref())
-        .filter(|_| even)
+        .filter(|r| r.job() == &job.job_id)
         .map(|r| r.resampling());
     let (tx, rx) = tokio::sync::oneshot::channel();
     shared.pool.spawn(move || {
