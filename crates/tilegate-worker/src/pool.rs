@@ -17,7 +17,8 @@ use tokio::task::JoinSet;
 /// How often pending counter deltas are written to the counter table.
 const COUNTER_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 
-/// Long-poll wait while messages are in flight (providers may round it up: SQS to 1 s).
+/// How long a pool with windows in flight and nothing queued waits before looking again (a
+/// finishing window ends the wait sooner).
 const IN_FLIGHT_WAIT: Duration = Duration::from_millis(200);
 
 /// When the receive loop ends.
@@ -267,12 +268,13 @@ impl Worker {
                 }
                 continue;
             }
-            // While windows are in flight, poll briefly so a finished job is noticed soon (a
-            // receive in progress is never abandoned: it may already hold messages).
+            // While windows are in flight, only look (no long poll): the wait for more work
+            // happens below, where a finishing window can cut it short (a receive in progress
+            // is never abandoned: it may already hold messages).
             let wait = if tasks.is_empty() {
                 cfg.wait
             } else {
-                cfg.wait.min(IN_FLIGHT_WAIT)
+                Duration::ZERO
             };
             let opts = ReceiveOptions {
                 max: free.min(10) as u32,
@@ -287,8 +289,22 @@ impl Worker {
                 }
             };
             if received.is_empty() {
-                if tasks.is_empty() && self.should_stop().await? {
-                    break;
+                if tasks.is_empty() {
+                    if self.should_stop().await? {
+                        break;
+                    }
+                } else {
+                    // Nothing queued while windows are in flight: look again when one finishes
+                    // (the job may be complete then) or after a short while.
+                    tokio::select! {
+                        done = tasks.join_next_with_id() => {
+                            if let Some(done) = done {
+                                report.add(&finished(done, &mut receipts));
+                            }
+                        }
+                        () = tokio::time::sleep(IN_FLIGHT_WAIT) => {}
+                        changed = stop.changed(), if stop_open => stop_open = changed.is_ok(),
+                    }
                 }
                 continue;
             }
