@@ -366,7 +366,7 @@ fn reference_average(
 
 fn write_out(dir: &Path, name: &str, cog: &SceneCog) -> PathBuf {
     let p = dir.join(name);
-    std::fs::write(&p, &cog.bytes).unwrap();
+    std::fs::write(&p, cog.file.to_vec()).unwrap();
     p
 }
 
@@ -634,7 +634,7 @@ fn forced_bigtiff_validates() {
     let cog = assemble(&spec, tiles).unwrap();
     assert!(cog.bigtiff);
     assert_eq!(cog.path, AssemblyPath::CopiedBlocks);
-    assert_eq!(&cog.bytes[..4], b"II\x2b\x00", "BigTIFF header");
+    assert_eq!(&cog.file.to_vec()[..4], b"II\x2b\x00", "BigTIFF header");
     let path = write_out(dir.path(), "scene.tif", &cog);
     check_scene(&scene, dir.path(), &path, 256, true);
 }
@@ -675,7 +675,7 @@ fn bigtiff_and_big_endian_tiles_copy_natively() {
         !cog.bigtiff,
         "the scene is classic TIFF: it is far below 4 GiB"
     );
-    assert_eq!(&cog.bytes[..4], b"MM\x00\x2a");
+    assert_eq!(&cog.file.to_vec()[..4], b"MM\x00\x2a");
     let path = write_out(dir.path(), "scene.tif", &cog);
     check_scene(&scene, dir.path(), &path, 256, true);
 }
@@ -783,7 +783,7 @@ fn heavy_ten_k_scene() {
         t_src - t0,
         t1 - t_src,
         t2 - t1,
-        cog.bytes.len() / 1_000_000,
+        cog.file.len() / 1_000_000,
         cog.overview_levels
     );
     assert_eq!(cog.path, AssemblyPath::CopiedBlocks);

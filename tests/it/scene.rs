@@ -78,8 +78,9 @@ fn assembled_scene_is_a_valid_cog_equal_to_its_source() {
     }
 }
 
-/// `run` assembles with the first overview level its encoders computed; the scene must be
-/// byte for byte the one `assemble` makes by decoding the same tiles.
+/// `run` assembles with the first overview level its encoders computed and uploads in parts;
+/// the scene must be byte for byte the one `assemble` makes by decoding the same tiles and
+/// writing the file whole.
 #[test]
 fn run_reuses_its_encoders_reductions_byte_for_byte() {
     let cases: &[(&str, &[&str], &str, u64)] = &[
@@ -118,7 +119,10 @@ fn run_reuses_its_encoders_reductions_byte_for_byte() {
         let common = ["--window", window, "--resampling", resampling];
         let mut a = vec!["run", src.to_str().unwrap()];
         a.extend_from_slice(&common);
-        let run = tg_json(&one, &a);
+        // In parts cut from the laid-out scene here; whole, in one PUT, below.
+        let mut parts = a.clone();
+        parts.extend(["--multipart-threshold", "1048576", "--part-size", "5242880"]);
+        let run = tg_json(&one, &parts);
         assert_eq!(run["scene"]["outcome"], "written", "{name}: {run}");
         assert_eq!(
             run["scene"]["reduced_windows_reused"], *reused,

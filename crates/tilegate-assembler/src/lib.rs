@@ -10,7 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tilegate_claim::{ClaimGate, ClaimOutcome, KeepAlive, Lease, LeaseState};
-use tilegate_cogwrite::{AssemblyPath, ReducedWindows, Resampling, SceneSpec, TileInput};
+use tilegate_cogwrite::{AssemblyPath, LaidOut, ReducedWindows, Resampling, SceneSpec, TileInput};
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::object::{ObjectStoreExt, PartId, PutMode, PutOptions, PutOutcome};
 use tilegate_core::table::{JobRecord, OutputRef, UpdateOutcome};
@@ -290,8 +290,7 @@ async fn build_and_publish(
     report.build_s = started.elapsed().as_secs_f64();
     report.path = Some(cog.path);
     report.reduced_windows_reused = cog.reduced_windows_reused;
-    let size = cog.bytes.len() as u64;
-    let bytes = Bytes::from(cog.bytes);
+    let size = cog.file.len();
     let key = report.scene_key.clone();
 
     let uploaded = Instant::now();
@@ -300,11 +299,13 @@ async fn build_and_publish(
             report.outcome = AssembleOutcome::LeaseLost;
             return Ok(());
         }
-        b.objects.put_create(&key, bytes).await?
+        b.objects
+            .put_create(&key, Bytes::from(cog.file.to_vec()))
+            .await?
     } else {
         report.multipart = true;
         match multipart(
-            b, &key, bytes, gate, lease, keep_alive, opts, counters, report,
+            b, &key, &cog.file, gate, lease, keep_alive, opts, counters, report,
         )
         .await?
         {
@@ -388,7 +389,8 @@ async fn fetch_tiles(
         .map(|v| v.into_iter().unzip())
 }
 
-/// Upload in parts while the lease holds; `None` if it was lost (the upload is aborted).
+/// Upload in parts while the lease holds; `None` if it was lost (the upload is aborted). Each
+/// part is cut from the laid-out file as it is sent: the whole scene never sits in memory.
 #[expect(
     clippy::too_many_arguments,
     reason = "one call site; the pieces are distinct"
@@ -396,7 +398,7 @@ async fn fetch_tiles(
 async fn multipart(
     b: &Backends,
     key: &str,
-    bytes: Bytes,
+    file: &LaidOut,
     gate: &ClaimGate,
     lease: &mut Lease,
     keep_alive: &KeepAlive,
@@ -408,21 +410,23 @@ async fn multipart(
         .objects
         .create_multipart(key, &PutOptions::create())
         .await?;
-    let part_size = opts.part_size.max(5 * 1024 * 1024) as usize;
+    let part_size = opts.part_size.max(5 * 1024 * 1024);
     let mut parts: Vec<PartId> = Vec::new();
-    let mut offset = 0usize;
+    let mut offset = 0u64;
     let mut n = 0u32;
-    while offset < bytes.len() {
+    while offset < file.len() {
         if keep_alive.is_lost() {
             return abort(b, key, &upload_id).await;
         }
-        let end = (offset + part_size).min(bytes.len());
+        let end = (offset + part_size).min(file.len());
         n += 1;
+        let mut bytes = vec![0u8; (end - offset) as usize];
+        file.read_at(offset, &mut bytes);
         let part = b
             .objects
-            .upload_part(key, &upload_id, n, bytes.slice(offset..end))
+            .upload_part(key, &upload_id, n, Bytes::from(bytes))
             .await?;
-        let len = (end - offset) as u64;
+        let len = end - offset;
         counters.add(m::MULTIPART_BYTES_UPLOADED, len);
         report.multipart_bytes_uploaded += len;
         parts.push(part);

@@ -8,6 +8,7 @@
 //! crate wraps every call used here.
 
 use crate::error::AssembleError;
+use crate::layout::LaidOut;
 use crate::tiff;
 use crate::tile::{self, COMPRESSION_DEFLATE, COMPRESSION_DEFLATE_OLD};
 use crate::{AssemblyPath, Resampling, SceneCog, SceneSpec, TileInput};
@@ -220,7 +221,7 @@ pub fn assemble_with_gdal(
         .count() as u32;
     Ok(SceneCog {
         bigtiff: parsed.bigtiff,
-        bytes,
+        file: LaidOut::whole(bytes, parsed.bigtiff),
         overview_levels,
         path: AssemblyPath::GdalFallback,
         fallback_reason: None,

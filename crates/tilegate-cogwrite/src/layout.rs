@@ -18,6 +18,7 @@
 
 use crate::tiff::{Endian, Entry, LONG, LONG8, SHORT, type_size};
 use crate::tile::{TILE_BYTE_COUNTS, TILE_OFFSETS};
+use bytes::Bytes;
 use rayon::prelude::*;
 
 /// The ghost area's declarations, byte for byte what GDAL 3.6 writes (its trailing space is
@@ -33,9 +34,9 @@ fn ghost_area() -> String {
 
 /// One IFD to write: its entries (without TileOffsets/TileByteCounts, which the writer adds)
 /// and its blocks in TIFF order. An empty block is sparse: offset 0, count 0, no bytes.
-pub(crate) struct IfdOut<'a> {
+pub(crate) struct IfdOut {
     pub entries: Vec<Entry>,
-    pub blocks: Vec<&'a [u8]>,
+    pub blocks: Vec<Bytes>,
     /// Tags whose out-of-line values go first, in this order (the rest follow by tag): to lay
     /// a tile out as the GDAL-written tile it copies (libtiff writes custom tags' values after
     /// the baseline ones). Empty: by tag.
@@ -70,7 +71,7 @@ fn even(x: u64) -> u64 {
 
 /// The entries of IFD `ifd` as they will be written, with the offsets and counts entries in
 /// the width of this flavour, sorted by tag (TIFF 6.0 §2: ascending order).
-fn full_entries(ifd: &IfdOut<'_>, e: Endian, bigtiff: bool, offsets: &[u64]) -> Vec<Entry> {
+fn full_entries(ifd: &IfdOut, e: Endian, bigtiff: bool, offsets: &[u64]) -> Vec<Entry> {
     let mut entries: Vec<Entry> = ifd
         .entries
         .iter()
@@ -128,7 +129,7 @@ fn fit_flavour(x: &Entry, e: Endian, bigtiff: bool) -> Option<Entry> {
     None
 }
 
-fn plan(ifds: &[IfdOut<'_>], e: Endian, bigtiff: bool) -> Plan {
+fn plan(ifds: &[IfdOut], e: Endian, bigtiff: bool) -> Plan {
     let header = if bigtiff { 16 } else { 8 };
     let (count_len, entry_len, link_len, inline_len) = if bigtiff {
         (8, 20, 8, 8)
@@ -179,22 +180,28 @@ fn plan(ifds: &[IfdOut<'_>], e: Endian, bigtiff: bool) -> Plan {
 
 /// Serialise the COG. `ifds[0]` is full resolution, then overviews from largest to smallest.
 /// Returns the bytes and whether they are BigTIFF.
-pub(crate) fn write(ifds: &[IfdOut<'_>], e: Endian, force_bigtiff: bool) -> (Vec<u8>, bool) {
-    write_with_limit(ifds, e, force_bigtiff, u64::from(u32::MAX))
+pub(crate) fn write(ifds: &[IfdOut], e: Endian, force_bigtiff: bool) -> (Vec<u8>, bool) {
+    let file = lay_out(ifds, e, force_bigtiff);
+    (file.to_vec(), file.bigtiff)
 }
 
-/// [`write`] with the largest classic file size as a parameter, so tests can cross it.
-fn write_with_limit(
-    ifds: &[IfdOut<'_>],
+/// Lay the COG out without copying its blocks: see [`LaidOut`].
+pub(crate) fn lay_out(ifds: &[IfdOut], e: Endian, force_bigtiff: bool) -> LaidOut {
+    lay_out_with_limit(ifds, e, force_bigtiff, u64::from(u32::MAX))
+}
+
+/// [`lay_out`] with the largest classic file size as a parameter, so tests can cross it.
+fn lay_out_with_limit(
+    ifds: &[IfdOut],
     e: Endian,
     force_bigtiff: bool,
     classic_limit: u64,
-) -> (Vec<u8>, bool) {
+) -> LaidOut {
     let mut p = plan(ifds, e, force_bigtiff);
     if !p.bigtiff && p.total > classic_limit {
         p = plan(ifds, e, true);
     }
-    let mut out = Vec::with_capacity(p.total as usize);
+    let mut out = Vec::new();
     // Header (TIFF 6.0 §2; BigTIFF: version 43, offset size 8, reserved 0, 8-byte offset).
     out.extend_from_slice(match e {
         Endian::Little => b"II",
@@ -250,40 +257,125 @@ fn write_with_limit(
             }
         }
     }
-    // The block data: each block (with its leader and trailer) gets its own slice of the
-    // output, cut off in file order, and the slices are filled on every core — for a scene,
-    // hundreds of megabytes of copying.
-    let data_start = out.len();
-    out.resize(p.total as usize, 0);
-    let mut rest: &mut [u8] = &mut out[data_start..];
-    let mut consumed = data_start as u64;
-    let mut jobs: Vec<(&mut [u8], &[u8])> = Vec::new();
+    // The block data, in file order: each block with its leader, from its leader's offset.
+    let mut blocks = Vec::new();
     for (i, ifd) in ifds.iter().enumerate().rev() {
         for (b, &at) in ifd.blocks.iter().zip(&p.block_at[i]) {
-            if b.is_empty() {
-                continue;
+            if !b.is_empty() {
+                blocks.push((at - LEADER, b.clone()));
             }
-            let start = at - LEADER;
-            let len = LEADER + b.len() as u64 + TRAILER;
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut((start - consumed) as usize);
-            let (slot, tail) = tail.split_at_mut(len as usize);
-            rest = tail;
-            consumed = start + len;
-            jobs.push((slot, b));
         }
     }
-    debug_assert_eq!(consumed, p.total, "layout plan and writer disagree");
-    jobs.into_par_iter().for_each(|(slot, b)| {
-        // BLOCK_LEADER=SIZE_AS_UINT4 is little-endian whatever the file's byte order
-        // (GDAL's validator reads it with "<I").
-        slot[..4].copy_from_slice(&(b.len() as u32).to_le_bytes());
-        slot[4..4 + b.len()].copy_from_slice(b);
-        // BLOCK_TRAILER=LAST_4_BYTES_REPEATED (zero-padded on the left for shorter blocks).
-        let tail = &b[b.len().saturating_sub(4)..];
-        let end = slot.len();
-        slot[end - tail.len()..].copy_from_slice(tail);
-    });
-    (out, p.bigtiff)
+    LaidOut {
+        head: out,
+        blocks,
+        total: p.total,
+        bigtiff: p.bigtiff,
+    }
+}
+
+/// A laid-out COG whose blocks are not copied yet: the bytes before the first block (header,
+/// ghost area, IFDs and their values) and each block at its place. Any range of the file can be
+/// read from it ([`LaidOut::read_at`]) — a part of an upload — without the whole file ever
+/// existing in memory; [`LaidOut::to_vec`] makes the whole file.
+#[derive(Debug, Clone)]
+pub struct LaidOut {
+    head: Vec<u8>,
+    /// (offset of the block's leader, the block), in file order.
+    blocks: Vec<(u64, Bytes)>,
+    total: u64,
+    pub(crate) bigtiff: bool,
+}
+
+impl LaidOut {
+    /// A file that is all head: bytes already written out whole (the GDAL fallback's).
+    pub(crate) fn whole(bytes: Vec<u8>, bigtiff: bool) -> Self {
+        Self {
+            total: bytes.len() as u64,
+            head: bytes,
+            blocks: Vec::new(),
+            bigtiff,
+        }
+    }
+
+    /// The file's size in bytes.
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Fill `buf` with the file's bytes from `offset` on. Panics past the end of the file.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) {
+        let end = offset + buf.len() as u64;
+        assert!(end <= self.total, "read past the end of the laid-out file");
+        buf.fill(0);
+        put(buf, offset, 0, &self.head);
+        // The first block whose slot ends after `offset`.
+        let first = self
+            .blocks
+            .partition_point(|(at, b)| at + slot_len(b) <= offset);
+        for (at, b) in &self.blocks[first..] {
+            if *at >= end {
+                break;
+            }
+            put_slot(buf, offset, *at, b);
+        }
+    }
+
+    /// The whole file, its blocks copied on every core.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.total as usize];
+        let (head, mut rest) = out.split_at_mut(self.head.len());
+        head.copy_from_slice(&self.head);
+        let mut consumed = self.head.len() as u64;
+        let mut jobs: Vec<(&mut [u8], &Bytes)> = Vec::with_capacity(self.blocks.len());
+        for (at, b) in &self.blocks {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut((at - consumed) as usize);
+            let (slot, tail) = tail.split_at_mut(slot_len(b) as usize);
+            rest = tail;
+            consumed = at + slot_len(b);
+            jobs.push((slot, b));
+        }
+        debug_assert_eq!(consumed, self.total, "layout plan and writer disagree");
+        jobs.into_par_iter()
+            .for_each(|(slot, b)| put_slot(slot, 0, 0, b));
+        out
+    }
+}
+
+fn slot_len(b: &[u8]) -> u64 {
+    LEADER + b.len() as u64 + TRAILER
+}
+
+/// Write the part of `src` (which sits at file offset `at`) that overlaps `buf` (which holds
+/// the file from `offset`).
+fn put(buf: &mut [u8], offset: u64, at: u64, src: &[u8]) {
+    let end = offset + buf.len() as u64;
+    let (from, to) = (at.max(offset), (at + src.len() as u64).min(end));
+    if from < to {
+        buf[(from - offset) as usize..(to - offset) as usize]
+            .copy_from_slice(&src[(from - at) as usize..(to - at) as usize]);
+    }
+}
+
+/// Write block `b`'s slot, which starts at file offset `at`, where it overlaps `buf`.
+fn put_slot(buf: &mut [u8], offset: u64, at: u64, b: &[u8]) {
+    // BLOCK_LEADER=SIZE_AS_UINT4 is little-endian whatever the file's byte order (GDAL's
+    // validator reads it with "<I").
+    put(buf, offset, at, &(b.len() as u32).to_le_bytes());
+    put(buf, offset, at + LEADER, b);
+    // BLOCK_TRAILER=LAST_4_BYTES_REPEATED, zero-padded on the left for shorter blocks (the
+    // padding is already zero).
+    let tail = &b[b.len().saturating_sub(4)..];
+    put(
+        buf,
+        offset,
+        at + LEADER + b.len() as u64 + TRAILER - tail.len() as u64,
+        tail,
+    );
 }
 
 fn pad_to(out: &mut Vec<u8>, at: u64) {
@@ -337,20 +429,19 @@ mod tests {
 
     #[test]
     fn bigtiff_exactly_when_classic_would_not_fit() {
-        let block = vec![7u8; 1000];
         let ifds = [IfdOut {
             entries: vec![size_entry(Endian::Little, 256, 10)],
-            blocks: vec![&block],
+            blocks: vec![Bytes::from(vec![7u8; 1000])],
             value_order: Vec::new(),
         }];
         let (classic, big) = write(&ifds, Endian::Little, false);
         assert!(!big);
         let size = classic.len() as u64;
-        let (_, big) = write_with_limit(&ifds, Endian::Little, false, size);
-        assert!(!big, "a file of exactly the limit stays classic");
-        let (bytes, big) = write_with_limit(&ifds, Endian::Little, false, size - 1);
-        assert!(big);
-        assert_eq!(&bytes[..4], b"II\x2b\x00");
+        let f = lay_out_with_limit(&ifds, Endian::Little, false, size);
+        assert!(!f.bigtiff, "a file of exactly the limit stays classic");
+        let f = lay_out_with_limit(&ifds, Endian::Little, false, size - 1);
+        assert!(f.bigtiff);
+        assert_eq!(&f.to_vec()[..4], b"II\x2b\x00");
     }
 
     #[test]
@@ -360,17 +451,18 @@ mod tests {
             (Endian::Big, false),
             (Endian::Little, true),
         ] {
-            let blocks: Vec<Vec<u8>> = vec![b"abcdefgh".to_vec(), vec![], b"xyz".to_vec()];
-            let ovr = b"0123456789".to_vec();
+            let blocks = [&b"abcdefgh"[..], b"", b"xyz"]
+                .map(Bytes::from_static)
+                .to_vec();
             let ifds = [
                 IfdOut {
                     entries: vec![size_entry(e, 256, 70000), short_entry(e, 258, &[8, 8, 8])],
-                    blocks: blocks.iter().map(Vec::as_slice).collect(),
+                    blocks,
                     value_order: Vec::new(),
                 },
                 IfdOut {
                     entries: vec![long_entry(e, 254, 1)],
-                    blocks: vec![&ovr],
+                    blocks: vec![Bytes::from_static(b"0123456789")],
                     value_order: Vec::new(),
                 },
             ];
@@ -397,6 +489,36 @@ mod tests {
                 ovr_off < offs[0],
                 "overview data comes before full resolution"
             );
+        }
+    }
+
+    #[test]
+    fn any_range_reads_as_the_whole_file() {
+        let ifds = [
+            IfdOut {
+                entries: vec![size_entry(Endian::Little, 256, 3)],
+                blocks: [&b"ab"[..], b"", b"cdefghij", b"k"]
+                    .map(Bytes::from_static)
+                    .to_vec(),
+                value_order: Vec::new(),
+            },
+            IfdOut {
+                entries: vec![long_entry(Endian::Little, 254, 1)],
+                blocks: vec![Bytes::from_static(b"0123456")],
+                value_order: Vec::new(),
+            },
+        ];
+        let f = lay_out(&ifds, Endian::Little, false);
+        let whole = f.to_vec();
+        assert_eq!(whole.len() as u64, f.len());
+        let n = whole.len();
+        for start in (0..n).step_by(3) {
+            for len in [0, 1, 2, 5, 7, 13, 64, n - start] {
+                let len = len.min(n - start);
+                let mut buf = vec![0xAA; len];
+                f.read_at(start as u64, &mut buf);
+                assert_eq!(buf, &whole[start..start + len], "{start}+{len}");
+            }
         }
     }
 }

@@ -47,6 +47,7 @@ mod tilewrite;
 
 pub use error::AssembleError;
 pub use fallback::assemble_with_gdal;
+pub use layout::LaidOut;
 pub use overview::overview_sizes;
 pub use reduced::{ReducedWindow, ReducedWindows};
 pub use tilewrite::TileWriter;
@@ -111,7 +112,9 @@ pub enum AssemblyPath {
 /// The assembled scene COG.
 #[derive(Debug, Clone)]
 pub struct SceneCog {
-    pub bytes: Vec<u8>,
+    /// The file, laid out: read it in parts ([`LaidOut::read_at`]) or whole
+    /// ([`LaidOut::to_vec`]).
+    pub file: LaidOut,
     pub bigtiff: bool,
     pub overview_levels: u32,
     pub path: AssemblyPath,

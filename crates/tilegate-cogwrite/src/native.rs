@@ -9,6 +9,7 @@ use crate::reduced::ReducedWindows;
 use crate::tiff::Entry;
 use crate::tile::{self, Format, TileLayout};
 use crate::{AssemblyPath, SceneCog, SceneSpec, TileInput};
+use bytes::Bytes;
 use rayon::prelude::*;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,11 +41,11 @@ pub(crate) fn assemble(
     // Full resolution: each tile's block(s), byte for byte, in the scene's TIFF block order
     // (all of plane 0 row-major, then plane 1, … — TIFF 6.0 §15 TileOffsets).
     let planes = f.planes() as usize;
-    let mut full: Vec<&[u8]> = Vec::with_capacity(tiles.len() * planes);
+    let mut full: Vec<Bytes> = Vec::with_capacity(tiles.len() * planes);
     for plane in 0..planes {
         for (t, l) in tiles.iter().zip(layouts) {
             let (off, len) = l.blocks[plane];
-            full.push(&t.bytes[off as usize..(off + len) as usize]);
+            full.push(t.bytes.slice(off as usize..(off + len) as usize));
         }
     }
 
@@ -54,25 +55,24 @@ pub(crate) fn assemble(
         blocks: full,
         value_order: Vec::new(),
     }];
-    for lvl in &levels {
+    let overview_levels = levels.len() as u32;
+    for lvl in levels {
         ifds.push(IfdOut {
             entries: overview_entries(f, lvl.width, lvl.height, &layouts[0]),
-            blocks: lvl.blocks.iter().map(Vec::as_slice).collect(),
+            blocks: lvl.blocks.into_iter().map(Bytes::from).collect(),
             value_order: Vec::new(),
         });
     }
-    let t0 = std::time::Instant::now();
-    let (bytes, bigtiff) = layout::write(&ifds, f.endian, spec.force_bigtiff);
+    let file = layout::lay_out(&ifds, f.endian, spec.force_bigtiff);
     tracing::debug!(
-        elapsed_ms = t0.elapsed().as_millis() as u64,
-        bytes = bytes.len(),
-        bigtiff,
-        "wrote scene layout"
+        bytes = file.len(),
+        bigtiff = file.bigtiff,
+        "laid out the scene"
     );
     Ok(SceneCog {
-        bytes,
-        bigtiff,
-        overview_levels: levels.len() as u32,
+        bigtiff: file.bigtiff,
+        file,
+        overview_levels,
         path: AssemblyPath::CopiedBlocks,
         fallback_reason: None,
         reduced_windows_reused: reused as u64,

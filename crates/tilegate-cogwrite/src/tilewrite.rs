@@ -193,7 +193,7 @@ impl TileWriter {
         entries.sort_by_key(|x| x.tag);
         let ifd = IfdOut {
             entries,
-            blocks: blocks.iter().map(Vec::as_slice).collect(),
+            blocks: blocks.into_iter().map(bytes::Bytes::from).collect(),
             value_order: self.layout.ifd.value_order.clone(),
         };
         Ok((layout::write(&[ifd], e, false).0, reduced))
