@@ -31,8 +31,10 @@
 //! params), descriptive tags and GDAL_METADATA (minus per-tile `STATISTICS_*` items) come from
 //! window (0,0), whose origin is the scene's; GDAL_NODATA goes on every IFD, as GDAL does.
 //!
-//! Memory: the native path holds the tiles, the decoded full-resolution scene (width × height ×
-//! bands × sample size) and the output at once — about 0.5 GB for a 10240² UInt16 scene.
+//! Memory: the native path holds the tiles, the first overview level (a quarter of the scene's
+//! uncompressed size; for an odd-sized scene the whole decoded scene) and the encoded
+//! overviews. The output is a [`LaidOut`] file — header and IFDs plus the blocks where they go —
+//! that is read part by part for an upload rather than copied whole.
 
 mod codec;
 mod error;
