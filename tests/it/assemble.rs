@@ -489,7 +489,7 @@ fn native_case_compressed(
         "{:?}",
         cog.fallback_reason
     );
-    assert!(!cog.bigtiff);
+    assert!(!cog.bigtiff());
     let expected = tilegate_cogwrite::overview_sizes(width, height, window).len() as u32;
     assert_eq!(cog.overview_levels, expected);
     let path = write_out(dir.path(), "scene.tif", &cog);
@@ -632,7 +632,7 @@ fn forced_bigtiff_validates() {
     spec.force_bigtiff = true;
     let tiles = make_tiles(&scene, spec.grid, &|_| ("COG", cog_options(256)));
     let cog = assemble(&spec, tiles).unwrap();
-    assert!(cog.bigtiff);
+    assert!(cog.bigtiff());
     assert_eq!(cog.path, AssemblyPath::CopiedBlocks);
     assert_eq!(&cog.file.to_vec()[..4], b"II\x2b\x00", "BigTIFF header");
     let path = write_out(dir.path(), "scene.tif", &cog);
@@ -672,7 +672,7 @@ fn bigtiff_and_big_endian_tiles_copy_natively() {
         cog.fallback_reason
     );
     assert!(
-        !cog.bigtiff,
+        !cog.bigtiff(),
         "the scene is classic TIFF: it is far below 4 GiB"
     );
     assert_eq!(&cog.file.to_vec()[..4], b"MM\x00\x2a");

@@ -58,14 +58,14 @@ pub fn encode_window(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
     Ok(encode(req, true, None)?.0)
 }
 
-/// [`encode_window`], and the window reduced 2× with `reduce` — its share of the scene's first
+/// [`encode_window`], and with `reduce` the window reduced 2× — its share of the scene's first
 /// overview level — where the native tile writer encoded it and its size is even (`None`
 /// otherwise: the assembler then decodes the tile).
 pub fn encode_window_reducing(
     req: &EncodeRequest,
-    reduce: Resampling,
+    reduce: Option<Resampling>,
 ) -> Result<(Vec<u8>, Option<ReducedWindow>), CogError> {
-    encode(req, true, Some(reduce))
+    encode(req, true, reduce)
 }
 
 /// [`encode_window`] through GDAL's COG driver for every window, never the native tile writer:
@@ -105,7 +105,7 @@ fn encode(
             Operation::Noop => unreachable!("a noop window reads nothing"),
         };
         if native && let Some(writer) = tile_writer(req, &pixels)? {
-            match writer.encode_reducing(
+            match writer.encode(
                 &pixels.bytes,
                 rect.width,
                 rect.height,
@@ -129,10 +129,54 @@ fn encode(
     Ok(tile)
 }
 
+/// A small per-thread cache by key, most recently used last; when it holds [`CACHE_CAPACITY`]
+/// entries, the least recently used goes first.
+struct Recent<V> {
+    entries: Vec<(String, V)>,
+}
+
+impl<V> Recent<V> {
+    const fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+        }
+    }
+
+    /// The entry for `key`, made by `make` if there is none; it becomes the most recent.
+    fn get_or_try_insert<E>(
+        &mut self,
+        key: &str,
+        make: impl FnOnce() -> Result<V, E>,
+    ) -> Result<&V, E> {
+        match self.entries.iter().position(|(k, _)| k == key) {
+            Some(i) => {
+                let hit = self.entries.remove(i);
+                self.entries.push(hit);
+            }
+            None => {
+                let v = make()?;
+                if self.entries.len() >= CACHE_CAPACITY {
+                    self.entries.remove(0);
+                }
+                self.entries.push((key.to_owned(), v));
+            }
+        }
+        Ok(&self.entries.last().expect("just pushed").1)
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&str, &V) -> bool) {
+        self.entries.retain(|(k, v)| keep(k, v));
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
 thread_local! {
     /// Per thread, per job: the native tile writer learned from a GDAL-written prototype of
     /// the job's tiles, or `None` where the job's tiles need GDAL.
-    static WRITERS: RefCell<Vec<(String, Option<Arc<TileWriter>>)>> = const { RefCell::new(Vec::new()) };
+    static WRITERS: RefCell<Recent<Option<Arc<TileWriter>>>> = const { RefCell::new(Recent::new()) };
 }
 
 /// The native tile writer for `req`'s job, made on first use from a prototype tile that GDAL's
@@ -145,14 +189,19 @@ fn tile_writer(req: &EncodeRequest, like: &Pixels) -> Result<Option<Arc<TileWrit
         req.recipe.fingerprint(),
         like.dtype.name()
     );
-    if let Some(w) = WRITERS.with(|c| {
-        c.borrow()
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, w)| w.clone())
-    }) {
-        return Ok(w);
-    }
+    WRITERS.with(|cell| {
+        cell.borrow_mut()
+            .get_or_try_insert(&key, || learn_tile_writer(req, like))
+            .cloned()
+    })
+}
+
+/// Have GDAL's COG driver write the job's window (0,0) with zero pixels of `like`'s type, bands
+/// and nodata, and learn the native writer from it (`None` if it cannot reproduce it).
+fn learn_tile_writer(
+    req: &EncodeRequest,
+    like: &Pixels,
+) -> Result<Option<Arc<TileWriter>>, CogError> {
     let origin = WindowRect {
         x: 0,
         y: 0,
@@ -176,21 +225,15 @@ fn tile_writer(req: &EncodeRequest, like: &Pixels) -> Result<Option<Arc<TileWrit
         ],
     };
     let prototype = write_tile(&proto_req, zeros)?;
-    let writer = match TileWriter::from_prototype(&prototype, req.recipe.window) {
-        Ok(w) => Some(Arc::new(w)),
-        Err(reason) => {
-            tracing::debug!(reason, "this job's tiles are encoded by GDAL");
-            None
-        }
-    };
-    WRITERS.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= CACHE_CAPACITY {
-            c.remove(0);
-        }
-        c.push((key, writer.clone()));
-    });
-    Ok(writer)
+    Ok(
+        match TileWriter::from_prototype(&prototype, req.recipe.window) {
+            Ok(w) => Some(Arc::new(w)),
+            Err(reason) => {
+                tracing::debug!(reason, "this job's tiles are encoded by GDAL");
+                None
+            }
+        },
+    )
 }
 
 /// Encode every request on rayon's pool; results are in request order.
@@ -222,9 +265,8 @@ pub fn vsimem_leftovers() -> Vec<String> {
 
 static OPENS: AtomicU64 = AtomicU64::new(0);
 
-/// A source opened by one thread, with the facts checked against the plan.
+/// A source opened by one thread (cached by its path), with the facts checked against the plan.
 struct CachedSource {
-    path: String,
     cache_key: String,
     ds: Dataset,
     dtype: Dtype,
@@ -234,7 +276,7 @@ struct CachedSource {
 thread_local! {
     /// One dataset handle per source per thread: `Dataset` is `Send` but not `Sync`, and
     /// rayon's `map_init` runs per split rather than per thread.
-    static SOURCES: RefCell<Vec<CachedSource>> = const { RefCell::new(Vec::new()) };
+    static SOURCES: RefCell<Recent<CachedSource>> = const { RefCell::new(Recent::new()) };
 }
 
 fn with_source<T>(
@@ -243,33 +285,19 @@ fn with_source<T>(
 ) -> Result<T, CogError> {
     SOURCES.with(|cell| {
         let mut cache = cell.borrow_mut();
-        let pos = cache.iter().position(|s| s.path == req.path);
-        if let Some(i) = pos
-            && cache[i].cache_key != req.cache_key
-        {
-            tracing::debug!(path = %req.path, cache_key = %req.cache_key, "source changed, reopening");
-            cache.remove(i);
-        }
-        match cache.iter().position(|s| s.path == req.path) {
-            Some(i) => {
-                let src = cache.remove(i);
-                cache.push(src);
+        cache.retain(|path, s| {
+            let changed = path == req.path && s.cache_key != req.cache_key;
+            if changed {
+                tracing::debug!(path = %req.path, cache_key = %req.cache_key, "source changed, reopening");
             }
-            None => {
-                let src = open_checked(req)?;
-                if cache.len() >= CACHE_CAPACITY {
-                    cache.remove(0);
-                }
-                cache.push(src);
-            }
-        }
-        let src = cache.last().expect("just pushed");
-        f(src)
+            !changed
+        });
+        f(cache.get_or_try_insert(&req.path, || open_checked(req))?)
     })
 }
 
 fn evict(path: &str) {
-    SOURCES.with(|cell| cell.borrow_mut().retain(|s| s.path != path));
+    SOURCES.with(|cell| cell.borrow_mut().retain(|p, _| p != path));
 }
 
 fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
@@ -291,7 +319,6 @@ fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
     let nodata = probe::band_nodata(&ds, &req.path)?;
     tracing::debug!(path = %req.path, cache_key = %req.cache_key, "opened source for this thread");
     Ok(CachedSource {
-        path: req.path.clone(),
         cache_key: req.cache_key.clone(),
         ds,
         dtype,

@@ -220,7 +220,6 @@ pub fn assemble_with_gdal(
         })
         .count() as u32;
     Ok(SceneCog {
-        bigtiff: parsed.bigtiff,
         file: LaidOut::whole(bytes, parsed.bigtiff),
         overview_levels,
         path: AssemblyPath::GdalFallback,

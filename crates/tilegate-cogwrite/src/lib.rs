@@ -36,6 +36,49 @@
 //! overviews. The output is a [`LaidOut`] file — header and IFDs plus the blocks where they go —
 //! that is read part by part for an upload rather than copied whole.
 
+/// `Some($body)` with `$T` the sample type of a GDAL data type name (`$dtype`, an
+/// `Option<&str>` as [`tile::Format::gdal_dtype`] gives it); `None` for a type the native path
+/// does not handle.
+macro_rules! with_sample_type {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            Some("Byte") => Some({
+                type $T = u8;
+                $body
+            }),
+            Some("Int8") => Some({
+                type $T = i8;
+                $body
+            }),
+            Some("UInt16") => Some({
+                type $T = u16;
+                $body
+            }),
+            Some("Int16") => Some({
+                type $T = i16;
+                $body
+            }),
+            Some("UInt32") => Some({
+                type $T = u32;
+                $body
+            }),
+            Some("Int32") => Some({
+                type $T = i32;
+                $body
+            }),
+            Some("Float32") => Some({
+                type $T = f32;
+                $body
+            }),
+            Some("Float64") => Some({
+                type $T = f64;
+                $body
+            }),
+            _ => None,
+        }
+    };
+}
+
 mod codec;
 mod error;
 mod fallback;
@@ -117,7 +160,6 @@ pub struct SceneCog {
     /// The file, laid out: read it in parts ([`LaidOut::read_at`]) or whole
     /// ([`LaidOut::to_vec`]).
     pub file: LaidOut,
-    pub bigtiff: bool,
     pub overview_levels: u32,
     pub path: AssemblyPath,
     /// Why [`assemble`] fell back to GDAL, when it did.
@@ -125,6 +167,13 @@ pub struct SceneCog {
     /// Windows whose first overview level came from their encoder ([`assemble_reusing`])
     /// instead of decoding their tile.
     pub reduced_windows_reused: u64,
+}
+
+impl SceneCog {
+    /// Whether the file is BigTIFF (exactly when classic TIFF's 32-bit offsets cannot hold it).
+    pub fn bigtiff(&self) -> bool {
+        self.file.bigtiff
+    }
 }
 
 /// Put tiles in grid order (row-major), refusing windows outside the grid, duplicates and

@@ -25,18 +25,15 @@ pub(crate) fn assemble(
 ) -> Result<SceneCog, AssembleError> {
     let f = &layouts[0].format;
     let nodata = layouts[0].nodata_value();
-    let levels = match f.gdal_dtype() {
-        Some("Byte") => overviews::<u8>(spec, tiles, layouts, nodata, reduced),
-        Some("Int8") => overviews::<i8>(spec, tiles, layouts, nodata, reduced),
-        Some("UInt16") => overviews::<u16>(spec, tiles, layouts, nodata, reduced),
-        Some("Int16") => overviews::<i16>(spec, tiles, layouts, nodata, reduced),
-        Some("UInt32") => overviews::<u32>(spec, tiles, layouts, nodata, reduced),
-        Some("Int32") => overviews::<i32>(spec, tiles, layouts, nodata, reduced),
-        Some("Float32") => overviews::<f32>(spec, tiles, layouts, nodata, reduced),
-        Some("Float64") => overviews::<f64>(spec, tiles, layouts, nodata, reduced),
-        other => unreachable!("overview_obstacle admits only native types, not {other:?}"),
-    }?;
-    let (levels, reused) = levels;
+    let (levels, reused) = with_sample_type!(f.gdal_dtype(), T => {
+        overviews::<T>(spec, tiles, layouts, nodata, reduced)
+    })
+    .unwrap_or_else(|| {
+        unreachable!(
+            "overview_obstacle admits only native types, not {:?}",
+            f.gdal_dtype()
+        )
+    })?;
 
     // Full resolution: each tile's block(s), byte for byte, in the scene's TIFF block order
     // (all of plane 0 row-major, then plane 1, … — TIFF 6.0 §15 TileOffsets).
@@ -70,7 +67,6 @@ pub(crate) fn assemble(
         "laid out the scene"
     );
     Ok(SceneCog {
-        bigtiff: file.bigtiff,
         file,
         overview_levels,
         path: AssemblyPath::CopiedBlocks,
@@ -102,9 +98,7 @@ fn overviews<T: Sample>(
     // Reductions made with another resampling are not this level's.
     let reduced = reduced.filter(|r| r.resampling() == spec.resampling);
     let f = &layouts[0].format;
-    let validity = Validity {
-        nodata: nodata.and_then(T::from_nodata),
-    };
+    let validity = Validity::of(nodata);
     let t0 = std::time::Instant::now();
     let even = grid.width.is_multiple_of(2) && grid.height.is_multiple_of(2);
     let (mut cur, reused) = if even {

@@ -198,6 +198,14 @@ pub(crate) struct Validity<T> {
 }
 
 impl<T: Sample> Validity<T> {
+    /// Validity under a band's nodata value, compared in the sample type (an Int16 band with
+    /// nodata 1.5 has no nodata pixels).
+    pub(crate) fn of(nodata: Option<f64>) -> Self {
+        Self {
+            nodata: nodata.and_then(T::from_nodata),
+        }
+    }
+
     fn valid(self, v: T) -> bool {
         match self.nodata {
             None => true,

@@ -24,7 +24,7 @@ pub struct ReducedWindow {
     height: usize,
     spp: usize,
     /// Copies `samples` into a level raster of the same sample type.
-    place: fn(&ReducedWindow, &mut Level, usize, usize, usize) -> bool,
+    place: fn(&ReducedWindow, &mut Level, usize, usize) -> bool,
 }
 
 impl std::fmt::Debug for ReducedWindow {
@@ -78,7 +78,8 @@ struct Level {
 }
 
 /// Copy `r` into the level at pixel (`x`, `y`); `false` if the sample type or band count differ.
-fn place<T: Sample>(r: &ReducedWindow, level: &mut Level, x: usize, y: usize, spp: usize) -> bool {
+fn place<T: Sample>(r: &ReducedWindow, level: &mut Level, x: usize, y: usize) -> bool {
+    let spp = r.spp;
     let Some(src) = r.samples.downcast_ref::<Vec<T>>() else {
         return false;
     };
@@ -183,7 +184,7 @@ impl ReducedWindows {
             == (rect.width as usize / 2, rect.height as usize / 2)
             && x + reduced.width <= inner.level.width
             && y + reduced.height <= inner.level.height;
-        if fits && (reduced.place)(&reduced, &mut inner.level, x, y, reduced.spp) {
+        if fits && (reduced.place)(&reduced, &mut inner.level, x, y) {
             inner.placed.insert(window, e_tag);
         }
     }

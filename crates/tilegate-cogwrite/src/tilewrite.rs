@@ -124,23 +124,10 @@ impl TileWriter {
 
     /// The tile of a `width × height` window whose top-left pixel is at `(x, y)` of the scene
     /// with geotransform `gt`. `pixels` are the window's samples, band after band, each band
-    /// row-major, in the machine's byte order — as GDAL's RasterIO returns them.
+    /// row-major, in the machine's byte order — as GDAL's RasterIO returns them. With `reduce`,
+    /// also the window's first overview level (for windows of even width and height) as the
+    /// assembler would compute it from the tile.
     pub fn encode(
-        &self,
-        pixels: &[u8],
-        width: u32,
-        height: u32,
-        origin: (u32, u32),
-        gt: &[f64; 6],
-    ) -> Result<Vec<u8>, String> {
-        Ok(self
-            .encode_reducing(pixels, width, height, origin, gt, None)?
-            .0)
-    }
-
-    /// [`TileWriter::encode`], and with `reduce` also the window's first overview level (for
-    /// windows of even width and height) as the assembler would compute it from the tile.
-    pub fn encode_reducing(
         &self,
         pixels: &[u8],
         width: u32,
@@ -155,17 +142,10 @@ impl TileWriter {
         let reduce = reduce.filter(|_| width.is_multiple_of(2) && height.is_multiple_of(2));
         let f = &self.layout.format;
         let e = f.endian;
-        let (blocks, reduced) = match f.gdal_dtype() {
-            Some("Byte") => self.blocks::<u8>(pixels, width, height, reduce)?,
-            Some("Int8") => self.blocks::<i8>(pixels, width, height, reduce)?,
-            Some("UInt16") => self.blocks::<u16>(pixels, width, height, reduce)?,
-            Some("Int16") => self.blocks::<i16>(pixels, width, height, reduce)?,
-            Some("UInt32") => self.blocks::<u32>(pixels, width, height, reduce)?,
-            Some("Int32") => self.blocks::<i32>(pixels, width, height, reduce)?,
-            Some("Float32") => self.blocks::<f32>(pixels, width, height, reduce)?,
-            Some("Float64") => self.blocks::<f64>(pixels, width, height, reduce)?,
-            other => return Err(format!("no native tiles for {other:?}")),
-        };
+        let (blocks, reduced) = with_sample_type!(f.gdal_dtype(), T => {
+            self.blocks::<T>(pixels, width, height, reduce)
+        })
+        .ok_or_else(|| format!("no native tiles for {:?}", f.gdal_dtype()))??;
         let mut entries = self.kept.clone();
         entries.push(size_entry(e, IMAGE_WIDTH, width));
         entries.push(size_entry(e, IMAGE_LENGTH, height));
@@ -236,9 +216,7 @@ impl TileWriter {
             data,
         };
         let reduced = reduce.map(|resampling| {
-            let validity = Validity {
-                nodata: self.layout.nodata_value().and_then(T::from_nodata),
-            };
+            let validity = Validity::of(self.layout.nodata_value());
             ReducedWindow::of(
                 &raster.data,
                 raster.width,

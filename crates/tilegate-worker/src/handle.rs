@@ -317,10 +317,7 @@ async fn encode(
         .map(|r| r.resampling());
     let (tx, rx) = tokio::sync::oneshot::channel();
     shared.pool.spawn(move || {
-        let _ = tx.send(match reduce {
-            Some(resampling) => tilegate_cog::encode_window_reducing(&req, resampling),
-            None => tilegate_cog::encode_window(&req).map(|tile| (tile, None)),
-        });
+        let _ = tx.send(tilegate_cog::encode_window_reducing(&req, reduce));
     });
     Ok(rx
         .await

@@ -104,6 +104,33 @@ impl WorkReport {
 }
 
 /// A finished handler's outcome; its receipt is no longer in flight.
+/// Wait until an in-flight window finishes (and record it), a stop is asked for, or `limit`
+/// passes (`None`: no limit).
+async fn await_window(
+    tasks: &mut JoinSet<WindowOutcome>,
+    receipts: &mut HashMap<tokio::task::Id, String>,
+    report: &mut WorkReport,
+    stop: &mut watch::Receiver<bool>,
+    stop_open: &mut bool,
+    limit: Option<Duration>,
+) {
+    let timer = async {
+        match limit {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        done = tasks.join_next_with_id() => {
+            if let Some(done) = done {
+                report.add(&finished(done, receipts));
+            }
+        }
+        () = timer => {}
+        changed = stop.changed(), if *stop_open => *stop_open = changed.is_ok(),
+    }
+}
+
 fn finished(
     done: Result<(tokio::task::Id, WindowOutcome), tokio::task::JoinError>,
     receipts: &mut HashMap<tokio::task::Id, String>,
@@ -258,14 +285,8 @@ impl Worker {
             }
             let free = permits.available_permits();
             if free == 0 {
-                tokio::select! {
-                    done = tasks.join_next_with_id() => {
-                        if let Some(done) = done {
-                            report.add(&finished(done, &mut receipts));
-                        }
-                    }
-                    changed = stop.changed(), if stop_open => stop_open = changed.is_ok(),
-                }
+                let (tasks, receipts, report) = (&mut tasks, &mut receipts, &mut report);
+                await_window(tasks, receipts, report, &mut stop, &mut stop_open, None).await;
                 continue;
             }
             // While windows are in flight, only look (no long poll): the wait for more work
@@ -296,15 +317,9 @@ impl Worker {
                 } else {
                     // Nothing queued while windows are in flight: look again when one finishes
                     // (the job may be complete then) or after a short while.
-                    tokio::select! {
-                        done = tasks.join_next_with_id() => {
-                            if let Some(done) = done {
-                                report.add(&finished(done, &mut receipts));
-                            }
-                        }
-                        () = tokio::time::sleep(IN_FLIGHT_WAIT) => {}
-                        changed = stop.changed(), if stop_open => stop_open = changed.is_ok(),
-                    }
+                    let limit = Some(IN_FLIGHT_WAIT);
+                    let (tasks, receipts, report) = (&mut tasks, &mut receipts, &mut report);
+                    await_window(tasks, receipts, report, &mut stop, &mut stop_open, limit).await;
                 }
                 continue;
             }
