@@ -6,7 +6,11 @@ blocks every request behind an SQS long poll:
 
   * S3 and DynamoDB on a single-threaded server: conditional writes are evaluated one request
     at a time, as the real services guarantee.
-  * SQS on a threaded server, reached through AWS_ENDPOINT_URL_SQS.
+  * SQS on a threaded server, reached through AWS_ENDPOINT_URL_SQS. moto's DeleteMessage
+    rebuilds the queue's message list without the queue's lock, so two concurrent deletes (or a
+    delete and a send) could each write back a list that still held the other's message: a
+    deleted message came back from the dead 120 s later. The delete is made to hold the lock
+    that sends already take, as one SQS queue would.
 
 Usage: moto_server.py PORT (threaded|single)
 """
@@ -14,7 +18,18 @@ Usage: moto_server.py PORT (threaded|single)
 import sys
 
 from moto.server import DomainDispatcherApplication, create_backend_app
+from moto.sqs.models import Queue
 from werkzeug.serving import run_simple
+
+_unlocked_delete = Queue.delete_message
+
+
+def _locked_delete(self, receipt_handle):
+    with self._messages_lock:
+        _unlocked_delete(self, receipt_handle)
+
+
+Queue.delete_message = _locked_delete
 
 port = int(sys.argv[1])
 threaded = sys.argv[2] == "threaded"

@@ -91,9 +91,12 @@ fn heavy_aws_duplicates_across_four_processes_write_each_tile_once() {
     }
 
     // A second storm of duplicates that all encode: every Create refused, nothing changes.
+    // SQS delivers at least once, so a message may come twice; each delivery is refused.
     aws.json(data, &["plan", scene.to_str().unwrap()]);
     let w = aws.json(data, &["work", "--until-empty", "--no-skip-existing"]);
-    assert_eq!(w["already_present"], 400, "{w}");
+    let handled = w["handled"].as_u64().unwrap();
+    assert!(handled >= 400, "{w}");
+    assert_eq!(w["already_present"], handled, "{w}");
     assert_eq!(w["written"], 0);
     assert_eq!(aws.tiles(&job), first, "a refused Create changed an object");
 }

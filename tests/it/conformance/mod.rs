@@ -121,6 +121,7 @@ macro_rules! conformance_suite {
             change_visibility_zero_releases,
             long_poll_returns_on_send,
             concurrent_receivers_exclusive,
+            concurrent_acks_delete_every_message,
             receivers_exclusive_cross_process,
             oversized_message_refused,
         ]);

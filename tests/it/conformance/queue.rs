@@ -267,6 +267,36 @@ pub async fn concurrent_receivers_exclusive(h: &dyn Harness) {
     assert_eq!(all.len(), N);
 }
 
+/// Many acknowledgements at once: every one deletes its message, none brings another back
+/// (a queue that rebuilt its message list per delete without a lock lost concurrent deletes,
+/// and the "deleted" message returned once its visibility ran out).
+pub async fn concurrent_acks_delete_every_message(h: &dyn Harness) {
+    const N: usize = 120;
+    let q = h.queue(&unique("q-acks"), 3).await;
+    q.send_batch(&bodies("a", N)).await.unwrap();
+    let got = receive_n(&*q, N, opts(10, 500, 120)).await;
+    assert_eq!(got.len(), N);
+    let receipts: Vec<String> = got.into_iter().map(|m| m.receipt).collect();
+    let mut tasks = Vec::new();
+    for chunk in receipts.chunks(N / 12) {
+        let q = Arc::clone(&q);
+        let chunk = chunk.to_vec();
+        tasks.push(tokio::spawn(async move {
+            for r in &chunk {
+                assert_eq!(q.ack(r).await.unwrap(), AckOutcome::Deleted);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        q.depth().await.unwrap(),
+        QueueDepth::default(),
+        "an acknowledged message is still in the queue"
+    );
+}
+
 /// Four processes drain one queue: every message exactly once across them.
 pub async fn receivers_exclusive_cross_process(h: &dyn Harness) {
     let caps = h.caps();
