@@ -333,12 +333,21 @@ fn chaos(target: Target) {
         let injections_done = dup_batches.is_empty() && backfilled.is_some();
         let depth = rt.block_on(b.queue.depth()).unwrap();
         let drained = depth.visible == 0 && depth.in_flight == 0;
-        for slot in &mut slots {
+        for (i, slot) in slots.iter_mut().enumerate() {
             if slot.is_none() && !(drained && injections_done && manifest_rows == WINDOWS) {
                 let armed = points.pop_front();
                 spawned += 1;
+                // The first slot's workers always encode duplicates, so that the store's
+                // refusal is exercised whatever the seed; the others by chance.
+                let encode_duplicates = i == 0 || rng.chance(50);
                 *slot = Some(WorkerProc::spawn(
-                    &target, &data, &logs, spawned, armed, &mut rng,
+                    &target,
+                    &data,
+                    &logs,
+                    spawned,
+                    armed,
+                    encode_duplicates,
+                    &mut rng,
                 ));
             }
         }
@@ -590,6 +599,7 @@ impl WorkerProc {
         logs: &Path,
         id: usize,
         armed: Option<&'static str>,
+        encode_duplicates: bool,
         rng: &mut Rng,
     ) -> Self {
         let stdout = logs.join(format!("worker-{id}.json"));
@@ -609,7 +619,7 @@ impl WorkerProc {
         // An armed worker takes one message at a time, so its crash strands exactly one
         // delivery (three strandings of one message would dead-letter it).
         cmd.args(["--concurrency", if armed.is_some() { "1" } else { "2" }]);
-        if rng.chance(50) {
+        if encode_duplicates {
             // Encode duplicates too, so the store itself refuses their Creates.
             cmd.arg("--no-skip-existing");
         }
