@@ -420,8 +420,7 @@ async fn multipart(
         }
         let end = (offset + part_size).min(file.len());
         n += 1;
-        let mut bytes = vec![0u8; (end - offset) as usize];
-        file.read_at(offset, &mut bytes);
+        let bytes = file.read(offset, (end - offset) as usize);
         let part = b
             .objects
             .upload_part(key, &upload_id, n, Bytes::from(bytes))

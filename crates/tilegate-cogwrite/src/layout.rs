@@ -276,7 +276,7 @@ fn lay_out_with_limit(
 
 /// A laid-out COG whose blocks are not copied yet: the bytes before the first block (header,
 /// ghost area, IFDs and their values) and each block at its place. Any range of the file can be
-/// read from it ([`LaidOut::read_at`]) — a part of an upload — without the whole file ever
+/// read from it ([`LaidOut::read`]) — a part of an upload — without the whole file ever
 /// existing in memory; [`LaidOut::to_vec`] makes the whole file.
 #[derive(Debug, Clone)]
 pub struct LaidOut {
@@ -307,11 +307,31 @@ impl LaidOut {
         self.total == 0
     }
 
-    /// Fill `buf` with the file's bytes from `offset` on. Panics past the end of the file.
-    pub fn read_at(&self, offset: u64, buf: &mut [u8]) {
+    /// `len` bytes of the file from `offset` on. Panics past the end of the file.
+    pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
+        assert!(
+            offset + len as u64 <= self.total,
+            "read past the end of the laid-out file"
+        );
+        let mut buf = vec![0u8; len];
+        self.place(offset, &mut buf);
+        buf
+    }
+
+    /// The whole file, its pieces copied on every core.
+    pub fn to_vec(&self) -> Vec<u8> {
+        const CHUNK: usize = 4 << 20;
+        let mut out = vec![0u8; self.total as usize];
+        out.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(i, chunk)| self.place((i * CHUNK) as u64, chunk));
+        out
+    }
+
+    /// Copy into `buf`, which holds the file from `offset` on and is zeroed (padding and the
+    /// gaps between pieces stay zero), every piece that overlaps it.
+    fn place(&self, offset: u64, buf: &mut [u8]) {
         let end = offset + buf.len() as u64;
-        assert!(end <= self.total, "read past the end of the laid-out file");
-        buf.fill(0);
         put(buf, offset, 0, &self.head);
         // The first block whose slot ends after `offset`.
         let first = self
@@ -323,26 +343,6 @@ impl LaidOut {
             }
             put_slot(buf, offset, *at, b);
         }
-    }
-
-    /// The whole file, its blocks copied on every core.
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut out = vec![0u8; self.total as usize];
-        let (head, mut rest) = out.split_at_mut(self.head.len());
-        head.copy_from_slice(&self.head);
-        let mut consumed = self.head.len() as u64;
-        let mut jobs: Vec<(&mut [u8], &Bytes)> = Vec::with_capacity(self.blocks.len());
-        for (at, b) in &self.blocks {
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut((at - consumed) as usize);
-            let (slot, tail) = tail.split_at_mut(slot_len(b) as usize);
-            rest = tail;
-            consumed = at + slot_len(b);
-            jobs.push((slot, b));
-        }
-        debug_assert_eq!(consumed, self.total, "layout plan and writer disagree");
-        jobs.into_par_iter()
-            .for_each(|(slot, b)| put_slot(slot, 0, 0, b));
-        out
     }
 }
 
@@ -515,8 +515,7 @@ mod tests {
         for start in (0..n).step_by(3) {
             for len in [0, 1, 2, 5, 7, 13, 64, n - start] {
                 let len = len.min(n - start);
-                let mut buf = vec![0xAA; len];
-                f.read_at(start as u64, &mut buf);
+                let buf = f.read(start as u64, len);
                 assert_eq!(buf, &whole[start..start + len], "{start}+{len}");
             }
         }

@@ -41,39 +41,17 @@
 /// does not handle.
 macro_rules! with_sample_type {
     ($dtype:expr, $T:ident => $body:expr) => {
+        with_sample_type!(@each $dtype, $T, $body, [
+            "Byte" u8, "Int8" i8, "UInt16" u16, "Int16" i16,
+            "UInt32" u32, "Int32" i32, "Float32" f32, "Float64" f64,
+        ])
+    };
+    (@each $dtype:expr, $T:ident, $body:expr, [$($name:literal $ty:ty),* $(,)?]) => {
         match $dtype {
-            Some("Byte") => Some({
-                type $T = u8;
+            $(Some($name) => Some({
+                type $T = $ty;
                 $body
-            }),
-            Some("Int8") => Some({
-                type $T = i8;
-                $body
-            }),
-            Some("UInt16") => Some({
-                type $T = u16;
-                $body
-            }),
-            Some("Int16") => Some({
-                type $T = i16;
-                $body
-            }),
-            Some("UInt32") => Some({
-                type $T = u32;
-                $body
-            }),
-            Some("Int32") => Some({
-                type $T = i32;
-                $body
-            }),
-            Some("Float32") => Some({
-                type $T = f32;
-                $body
-            }),
-            Some("Float64") => Some({
-                type $T = f64;
-                $body
-            }),
+            }),)*
             _ => None,
         }
     };
@@ -157,7 +135,7 @@ pub enum AssemblyPath {
 /// The assembled scene COG.
 #[derive(Debug, Clone)]
 pub struct SceneCog {
-    /// The file, laid out: read it in parts ([`LaidOut::read_at`]) or whole
+    /// The file, laid out: read it in parts ([`LaidOut::read`]) or whole
     /// ([`LaidOut::to_vec`]).
     pub file: LaidOut,
     pub overview_levels: u32,

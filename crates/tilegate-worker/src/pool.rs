@@ -103,41 +103,67 @@ impl WorkReport {
     }
 }
 
-/// A finished handler's outcome; its receipt is no longer in flight.
-/// Wait until an in-flight window finishes (and record it), a stop is asked for, or `limit`
-/// passes (`None`: no limit).
-async fn await_window(
-    tasks: &mut JoinSet<WindowOutcome>,
-    receipts: &mut HashMap<tokio::task::Id, String>,
-    report: &mut WorkReport,
-    stop: &mut watch::Receiver<bool>,
-    stop_open: &mut bool,
-    limit: Option<Duration>,
-) {
-    let timer = async {
-        match limit {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        done = tasks.join_next_with_id() => {
-            if let Some(done) = done {
-                report.add(&finished(done, receipts));
-            }
-        }
-        () = timer => {}
-        changed = stop.changed(), if *stop_open => *stop_open = changed.is_ok(),
-    }
+/// The windows being handled: their tasks, the receipt of each (to release it if the shutdown
+/// grace runs out) and what the finished ones came to.
+#[derive(Default)]
+struct InFlight {
+    tasks: JoinSet<WindowOutcome>,
+    receipts: HashMap<tokio::task::Id, String>,
+    report: WorkReport,
 }
 
-fn finished(
-    done: Result<(tokio::task::Id, WindowOutcome), tokio::task::JoinError>,
-    receipts: &mut HashMap<tokio::task::Id, String>,
-) -> WindowOutcome {
-    let (id, outcome) = done.expect("message handler panicked");
-    receipts.remove(&id);
-    outcome
+impl InFlight {
+    fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    fn spawn(
+        &mut self,
+        receipt: String,
+        task: impl Future<Output = WindowOutcome> + Send + 'static,
+    ) {
+        let id = self.tasks.spawn(task).id();
+        self.receipts.insert(id, receipt);
+    }
+
+    /// Record a finished handler's outcome; its receipt is no longer in flight.
+    fn finished(&mut self, done: Result<(tokio::task::Id, WindowOutcome), tokio::task::JoinError>) {
+        let (id, outcome) = done.expect("message handler panicked");
+        self.receipts.remove(&id);
+        self.report.add(&outcome);
+    }
+
+    /// Record every handler that has finished, without waiting.
+    fn reap(&mut self) {
+        while let Some(done) = self.tasks.try_join_next_with_id() {
+            self.finished(done);
+        }
+    }
+
+    /// Wait until a window finishes (and record it), a stop is asked for, or `limit` passes
+    /// (`None`: no limit).
+    async fn wait(
+        &mut self,
+        stop: &mut watch::Receiver<bool>,
+        stop_open: &mut bool,
+        limit: Option<Duration>,
+    ) {
+        let timer = async {
+            match limit {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            done = self.tasks.join_next_with_id() => {
+                if let Some(done) = done {
+                    self.finished(done);
+                }
+            }
+            () = timer => {}
+            changed = stop.changed(), if *stop_open => *stop_open = changed.is_ok(),
+        }
+    }
 }
 
 /// State shared by a pool's handlers.
@@ -253,10 +279,7 @@ impl Worker {
         let shared = &self.shared;
         let cfg = &shared.cfg;
         let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
-        let mut tasks: JoinSet<WindowOutcome> = JoinSet::new();
-        // The receipt of each in-flight message, to release it if the grace runs out.
-        let mut receipts: HashMap<tokio::task::Id, String> = HashMap::new();
-        let mut report = WorkReport::default();
+        let mut flight = InFlight::default();
         // A dropped sender means nobody can ask us to stop; stop watching it.
         let mut stop_open = true;
         let mut last_flush = std::time::Instant::now();
@@ -266,33 +289,30 @@ impl Worker {
                 flush_counters(shared).await;
                 last_flush = std::time::Instant::now();
             }
-            while let Some(done) = tasks.try_join_next_with_id() {
-                report.add(&finished(done, &mut receipts));
-            }
+            flight.reap();
             if *stop.borrow() {
                 break;
             }
             // Whenever the pool falls idle, see at once whether it is done (the job's last
             // window recorded, or the queue drained) rather than after another long poll.
-            if tasks.is_empty()
-                && checked_at != Some(report.handled)
+            if flight.is_empty()
+                && checked_at != Some(flight.report.handled)
                 && cfg.stop != StopWhen::Signal
             {
-                checked_at = Some(report.handled);
+                checked_at = Some(flight.report.handled);
                 if self.should_stop().await? {
                     break;
                 }
             }
             let free = permits.available_permits();
             if free == 0 {
-                let (tasks, receipts, report) = (&mut tasks, &mut receipts, &mut report);
-                await_window(tasks, receipts, report, &mut stop, &mut stop_open, None).await;
+                flight.wait(&mut stop, &mut stop_open, None).await;
                 continue;
             }
             // While windows are in flight, only look (no long poll): the wait for more work
             // happens below, where a finishing window can cut it short (a receive in progress
             // is never abandoned: it may already hold messages).
-            let wait = if tasks.is_empty() {
+            let wait = if flight.is_empty() {
                 cfg.wait
             } else {
                 Duration::ZERO
@@ -310,16 +330,15 @@ impl Worker {
                 }
             };
             if received.is_empty() {
-                if tasks.is_empty() {
+                if flight.is_empty() {
                     if self.should_stop().await? {
                         break;
                     }
                 } else {
                     // Nothing queued while windows are in flight: look again when one finishes
                     // (the job may be complete then) or after a short while.
-                    let limit = Some(IN_FLIGHT_WAIT);
-                    let (tasks, receipts, report) = (&mut tasks, &mut receipts, &mut report);
-                    await_window(tasks, receipts, report, &mut stop, &mut stop_open, limit).await;
+                    let wait = Some(IN_FLIGHT_WAIT);
+                    flight.wait(&mut stop, &mut stop_open, wait).await;
                 }
                 continue;
             }
@@ -331,17 +350,16 @@ impl Worker {
                     .expect("semaphore open");
                 let shared = shared.clone();
                 let receipt = msg.receipt.clone();
-                let task = tasks.spawn(async move {
+                flight.spawn(receipt, async move {
                     let outcome = handle(shared, msg).await;
                     drop(permit);
                     outcome
                 });
-                receipts.insert(task.id(), receipt);
             }
         }
-        if !tasks.is_empty() && *stop.borrow() {
+        if !flight.is_empty() && *stop.borrow() {
             tracing::info!(
-                in_flight = tasks.len(),
+                in_flight = flight.tasks.len(),
                 grace_s = cfg.shutdown_grace.as_secs_f64(),
                 "stopping: finishing in-flight windows"
             );
@@ -349,34 +367,30 @@ impl Worker {
         let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
         loop {
             let next = if *stop.borrow() {
-                tokio::time::timeout_at(deadline, tasks.join_next_with_id()).await
+                tokio::time::timeout_at(deadline, flight.tasks.join_next_with_id()).await
             } else {
-                Ok(tasks.join_next_with_id().await)
+                Ok(flight.tasks.join_next_with_id().await)
             };
             match next {
-                Ok(Some(done)) => report.add(&finished(done, &mut receipts)),
+                Ok(Some(done)) => flight.finished(done),
                 Ok(None) => break,
                 Err(_elapsed) => {
-                    report.released = self.release(&mut tasks, &mut receipts).await;
+                    flight.report.released = self.release(&mut flight).await;
                     break;
                 }
             }
         }
         flush_counters(shared).await;
-        Ok(report)
+        Ok(flight.report)
     }
 
     /// Abandon the windows still in flight and hand their messages back to the queue at once
     /// (visibility zero) rather than after their visibility timeout. Returns how many.
-    async fn release(
-        &self,
-        tasks: &mut JoinSet<WindowOutcome>,
-        receipts: &mut HashMap<tokio::task::Id, String>,
-    ) -> u64 {
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
+    async fn release(&self, flight: &mut InFlight) -> u64 {
+        flight.tasks.abort_all();
+        while flight.tasks.join_next().await.is_some() {}
         let mut released = 0;
-        for (_, receipt) in receipts.drain() {
+        for (_, receipt) in flight.receipts.drain() {
             match self
                 .shared
                 .b
