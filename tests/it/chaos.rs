@@ -11,6 +11,12 @@
 //!   (a third takes it over);
 //! - a reader range-reading tiles, each read pinned with `If-Match` to the ETag it first saw.
 //!
+//! No message is cut short by more than one injected fault, so that "no dead letters" is a real
+//! check (three strandings of one message would rightly dead-letter it): the crash points fire
+//! only on a message's first delivery (`TILEGATE_FAULT_MAX_ATTEMPT=1`), and the kills from
+//! outside all fall within the workers' first visibility timeout, before any message can have
+//! been delivered a second time.
+//!
 //! Then it asserts what DESIGN.md §6 promises, from the storage's own record of writes — the
 //! embedded store's directory events (inotify sees every `link`, rename or modification of a
 //! name) and S3's object versions (the bucket is versioned, so every write that landed is a
@@ -47,8 +53,11 @@ const WINDOWS: u64 = 400;
 const WORKERS: usize = 3;
 /// Crashes at the four named points, cycled (each point at least three times).
 const POINT_CRASHES: usize = 12;
-/// Kills from outside at random moments.
+/// Kills from outside at random moments (within the first visibility timeout).
 const EXTERNAL_KILLS: usize = 4;
+/// The workers' visibility timeout, in seconds: long enough that the kills from outside, all
+/// made within the first one, land while the workers are busy on every backend.
+const VISIBILITY_S: u64 = 10;
 const POINTS: [&str; 4] = [
     "before-encode",
     "after-commit",
@@ -220,9 +229,12 @@ fn chaos(target: Target) {
     let duplicates: usize = dup_batches.iter().map(|(_, w)| w.len()).sum();
     let mut dup_batches: VecDeque<_> = dup_batches.into();
     let backfill_at = Duration::from_millis(rng.range(500, 3000));
+    // Every message a worker holds before the first visibility timeout has run out (counted
+    // from before the first worker started) is on its first delivery: a kill from outside then
+    // strands only first deliveries, as the armed points do.
     let mut kill_times: VecDeque<Duration> = {
         let mut v: Vec<Duration> = (0..EXTERNAL_KILLS)
-            .map(|_| Duration::from_millis(rng.range(300, 6000)))
+            .map(|_| Duration::from_millis(rng.range(300, VISIBILITY_S * 1000 - 300)))
             .collect();
         v.sort();
         v.into()
@@ -233,6 +245,7 @@ fn chaos(target: Target) {
     let mut spawned = 0usize;
     let mut crashes: BTreeMap<&str, u64> = BTreeMap::new();
     let mut external_kills = 0u64;
+    let mut kills_dropped = 0usize;
     let mut backfill: Option<Child> = None;
     let mut backfilled = None;
     let mut assembly = Assembly::NotStarted;
@@ -308,10 +321,16 @@ fn chaos(target: Target) {
             backfilled = Some(doc["enqueued"].as_u64().unwrap());
         }
         if kill_times.front().is_some_and(|at| now >= *at) {
+            // A kill that could not be made in time (no live worker) is dropped, not made
+            // late: late, it could strand a redelivery.
+            if t0.elapsed() >= Duration::from_secs(VISIBILITY_S) - Duration::from_millis(100) {
+                kills_dropped += kill_times.len();
+                kill_times.clear();
+            }
             let live: Vec<usize> = (0..WORKERS)
                 .filter(|&i| slots[i].as_ref().is_some_and(|w| !w.killed_from_outside))
                 .collect();
-            if !live.is_empty() {
+            if !live.is_empty() && !kill_times.is_empty() {
                 kill_times.pop_front();
                 let w = slots[live[rng.below(live.len() as u64) as usize]]
                     .as_mut()
@@ -518,7 +537,7 @@ fn chaos(target: Target) {
 
     println!(
         "chaos[{flavor}] seed={seed} windows={WINDOWS} duplicates={duplicates} backfill={} \
-         workers={spawned} crashes={{{}}} external_kills={external_kills} \
+         workers={spawned} crashes={{{}}} external_kills={external_kills} kills_dropped={kills_dropped} \
          tiles_written_counted={} precondition_failed={refused} \
          encodes_skipped={} manifest_rows={} dead={} reader_reads={} etag_changes_seen=0 \
          assemblers=[{}, {}, {}] loser_bytes={loser_bytes} manifest_complete_at={:.1}s \
@@ -614,10 +633,11 @@ impl WorkerProc {
             "--threads",
             "1",
             "--visibility",
-            "3",
+            &VISIBILITY_S.to_string(),
         ]);
         // An armed worker takes one message at a time, so its crash strands exactly one
-        // delivery (three strandings of one message would dead-letter it).
+        // delivery, and only a first one (three strandings of one message would dead-letter
+        // it).
         cmd.args(["--concurrency", if armed.is_some() { "1" } else { "2" }]);
         if encode_duplicates {
             // Encode duplicates too, so the store itself refuses their Creates.
@@ -625,7 +645,8 @@ impl WorkerProc {
         }
         if let Some(point) = armed {
             cmd.env("TILEGATE_FAULT", point)
-                .env("TILEGATE_FAULT_SKIP", rng.range(2, 12).to_string());
+                .env("TILEGATE_FAULT_SKIP", rng.range(2, 12).to_string())
+                .env("TILEGATE_FAULT_MAX_ATTEMPT", "1");
         }
         let child = cmd
             .stdout(std::fs::File::create(&stdout).unwrap())

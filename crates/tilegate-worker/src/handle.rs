@@ -224,6 +224,7 @@ async fn process(
             &meta,
             TileOrigin::AlreadyPresent,
             deltas,
+            msg.receive_count,
         )
         .await?;
         tracing::info!(outcome = "skipped", "tile already present; encode skipped");
@@ -231,7 +232,7 @@ async fn process(
     }
 
     verify_source(shared, &job, deltas).await?;
-    fault::point("before-encode");
+    fault::point("before-encode", msg.receive_count);
     let (bytes, reduced) = encode(shared, &job, window).await?;
     // Pinned before and after the read: a source that changed mid-read is not committed.
     verify_source(shared, &job, deltas).await?;
@@ -270,10 +271,19 @@ async fn process(
             ));
         }
     };
-    fault::point("after-commit");
-    record(shared, &job, window, &meta, origin, deltas).await?;
+    fault::point("after-commit", msg.receive_count);
+    record(
+        shared,
+        &job,
+        window,
+        &meta,
+        origin,
+        deltas,
+        msg.receive_count,
+    )
+    .await?;
     tracing::info!(outcome = outcome.name(), size = meta.size, "tile commit");
-    fault::point("before-ack");
+    fault::point("before-ack", msg.receive_count);
     Ok(outcome)
 }
 
@@ -356,6 +366,7 @@ async fn record(
     meta: &ObjectMeta,
     origin: TileOrigin,
     deltas: &mut Deltas,
+    attempt: u32,
 ) -> Result<(), Failure> {
     let entry = ManifestEntry {
         job_id: job.job_id.clone(),
@@ -370,6 +381,6 @@ async fn record(
         CreateOutcome::Created => deltas.bump(shared, m::MANIFEST_ROWS_WRITTEN),
         CreateOutcome::AlreadyExists(_) => {}
     }
-    fault::point("after-manifest");
+    fault::point("after-manifest", attempt);
     Ok(())
 }
