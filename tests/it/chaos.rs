@@ -58,6 +58,8 @@ const EXTERNAL_KILLS: usize = 4;
 /// The workers' visibility timeout, in seconds: long enough that the kills from outside, all
 /// made within the first one, land while the workers are busy on every backend.
 const VISIBILITY_S: u64 = 10;
+/// A kill from outside due later than this (inside the first visibility timeout) is dropped.
+const KILLS_BEFORE: Duration = Duration::from_millis(VISIBILITY_S * 1000 - 100);
 const POINTS: [&str; 4] = [
     "before-encode",
     "after-commit",
@@ -234,7 +236,7 @@ fn chaos(target: Target) {
     // strands only first deliveries, as the armed points do.
     let mut kill_times: VecDeque<Duration> = {
         let mut v: Vec<Duration> = (0..EXTERNAL_KILLS)
-            .map(|_| Duration::from_millis(rng.range(300, VISIBILITY_S * 1000 - 300)))
+            .map(|_| Duration::from_millis(rng.range(300, KILLS_BEFORE.as_millis() as u64 - 200)))
             .collect();
         v.sort();
         v.into()
@@ -321,16 +323,15 @@ fn chaos(target: Target) {
             backfilled = Some(doc["enqueued"].as_u64().unwrap());
         }
         if kill_times.front().is_some_and(|at| now >= *at) {
-            // A kill that could not be made in time (no live worker) is dropped, not made
-            // late: late, it could strand a redelivery.
-            if t0.elapsed() >= Duration::from_secs(VISIBILITY_S) - Duration::from_millis(100) {
-                kills_dropped += kill_times.len();
-                kill_times.clear();
-            }
             let live: Vec<usize> = (0..WORKERS)
                 .filter(|&i| slots[i].as_ref().is_some_and(|w| !w.killed_from_outside))
                 .collect();
-            if !live.is_empty() && !kill_times.is_empty() {
+            if t0.elapsed() >= KILLS_BEFORE {
+                // A kill that could not be made in time (no live worker) is dropped, not made
+                // late: late, it could strand a redelivery.
+                kills_dropped += kill_times.len();
+                kill_times.clear();
+            } else if !live.is_empty() {
                 kill_times.pop_front();
                 let w = slots[live[rng.below(live.len() as u64) as usize]]
                     .as_mut()

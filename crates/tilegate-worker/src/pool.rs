@@ -140,14 +140,9 @@ impl InFlight {
         }
     }
 
-    /// Wait until a window finishes (and record it), a stop is asked for, or `limit` passes
-    /// (`None`: no limit).
-    async fn wait(
-        &mut self,
-        stop: &mut watch::Receiver<bool>,
-        stop_open: &mut bool,
-        limit: Option<Duration>,
-    ) {
+    /// Wait until a window finishes (and record it), the stop signal changes, or `limit`
+    /// passes (`None`: no limit).
+    async fn wait(&mut self, stop: &mut StopSignal, limit: Option<Duration>) {
         let timer = async {
             match limit {
                 Some(d) => tokio::time::sleep(d).await,
@@ -161,8 +156,29 @@ impl InFlight {
                 }
             }
             () = timer => {}
-            changed = stop.changed(), if *stop_open => *stop_open = changed.is_ok(),
+            () = stop.changed() => {}
         }
+    }
+}
+
+/// The pool's stop signal. A dropped sender means nobody can ask the pool to stop: the signal
+/// is then no longer watched.
+struct StopSignal {
+    rx: watch::Receiver<bool>,
+    open: bool,
+}
+
+impl StopSignal {
+    fn asked(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// Resolves when the signal changes or its sender goes; never after that.
+    async fn changed(&mut self) {
+        if !self.open {
+            return std::future::pending().await;
+        }
+        self.open = self.rx.changed().await.is_ok();
     }
 }
 
@@ -275,13 +291,15 @@ impl Worker {
 
     /// Run until the stop condition holds, or `stop` becomes true: then stop receiving, give
     /// in-flight windows [`WorkerConfig::shutdown_grace`] to finish, release the rest, return.
-    pub async fn run(&self, mut stop: watch::Receiver<bool>) -> StoreResult<WorkReport> {
+    pub async fn run(&self, stop: watch::Receiver<bool>) -> StoreResult<WorkReport> {
         let shared = &self.shared;
         let cfg = &shared.cfg;
         let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
         let mut flight = InFlight::default();
-        // A dropped sender means nobody can ask us to stop; stop watching it.
-        let mut stop_open = true;
+        let mut stop = StopSignal {
+            rx: stop,
+            open: true,
+        };
         let mut last_flush = std::time::Instant::now();
         let mut checked_at = None;
         loop {
@@ -290,7 +308,7 @@ impl Worker {
                 last_flush = std::time::Instant::now();
             }
             flight.reap();
-            if *stop.borrow() {
+            if stop.asked() {
                 break;
             }
             // Whenever the pool falls idle, see at once whether it is done (the job's last
@@ -306,7 +324,7 @@ impl Worker {
             }
             let free = permits.available_permits();
             if free == 0 {
-                flight.wait(&mut stop, &mut stop_open, None).await;
+                flight.wait(&mut stop, None).await;
                 continue;
             }
             // While windows are in flight, only look (no long poll): the wait for more work
@@ -324,10 +342,7 @@ impl Worker {
             };
             let received = tokio::select! {
                 r = shared.b.queue.receive(opts) => r?,
-                changed = stop.changed(), if stop_open => {
-                    stop_open = changed.is_ok();
-                    continue;
-                }
+                () = stop.changed() => continue,
             };
             if received.is_empty() {
                 if flight.is_empty() {
@@ -337,8 +352,7 @@ impl Worker {
                 } else {
                     // Nothing queued while windows are in flight: look again when one finishes
                     // (the job may be complete then) or after a short while.
-                    let wait = Some(IN_FLIGHT_WAIT);
-                    flight.wait(&mut stop, &mut stop_open, wait).await;
+                    flight.wait(&mut stop, Some(IN_FLIGHT_WAIT)).await;
                 }
                 continue;
             }
@@ -357,7 +371,7 @@ impl Worker {
                 });
             }
         }
-        if !flight.is_empty() && *stop.borrow() {
+        if !flight.is_empty() && stop.asked() {
             tracing::info!(
                 in_flight = flight.tasks.len(),
                 grace_s = cfg.shutdown_grace.as_secs_f64(),
@@ -366,7 +380,7 @@ impl Worker {
         }
         let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
         loop {
-            let next = if *stop.borrow() {
+            let next = if stop.asked() {
                 tokio::time::timeout_at(deadline, flight.tasks.join_next_with_id()).await
             } else {
                 Ok(flight.tasks.join_next_with_id().await)
