@@ -359,7 +359,15 @@ fn sigterm_mid_job_releases_in_flight_windows_and_a_second_pool_finishes() {
     assert!(rows < 64, "the job finished before SIGTERM: {report}");
     let depth = rt.block_on(db.queue("work", 3).depth()).unwrap();
     assert_eq!(depth.in_flight, 0, "a message was left in flight: {report}");
-    assert_eq!(depth.visible, 64 - rows, "a window was lost: {report}");
+    // Every message not acknowledged is back. A window abandoned after its manifest row but
+    // before its ack has both a row and a visible message (the next pool absorbs it).
+    let acked = report["handled"].as_u64().unwrap();
+    assert_eq!(
+        depth.visible,
+        64 - acked,
+        "an unacknowledged message is not back: {report}"
+    );
+    assert!(rows + depth.visible >= 64, "a window was lost: {report}");
 
     // A second pool finishes the job at once (no message waits out its visibility).
     let w = tg_json(data, &["work", "--until-empty"]);
