@@ -29,10 +29,11 @@ fn identities(c: &mut Criterion) {
                 black_box("s3://scenes/LC09_L2SP_042034_20240704_02_T1_SR_B4.TIF"),
                 black_box("\"9b2cf535f27731c974343645a3985328\""),
                 black_box(&recipe),
+                black_box("prefix=tilegate"),
             )
         })
     });
-    let job = JobId::derive("u", "e", "r");
+    let job = JobId::derive("u", "e", "r", "p");
     let prefix = Prefix::parse("tenant-a/out").unwrap();
     let key = prefix.tile_key(&job, Window::new(17, 3));
     c.bench_function("key_validate", |b| {
@@ -98,7 +99,7 @@ fn queue_and_manifest(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
-    let job = JobId::derive("u", "e", "manifest");
+    let job = JobId::derive("u", "e", "manifest", "p");
     let w = AtomicU64::new(0);
     let entry = |job: &JobId, i: u64| ManifestEntry {
         job_id: job.clone(),
@@ -117,7 +118,7 @@ fn queue_and_manifest(c: &mut Criterion) {
     });
     // A job of its own with a fixed number of rows (the put benchmark's job grows by however
     // many iterations criterion chose).
-    let counted = JobId::derive("u", "e", "count");
+    let counted = JobId::derive("u", "e", "count", "p");
     for i in 0..10_000 {
         rt.block_on(db.put_entry(&entry(&counted, i))).unwrap();
     }

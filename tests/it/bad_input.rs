@@ -74,7 +74,7 @@ fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
             window: job.recipe.window,
             ..Recipe::copy_all()
         };
-        let id = JobId::derive(&source.uri, source.etag.as_str(), &recipe.fingerprint());
+        let id = JobId::of(&source, &recipe, &job.prefix);
         WindowMessage::new(
             id,
             source,
@@ -164,9 +164,20 @@ fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
             edit(job, |v| v["prefix"] = "a".repeat(1024).into()),
             "unsafe-key-segment",
         ),
+        // The prefix is part of the job's identity: a message redirected elsewhere no longer
+        // derives its own job ID.
         case(
             "a valid prefix that is not the job's",
             edit(job, |v| v["prefix"] = "elsewhere".into()),
+            "job-id-mismatch",
+        ),
+        // The grid is not (it follows from the source): the job row is the check.
+        case(
+            "a valid grid that is not the job's",
+            edit(job, |v| {
+                let w = v["grid"]["width"].as_u64().unwrap();
+                v["grid"]["width"] = (w - 16).into();
+            }),
             "message-disagrees-with-job",
         ),
         case(

@@ -68,6 +68,13 @@ proptest! {
         fuzz::key_segments(s.as_bytes());
     }
 
+    /// Prefixes of many long, individually valid segments: totals around and past the limit
+    /// (eight 128-byte segments plan fine segment by segment, and make 1,090-byte keys).
+    #[test]
+    fn fuzz_inputs_long_prefixes(segs in prop::collection::vec("[a-z0-9._-]{100,128}", 1..16)) {
+        fuzz::key_segments(segs.join("/").as_bytes());
+    }
+
     #[test]
     fn fuzz_inputs_condition_like_strings(s in "( *(W/)?\"[!#-~]{0,6}\" *,?)*|\\*") {
         fuzz::condition_list(s.as_bytes());

@@ -242,7 +242,7 @@ mod tests {
     }
 
     fn job() -> JobId {
-        JobId::derive("u", "e", "r")
+        JobId::derive("u", "e", "r", "p")
     }
 
     fn grid() -> Grid {

@@ -26,12 +26,8 @@ pub fn window_message(data: &[u8]) {
             );
             assert_eq!(
                 m.job_id,
-                JobId::derive(
-                    &m.source.uri,
-                    m.source.etag.as_str(),
-                    &m.recipe.fingerprint()
-                ),
-                "accepted a job ID that does not derive from its source and recipe"
+                JobId::of(&m.source, &m.recipe, &m.prefix),
+                "accepted a job ID that does not derive from its source, recipe and prefix"
             );
             assert!(Prefix::parse(m.prefix.as_str()).is_ok());
             let again = WindowMessage::decode(&m.encode()).expect("re-decode an accepted message");
@@ -64,8 +60,14 @@ pub fn key_segments(data: &[u8]) {
     }
     if let Ok(p) = Prefix::parse(s) {
         assert_eq!(p.as_str(), s, "a prefix was normalised instead of refused");
-        let job = JobId::derive("u", "e", "r");
-        let key = p.tile_key(&job, crate::Window::new(1, 2));
+        assert!(
+            p.as_str().len() <= crate::keys::MAX_PREFIX_LEN,
+            "accepted a prefix of {} bytes",
+            p.as_str().len()
+        );
+        let job = JobId::derive("u", "e", "r", "p");
+        // The longest tile key any grid can give: the largest row and column.
+        let key = p.tile_key(&job, crate::Window::new(u32::MAX, u32::MAX));
         assert!(
             validate_key(&key).is_ok(),
             "tile key {key:?} of an accepted prefix"

@@ -1,14 +1,27 @@
 //! Job IDs: the first 128 bits of BLAKE3 over a length-prefixed encoding of (canonical source
-//! URI, source ETag, recipe fingerprint), as lowercase hex.
+//! URI, source ETag, recipe fingerprint, output location), as lowercase hex.
 //!
 //! 128 bits, not 64: at a billion scenes a 64-bit ID collides with a few-percent chance, and a
-//! collision silently turns a new job into "already present".
+//! collision silently turns a new job into "already present". The output location (the key
+//! prefix the outputs go under) is part of the identity so that a second caller asking for
+//! outputs somewhere else gets a job of its own instead of being told the first caller's job is
+//! already done.
 
+use crate::keys::Prefix;
+use crate::recipe::Recipe;
+use crate::source::SourceInfo;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// The canonical output location of a job whose outputs go under `prefix`: the string the job
+/// ID covers. Tagged so that fields added later (a tenant) cannot alias a prefix.
+pub fn output_location(prefix: &Prefix) -> String {
+    format!("prefix={prefix}")
+}
+
 /// Domain separation for the job-ID hash, so no other BLAKE3 use in tilegate can collide with it.
-const JOB_ID_CONTEXT: &[u8] = b"tilegate job id v1";
+/// v2 added the output location.
+const JOB_ID_CONTEXT: &[u8] = b"tilegate job id v2";
 
 /// A job's identity: 32 lowercase hex characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -21,20 +34,38 @@ pub struct JobId(String);
 pub struct JobIdError(pub String);
 
 impl JobId {
-    /// Derive the ID of a job from its source and recipe.
-    pub fn derive(source_uri: &str, source_etag: &str, recipe_fingerprint: &str) -> Self {
+    /// Derive the ID of a job from its source, recipe and output location (see
+    /// [`JobId::of`] for the canonical inputs).
+    pub fn derive(
+        source_uri: &str,
+        source_etag: &str,
+        recipe_fingerprint: &str,
+        output_location: &str,
+    ) -> Self {
         let mut h = blake3::Hasher::new();
         for part in [
             JOB_ID_CONTEXT,
             source_uri.as_bytes(),
             source_etag.as_bytes(),
             recipe_fingerprint.as_bytes(),
+            output_location.as_bytes(),
         ] {
             h.update(&(part.len() as u64).to_le_bytes());
             h.update(part);
         }
         let hex = h.finalize().to_hex();
         Self(hex[..32].to_owned())
+    }
+
+    /// The ID of the job that turns `source` into outputs under `prefix` with `recipe`: the one
+    /// place that says which fields a job's identity covers.
+    pub fn of(source: &SourceInfo, recipe: &Recipe, prefix: &Prefix) -> Self {
+        Self::derive(
+            &source.uri,
+            source.etag.as_str(),
+            &recipe.fingerprint(),
+            &output_location(prefix),
+        )
     }
 
     /// Parse a job ID given by a person or a message.
@@ -80,7 +111,7 @@ mod tests {
 
     #[test]
     fn is_128_bits_of_hex() {
-        let id = JobId::derive("file:///a.tif", "\"e\"", "copy");
+        let id = JobId::derive("file:///a.tif", "\"e\"", "copy", "prefix=tilegate");
         assert_eq!(id.as_str().len(), 32);
         assert_eq!(JobId::parse(id.as_str()).unwrap(), id);
         assert!(JobId::parse("ABC").is_err());
@@ -90,17 +121,43 @@ mod tests {
     #[test]
     fn length_prefix_separates_fields() {
         // Moving a byte from one field to the next must change the ID.
-        assert_ne!(JobId::derive("ab", "c", "d"), JobId::derive("a", "bc", "d"));
+        assert_ne!(
+            JobId::derive("ab", "c", "d", "p"),
+            JobId::derive("a", "bc", "d", "p")
+        );
+        assert_ne!(
+            JobId::derive("a", "b", "cd", "p"),
+            JobId::derive("a", "b", "c", "dp")
+        );
+    }
+
+    #[test]
+    fn output_location_is_part_of_the_identity() {
+        let source = SourceInfo {
+            uri: "file:///data/scene.tif".into(),
+            etag: crate::ETag::new("\"abc\""),
+            size: 10,
+            stat: None,
+        };
+        let recipe = Recipe::copy_all();
+        let a = JobId::of(&source, &recipe, &Prefix::parse("tenant-a").unwrap());
+        let b = JobId::of(&source, &recipe, &Prefix::parse("tenant-b").unwrap());
+        assert_ne!(a, b, "two output prefixes must be two jobs");
+        assert_eq!(
+            a,
+            JobId::of(&source, &recipe, &Prefix::parse("tenant-a").unwrap())
+        );
     }
 
     proptest! {
         #[test]
-        fn changes_with_any_input(u in ".{0,40}", e in ".{0,40}", r in ".{0,40}", x in "[a-z]{1,4}") {
-            let base = JobId::derive(&u, &e, &r);
-            prop_assert_eq!(&base, &JobId::derive(&u, &e, &r));
-            prop_assert_ne!(&base, &JobId::derive(&format!("{u}{x}"), &e, &r));
-            prop_assert_ne!(&base, &JobId::derive(&u, &format!("{e}{x}"), &r));
-            prop_assert_ne!(&base, &JobId::derive(&u, &e, &format!("{r}{x}")));
+        fn changes_with_any_input(u in ".{0,40}", e in ".{0,40}", r in ".{0,40}", o in ".{0,40}", x in "[a-z]{1,4}") {
+            let base = JobId::derive(&u, &e, &r, &o);
+            prop_assert_eq!(&base, &JobId::derive(&u, &e, &r, &o));
+            prop_assert_ne!(&base, &JobId::derive(&format!("{u}{x}"), &e, &r, &o));
+            prop_assert_ne!(&base, &JobId::derive(&u, &format!("{e}{x}"), &r, &o));
+            prop_assert_ne!(&base, &JobId::derive(&u, &e, &format!("{r}{x}"), &o));
+            prop_assert_ne!(&base, &JobId::derive(&u, &e, &r, &format!("{o}{x}")));
         }
     }
 }

@@ -13,6 +13,14 @@ use std::fmt;
 pub const MAX_SEGMENT_LEN: usize = 128;
 /// Most segments in a prefix.
 pub const MAX_PREFIX_SEGMENTS: usize = 16;
+/// Longest key any store accepts (S3's, GCS's and Azure's limit), in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+/// Bytes a prefix leaves to what tilegate appends to it: the longest key derived from a
+/// prefix is `{prefix}/tiles/{32-hex job}/{row}_{col}.tif` with 10-digit row and column (65
+/// bytes), and attempt keys add `/attempt-{32 hex}`; 128 leaves room for both.
+pub const KEY_SUFFIX_RESERVE: usize = 128;
+/// Longest accepted prefix, in bytes, so that every key derived from it fits [`MAX_KEY_LEN`].
+pub const MAX_PREFIX_LEN: usize = MAX_KEY_LEN - KEY_SUFFIX_RESERVE;
 
 /// Why a key segment was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,7 +63,7 @@ pub fn validate_segment(s: &str) -> Result<&str, KeyError> {
 
 /// Validate a `/`-separated key (every segment validated).
 pub fn validate_key(key: &str) -> Result<&str, KeyError> {
-    if key.len() > 1024 {
+    if key.len() > MAX_KEY_LEN {
         return Err(KeyError {
             shown: shown(key),
             reason: "key longer than 1024 bytes",
@@ -82,6 +90,14 @@ impl Prefix {
     /// elsewhere. (The command line trims a user's `--prefix tiles/` before parsing.)
     pub fn parse(s: &str) -> Result<Self, KeyError> {
         let trimmed = s;
+        if trimmed.len() > MAX_PREFIX_LEN {
+            // Each segment may be valid and the whole still leave no room for the keys built
+            // on it: refuse here, when planning, not per window at work time.
+            return Err(KeyError {
+                shown: shown(s),
+                reason: "longer than 896 bytes (keys built on it would pass the stores' 1024-byte limit)",
+            });
+        }
         let segs: Vec<&str> = trimmed.split('/').collect();
         if segs.len() > MAX_PREFIX_SEGMENTS {
             return Err(KeyError {
@@ -148,7 +164,7 @@ mod tests {
     #[test]
     fn tile_key_shape() {
         let p = Prefix::parse("out/a-b").unwrap();
-        let j = JobId::derive("u", "e", "r");
+        let j = JobId::derive("u", "e", "r", "p");
         assert_eq!(
             p.tile_key(&j, Window::new(3, 12)),
             format!("out/a-b/tiles/{j}/0003_0012.tif")
@@ -176,6 +192,29 @@ mod tests {
         assert!(Prefix::parse("ok.name_1-2").is_ok());
     }
 
+    #[test]
+    fn refuses_a_prefix_whose_keys_would_be_too_long() {
+        // Eight valid 128-byte segments: each passes, the whole leaves no room for keys.
+        let long = vec!["a".repeat(128); 8].join("/");
+        let err = Prefix::parse(&long).unwrap_err();
+        assert!(err.reason.contains("1024-byte"), "{err}");
+        // The longest accepted prefix still gives keys within the limit, for any window.
+        let longest = format!("{}/{}", "b".repeat(128), vec!["c".repeat(127); 6].join("/"));
+        assert_eq!(longest.len(), MAX_PREFIX_LEN);
+        let p = Prefix::parse(&longest).unwrap();
+        let j = JobId::derive("u", "e", "r", "p");
+        let w = Window::new(u32::MAX, u32::MAX);
+        assert!(validate_key(&p.tile_key(&j, w)).is_ok());
+        assert!(
+            validate_key(&format!(
+                "{}{w}/attempt-{}.tif",
+                p.tiles_dir(&j),
+                "f".repeat(32)
+            ))
+            .is_ok()
+        );
+    }
+
     proptest! {
         #[test]
         fn validation_never_panics_and_accepts_only_safe(s in "\\PC{0,200}") {
@@ -188,7 +227,7 @@ mod tests {
         #[test]
         fn keys_are_pure(r in 0u32..10000, c in 0u32..10000) {
             let p = Prefix::default();
-            let j = JobId::derive("s", "e", "f");
+            let j = JobId::derive("s", "e", "f", "p");
             prop_assert_eq!(p.tile_key(&j, Window::new(r, c)), p.tile_key(&j, Window::new(r, c)));
             prop_assert!(validate_key(&p.tile_key(&j, Window::new(r, c))).is_ok());
         }

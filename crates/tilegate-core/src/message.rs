@@ -44,7 +44,9 @@ pub enum MessageError {
         rows: u32,
         cols: u32,
     },
-    #[error("decode message: job id {claimed} does not match its source and recipe ({derived})")]
+    #[error(
+        "decode message: job id {claimed} does not match its source, recipe and prefix ({derived})"
+    )]
     JobIdMismatch { claimed: JobId, derived: JobId },
 }
 
@@ -100,7 +102,7 @@ impl WindowMessage {
     }
 
     /// Decode and validate: size, JSON, version, fields, key segments, window inside the
-    /// grid, and a job ID that matches its source and recipe.
+    /// grid, and a job ID that matches its source, recipe and prefix.
     pub fn decode(body: &str) -> Result<Self, MessageError> {
         if body.len() > MAX_MESSAGE_BYTES {
             return Err(MessageError::TooLarge(body.len()));
@@ -137,11 +139,7 @@ impl WindowMessage {
                 cols: msg.grid.cols(),
             });
         }
-        let derived = JobId::derive(
-            &msg.source.uri,
-            msg.source.etag.as_str(),
-            &msg.recipe.fingerprint(),
-        );
+        let derived = JobId::of(&msg.source, &msg.recipe, &msg.prefix);
         if derived != msg.job_id {
             return Err(MessageError::JobIdMismatch {
                 claimed: msg.job_id,
@@ -166,7 +164,7 @@ mod tests {
             stat: None,
         };
         let recipe = Recipe::copy_all();
-        let id = JobId::derive(&source.uri, source.etag.as_str(), &recipe.fingerprint());
+        let id = JobId::of(&source, &recipe, &Prefix::default());
         WindowMessage::new(
             id,
             source,

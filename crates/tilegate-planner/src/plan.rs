@@ -96,11 +96,7 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
     timings.probe_s = lap();
     opts.recipe.input_bands(scene.bands)?;
     let grid = Grid::new(scene.width, scene.height, opts.recipe.window)?;
-    let job_id = JobId::derive(
-        &resolved.info.uri,
-        resolved.info.etag.as_str(),
-        &opts.recipe.fingerprint(),
-    );
+    let job_id = JobId::of(&resolved.info, &opts.recipe, &opts.prefix);
     let record = JobRecord {
         job_id: job_id.clone(),
         source: resolved.info,

@@ -204,7 +204,7 @@ mod deployment {
         );
         assert_eq!(
             b.counters
-                .get_counters(&tilegate_core::JobId::derive("u", "e", "r"))
+                .get_counters(&tilegate_core::JobId::derive("u", "e", "r", "p"))
                 .await
                 .unwrap()
                 .len(),

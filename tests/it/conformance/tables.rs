@@ -19,7 +19,12 @@ fn job(source: &str, created_at: i64) -> JobRecord {
     let recipe = Recipe::copy_all();
     let etag = ETag::new("\"source-etag\"");
     JobRecord {
-        job_id: JobId::derive(source, etag.as_str(), &recipe.fingerprint()),
+        job_id: JobId::derive(
+            source,
+            etag.as_str(),
+            &recipe.fingerprint(),
+            "prefix=tilegate",
+        ),
         source: SourceInfo {
             uri: source.to_owned(),
             etag,
