@@ -9,13 +9,18 @@
 //! - a backfill of the whole job started beside live work;
 //! - two assemblers racing for the scene, one of them with a lease made to lapse mid-upload
 //!   (a third takes it over);
-//! - a reader range-reading tiles, each read pinned with `If-Match` to the ETag it first saw.
+//! - a reader range-reading tiles, each read pinned with `If-Match` to the ETag it first saw;
+//! - encoder panics: a handful of windows whose encoder panics on their first delivery
+//!   (`TILEGATE_PANIC_WINDOWS`), which must stay inside the window — retried, never taking a
+//!   worker process or the windows beside it down.
 //!
 //! No message is cut short by more than one injected fault, so that "no dead letters" is a real
 //! check (three strandings of one message would rightly dead-letter it): the crash points fire
 //! only on a message's first delivery (`TILEGATE_FAULT_MAX_ATTEMPT=1`), and the kills from
 //! outside all fall within the workers' first visibility timeout, before any message can have
-//! been delivered a second time.
+//! been delivered a second time. (A window whose first delivery panicked comes back after a
+//! two-second backoff, so a kill from outside may cut its second delivery short too: two
+//! strandings, still within the three receives a message has.)
 //!
 //! Then it asserts what DESIGN.md §6 promises, from the storage's own record of writes — the
 //! embedded store's directory events (inotify sees every `link`, rename or modification of a
@@ -53,6 +58,8 @@ const WINDOWS: u64 = 400;
 const WORKERS: usize = 3;
 /// Crashes at the four named points, cycled (each point at least three times).
 const POINT_CRASHES: usize = 12;
+/// Windows whose encoder panics on their first delivery.
+const PANIC_WINDOWS: usize = 8;
 /// Kills from outside at random moments (within the first visibility timeout).
 const EXTERNAL_KILLS: usize = 4;
 /// The workers' visibility timeout, in seconds: long enough that the kills from outside, all
@@ -229,6 +236,12 @@ fn chaos(target: Target) {
         ),
     ];
     let duplicates: usize = dup_batches.iter().map(|(_, w)| w.len()).sum();
+    // A panic on a first delivery cuts that delivery short, as a crash point does, and no more.
+    let panics: String = later[75..75 + PANIC_WINDOWS]
+        .iter()
+        .map(Window::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let mut dup_batches: VecDeque<_> = dup_batches.into();
     let backfill_at = Duration::from_millis(rng.range(500, 3000));
     // Every message a worker holds before the first visibility timeout has run out (counted
@@ -365,8 +378,11 @@ fn chaos(target: Target) {
                     &data,
                     &logs,
                     spawned,
-                    armed,
-                    encode_duplicates,
+                    Arms {
+                        point: armed,
+                        encode_duplicates,
+                        panics: &panics,
+                    },
                     &mut rng,
                 ));
             }
@@ -484,6 +500,15 @@ fn chaos(target: Target) {
     if reads.load(Ordering::SeqCst) == 0 {
         problems.push("the reader read nothing".into());
     }
+    // Judged by the workers' logs (a SIGKILLed worker's last second of counters is lost): a
+    // panic was caught, and the worker that caught it carried on (no worker exits non-zero,
+    // asserted as each is reaped).
+    let panicked = log_lines(&logs, &["encoder panicked"]).len();
+    if panicked == 0 {
+        problems.push(format!(
+            "no encoder panic was caught: the panic windows {panics} were never encoded"
+        ));
+    }
     // The assemblers: A's lease lapsed mid-upload and its upload was aborted; of B and C
     // exactly one wrote the scene, the other lost the claim and uploaded nothing.
     let [a, b_doc, c_doc] = &docs[..] else {
@@ -539,6 +564,7 @@ fn chaos(target: Target) {
     println!(
         "chaos[{flavor}] seed={seed} windows={WINDOWS} duplicates={duplicates} backfill={} \
          workers={spawned} crashes={{{}}} external_kills={external_kills} kills_dropped={kills_dropped} \
+         encoder_panics_caught={panicked} \
          tiles_written_counted={} precondition_failed={refused} \
          encodes_skipped={} manifest_rows={} dead={} reader_reads={} etag_changes_seen=0 \
          assemblers=[{}, {}, {}] loser_bytes={loser_bytes} manifest_complete_at={:.1}s \
@@ -612,16 +638,30 @@ struct WorkerProc {
     stderr: PathBuf,
 }
 
+/// The faults one worker process is armed with.
+struct Arms<'a> {
+    /// The crash point it dies at, if any.
+    point: Option<&'static str>,
+    /// Encode duplicates too (no skip-if-present HEAD), so the store itself refuses them.
+    encode_duplicates: bool,
+    /// The windows whose encoder panics on a first delivery.
+    panics: &'a str,
+}
+
 impl WorkerProc {
     fn spawn(
         target: &Target,
         data: &Path,
         logs: &Path,
         id: usize,
-        armed: Option<&'static str>,
-        encode_duplicates: bool,
+        arms: Arms<'_>,
         rng: &mut Rng,
     ) -> Self {
+        let Arms {
+            point: armed,
+            encode_duplicates,
+            panics,
+        } = arms;
         let stdout = logs.join(format!("worker-{id}.json"));
         let stderr = logs.join(format!("worker-{id}.log"));
         let mut cmd = target.command(data);
@@ -644,6 +684,8 @@ impl WorkerProc {
             // Encode duplicates too, so the store itself refuses their Creates.
             cmd.arg("--no-skip-existing");
         }
+        cmd.env("TILEGATE_PANIC_WINDOWS", panics)
+            .env("TILEGATE_PANIC_MAX_ATTEMPT", "1");
         if let Some(point) = armed {
             cmd.env("TILEGATE_FAULT", point)
                 .env("TILEGATE_FAULT_SKIP", rng.range(2, 12).to_string())

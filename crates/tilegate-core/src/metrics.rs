@@ -12,9 +12,11 @@ pub const CLAIMS_LOST: &str = "claims_lost_total";
 pub const MULTIPART_BYTES_UPLOADED: &str = "multipart_bytes_uploaded_total";
 pub const DEAD_LETTERED: &str = "dead_lettered_total";
 pub const SOURCE_CHANGED: &str = "source_changed_total";
+pub const WINDOW_PANICS: &str = "window_panics_total";
+pub const MANIFEST_MISMATCH: &str = "manifest_mismatch_total";
 
 /// Every counter name, in reporting order.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 11] = [
     TILES_WRITTEN,
     PRECONDITION_FAILED,
     DUPLICATE_ENCODES_SKIPPED,
@@ -24,6 +26,8 @@ pub const ALL: [&str; 9] = [
     MULTIPART_BYTES_UPLOADED,
     DEAD_LETTERED,
     SOURCE_CHANGED,
+    WINDOW_PANICS,
+    MANIFEST_MISMATCH,
 ];
 
 /// The name under which dead letters of one reason are counted: `dead_lettered_total{reason="x"}`.
@@ -102,6 +106,14 @@ pub fn help(name: &str) -> &'static str {
         MULTIPART_BYTES_UPLOADED => "Bytes sent in multipart upload parts.",
         DEAD_LETTERED => "Messages moved to the dead-letter queue, by reason.",
         SOURCE_CHANGED => "Window reads refused because the source no longer matched its plan.",
+        WINDOW_PANICS => {
+            "Panics caught inside one window's encoder or handler; the window is retried and \
+             dead-lettered with `encoder-panicked` after its last receive, the process carries on."
+        }
+        MANIFEST_MISMATCH => {
+            "Manifest rows found disagreeing (size or ETag) with the tile in place when a \
+             worker recorded its window; assembly refuses such a job until it is repaired."
+        }
         _ => "A tilegate counter.",
     }
 }

@@ -51,10 +51,11 @@ struct Permanent {
     detail: String,
 }
 
-/// Why a message did not complete.
+/// Why a message did not complete. Both kinds carry a named reason: a retryable fault that is
+/// still there on the message's last receive is dead-lettered under its own name.
 enum Failure {
     Permanent(Permanent),
-    Retryable(String),
+    Retryable(Permanent),
 }
 
 impl Failure {
@@ -64,36 +65,53 @@ impl Failure {
             detail: detail.into(),
         })
     }
+
+    fn retryable(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::Retryable(Permanent {
+            code,
+            detail: detail.into(),
+        })
+    }
+
+    fn classified(retryable: bool, code: &'static str, detail: String) -> Self {
+        if retryable {
+            Self::retryable(code, detail)
+        } else {
+            Self::permanent(code, detail)
+        }
+    }
 }
 
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
-        if e.is_retryable() {
-            Self::Retryable(chain(&e))
+        let code = if e.is_retryable() {
+            "storage-unavailable"
         } else {
-            Self::permanent("storage-refused", chain(&e))
-        }
+            "storage-refused"
+        };
+        Self::classified(e.is_retryable(), code, chain(&e))
     }
 }
 
 impl From<SourceError> for Failure {
     fn from(e: SourceError) -> Self {
-        if e.is_retryable() {
-            Self::Retryable(chain(&e))
-        } else {
-            Self::permanent(e.reason_code(), chain(&e))
-        }
+        Self::classified(e.is_retryable(), e.reason_code(), chain(&e))
     }
 }
 
 impl From<CogError> for Failure {
     fn from(e: CogError) -> Self {
-        if e.is_retryable() {
-            Self::Retryable(chain(&e))
-        } else {
-            Self::permanent(e.reason_code(), chain(&e))
-        }
+        Self::classified(e.is_retryable(), e.reason_code(), chain(&e))
     }
+}
+
+/// The text of a caught panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with a non-string payload".to_owned())
 }
 
 /// Per-message counter deltas, flushed to the job's counters once the message is done.
@@ -107,9 +125,89 @@ impl Deltas {
     }
 }
 
+/// Handle one received message to its end, keeping a panic anywhere in the handler inside
+/// this message: it is counted, logged and answered like a retryable fault (the message comes
+/// back after a backoff and is dead-lettered with `handler-panicked` after its last receive),
+/// so one poison message cannot take down the process or the windows beside it.
+pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
+    use futures::FutureExt as _;
+    let caught = std::panic::AssertUnwindSafe(handle(shared.clone(), msg.clone()))
+        .catch_unwind()
+        .await;
+    match caught {
+        Ok(outcome) => outcome,
+        Err(payload) => {
+            shared.counters.inc(m::WINDOW_PANICS);
+            let fault = Permanent {
+                code: "handler-panicked",
+                detail: panic_message(payload.as_ref()),
+            };
+            tracing::error!(message_id = %msg.message_id, error = %fault.detail, "message handler panicked");
+            let mut deltas = Deltas(vec![(m::WINDOW_PANICS, 1)]);
+            let outcome = retry_or_dead_letter(&shared, &msg, fault, &mut deltas).await;
+            if let Some(job) = WindowMessage::decode(&msg.body).ok().map(|w| w.job_id) {
+                shared.pending.add(job, deltas.0);
+            }
+            outcome
+        }
+    }
+}
+
+/// Dead-letter `msg` with `fault`'s reason.
+async fn dead_letter(
+    shared: &Shared,
+    msg: &Received,
+    fault: Permanent,
+    deltas: &mut Deltas,
+) -> WindowOutcome {
+    let reason = format!("{}: {}", fault.code, fault.detail);
+    tracing::warn!(message_id = %msg.message_id, reason = %reason, "dead-lettering message");
+    match shared.b.queue.dead_letter(msg, &reason).await {
+        Ok(()) => {
+            shared.counters.dead_lettered(fault.code);
+            deltas.0.push((m::DEAD_LETTERED, 1));
+            WindowOutcome::DeadLettered(reason)
+        }
+        Err(e) => WindowOutcome::Retry(format!("dead-letter failed: {}", chain(&e))),
+    }
+}
+
+/// A retryable fault: hand the message back after a backoff (retries happen by visibility
+/// expiry, not by a loop) — unless this was its last receive, in which case it is
+/// dead-lettered now under the fault's own name rather than later as `max-receives-exceeded`.
+async fn retry_or_dead_letter(
+    shared: &Shared,
+    msg: &Received,
+    fault: Permanent,
+    deltas: &mut Deltas,
+) -> WindowOutcome {
+    let max = shared.b.queue.max_receive_count();
+    if msg.receive_count >= max {
+        let fault = Permanent {
+            code: fault.code,
+            detail: format!(
+                "{} (receive {} of {max}: not retried again)",
+                fault.detail, msg.receive_count
+            ),
+        };
+        return dead_letter(shared, msg, fault, deltas).await;
+    }
+    let backoff = Duration::from_secs(1 << msg.receive_count.min(5));
+    let backoff = backoff.min(shared.cfg.visibility);
+    tracing::warn!(message_id = %msg.message_id, receive_count = msg.receive_count,
+        backoff_s = backoff.as_secs(), reason = fault.code, error = %fault.detail,
+        "retryable fault; will redeliver");
+    let _ = shared
+        .b
+        .queue
+        .change_visibility(&msg.receipt, backoff)
+        .await;
+    WindowOutcome::Retry(format!("{}: {}", fault.code, fault.detail))
+}
+
 /// Handle one received message to its end. Never returns an error: every path ends in an
 /// acknowledgement, a dead letter, or a deliberate redelivery.
-pub(crate) async fn handle(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
+async fn handle(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
     let heartbeat = spawn_heartbeat(&shared, &msg);
     let mut deltas = Deltas::default();
     let mut job_for_counters: Option<JobId> = None;
@@ -125,31 +223,8 @@ pub(crate) async fn handle(shared: Arc<Shared>, msg: Received) -> WindowOutcome 
                 outcome
             }
         },
-        Err(Failure::Permanent(p)) => {
-            let reason = format!("{}: {}", p.code, p.detail);
-            tracing::warn!(message_id = %msg.message_id, reason = %reason, "dead-lettering message");
-            match shared.b.queue.dead_letter(&msg, &reason).await {
-                Ok(()) => {
-                    shared.counters.dead_lettered(p.code);
-                    deltas.0.push((m::DEAD_LETTERED, 1));
-                    WindowOutcome::DeadLettered(reason)
-                }
-                Err(e) => WindowOutcome::Retry(format!("dead-letter failed: {}", chain(&e))),
-            }
-        }
-        Err(Failure::Retryable(detail)) => {
-            // Retried by visibility expiry, not by a loop: come back after a short backoff.
-            let backoff = Duration::from_secs(1 << msg.receive_count.min(5));
-            let backoff = backoff.min(shared.cfg.visibility);
-            tracing::warn!(message_id = %msg.message_id, receive_count = msg.receive_count,
-                backoff_s = backoff.as_secs(), error = %detail, "retryable fault; will redeliver");
-            let _ = shared
-                .b
-                .queue
-                .change_visibility(&msg.receipt, backoff)
-                .await;
-            WindowOutcome::Retry(detail)
-        }
+        Err(Failure::Permanent(p)) => dead_letter(&shared, &msg, p, &mut deltas).await,
+        Err(Failure::Retryable(p)) => retry_or_dead_letter(&shared, &msg, p, &mut deltas).await,
     };
     if let Some(job) = job_for_counters {
         shared.pending.add(job, deltas.0);
@@ -233,7 +308,13 @@ async fn process(
 
     verify_source(shared, &job, deltas).await?;
     fault::point("before-encode", msg.receive_count);
-    let (bytes, reduced) = encode(shared, &job, window).await?;
+    let (bytes, reduced) = encode(shared, &job, window, msg.receive_count)
+        .await
+        .inspect_err(|f| {
+            if matches!(f, Failure::Retryable(p) if p.code == ENCODER_PANICKED) {
+                deltas.bump(shared, m::WINDOW_PANICS);
+            }
+        })?;
     // Pinned before and after the read: a source that changed mid-read is not committed.
     verify_source(shared, &job, deltas).await?;
 
@@ -256,7 +337,10 @@ async fn process(
             // the manifest row come from a HEAD.
             deltas.bump(shared, m::PRECONDITION_FAILED);
             let meta = shared.b.objects.head(&key).await?.ok_or_else(|| {
-                Failure::Retryable(format!("`{key}` was refused as present but is gone"))
+                Failure::retryable(
+                    "storage-unavailable",
+                    format!("`{key}` was refused as present but is gone"),
+                )
             })?;
             (
                 meta,
@@ -315,11 +399,17 @@ async fn verify_source(
         })
 }
 
-/// The window's tile, and its reduction when the pool collects them.
+/// The reason of a window whose encoder panicked.
+const ENCODER_PANICKED: &str = "encoder-panicked";
+
+/// The window's tile, and its reduction when the pool collects them. A panic in the encoder
+/// (or in GDAL's Rust bindings under it) is caught on its rayon thread and becomes a retryable
+/// `encoder-panicked` fault of this window alone; left uncaught, rayon would abort the process.
 async fn encode(
     shared: &Shared,
     job: &JobRecord,
     window: Window,
+    attempt: u32,
 ) -> Result<(Vec<u8>, Option<ReducedWindow>), Failure> {
     let req = encode_request(job, window)?;
     let reduce = (shared.cfg.reduce_into.as_ref())
@@ -327,11 +417,24 @@ async fn encode(
         .map(|r| r.resampling());
     let (tx, rx) = tokio::sync::oneshot::channel();
     shared.pool.spawn(move || {
-        let _ = tx.send(tilegate_cog::encode_window_reducing(&req, reduce));
+        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fault::encoder_panic(&window.to_string(), attempt);
+            tilegate_cog::encode_window_reducing(&req, reduce)
+        }));
+        let _ = tx.send(encoded);
     });
-    Ok(rx
-        .await
-        .map_err(|_| Failure::Retryable("encoder thread panicked".into()))??)
+    match rx.await {
+        Ok(Ok(encoded)) => Ok(encoded?),
+        Ok(Err(payload)) => {
+            let detail = panic_message(payload.as_ref());
+            tracing::error!(error = %detail, "encoder panicked");
+            Err(Failure::retryable(ENCODER_PANICKED, detail))
+        }
+        Err(_) => Err(Failure::retryable(
+            ENCODER_PANICKED,
+            "the encoder thread ended without an answer",
+        )),
+    }
 }
 
 /// What the encoder needs for one window of a job.
@@ -379,7 +482,18 @@ async fn record(
     };
     match shared.b.manifest.put_entry(&entry).await? {
         CreateOutcome::Created => deltas.bump(shared, m::MANIFEST_ROWS_WRITTEN),
-        CreateOutcome::AlreadyExists(_) => {}
+        CreateOutcome::AlreadyExists(existing) => {
+            let row = &existing.row;
+            if row.size != entry.size || row.e_tag != entry.e_tag {
+                // Acknowledged all the same (the row is not this worker's to change: a repair
+                // moves it under its version guard), but named, so that assembly's later
+                // `manifest-etag-mismatch` has an explanation in the counters and the log.
+                deltas.bump(shared, m::MANIFEST_MISMATCH);
+                tracing::warn!(key = %entry.key, row_size = row.size, row_e_tag = %row.e_tag,
+                    tile_size = entry.size, tile_e_tag = %entry.e_tag,
+                    "manifest row disagrees with the tile in place");
+            }
+        }
     }
     fault::point("after-manifest", attempt);
     Ok(())

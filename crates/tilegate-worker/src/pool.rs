@@ -1,7 +1,7 @@
 //! A worker pool in one process: a receive loop feeding bounded concurrent message handlers,
 //! with encoding on a rayon pool (one GDAL dataset handle per thread).
 
-use crate::handle::{WindowOutcome, handle};
+use crate::handle::{WindowOutcome, handle_guarded, panic_message};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +20,11 @@ const COUNTER_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 /// How long a pool with windows in flight and nothing queued waits before looking again (a
 /// finishing window ends the wait sooner).
 const IN_FLIGHT_WAIT: Duration = Duration::from_millis(200);
+
+/// Backoff after a retryable queue fault (receive or depth): doubled per consecutive fault
+/// from the first, up to the last.
+const QUEUE_FAULT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(5));
 
 /// When the receive loop ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,8 +86,11 @@ pub struct WorkReport {
     pub skipped: u64,
     pub dead_lettered: u64,
     pub retried: u64,
-    /// In flight when the shutdown grace ran out: released to the queue unfinished.
+    /// In flight when the shutdown grace ran out, or received while the pool was stopping:
+    /// released to the queue unfinished.
     pub released: u64,
+    /// Retryable queue faults (receive, depth) the loop rode out.
+    pub queue_faults: u64,
     /// Reasons of this run's dead letters, in order.
     pub dead_letter_reasons: Vec<String>,
 }
@@ -126,11 +134,27 @@ impl InFlight {
         self.receipts.insert(id, receipt);
     }
 
-    /// Record a finished handler's outcome; its receipt is no longer in flight.
+    /// Record a finished handler's outcome; its receipt is no longer in flight. Handlers catch
+    /// their own panics ([`handle_guarded`]), so a join error is an abort at shutdown (whose
+    /// receipt [`Worker::release`] hands back) or a panic outside the handler: logged, and its
+    /// message left to its visibility timeout rather than taking the pool down.
     fn finished(&mut self, done: Result<(tokio::task::Id, WindowOutcome), tokio::task::JoinError>) {
-        let (id, outcome) = done.expect("message handler panicked");
-        self.receipts.remove(&id);
-        self.report.add(&outcome);
+        match done {
+            Ok((id, outcome)) => {
+                self.receipts.remove(&id);
+                self.report.add(&outcome);
+            }
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => {
+                self.receipts.remove(&e.id());
+                let detail = e
+                    .try_into_panic()
+                    .map_or_else(|e| e.to_string(), |p| panic_message(p.as_ref()));
+                tracing::error!(error = %detail, "window task failed outside its handler");
+                self.report
+                    .add(&WindowOutcome::Retry(format!("handler-panicked: {detail}")));
+            }
+        }
     }
 
     /// Record every handler that has finished, without waiting.
@@ -157,6 +181,45 @@ impl InFlight {
             }
             () = timer => {}
             () = stop.changed() => {}
+        }
+    }
+}
+
+/// Consecutive queue faults of the receive loop, for its backoff.
+#[derive(Default)]
+struct QueueFaults {
+    consecutive: u32,
+    total: u64,
+}
+
+/// What a queue call of the receive loop came to.
+enum Checked<T> {
+    Ok(T),
+    /// A retryable fault: wait this long, then go round again.
+    Retry(Duration),
+    /// A permanent fault: stop receiving.
+    Fatal(tilegate_core::StoreError),
+}
+
+impl QueueFaults {
+    fn check<T>(&mut self, r: StoreResult<T>) -> Checked<T> {
+        match r {
+            Ok(v) => {
+                self.consecutive = 0;
+                Checked::Ok(v)
+            }
+            Err(e) if e.is_retryable() => {
+                let (first, last) = QUEUE_FAULT_BACKOFF;
+                let backoff = first
+                    .saturating_mul(1 << self.consecutive.min(16))
+                    .min(last);
+                self.consecutive += 1;
+                self.total += 1;
+                tracing::warn!(error = %tilegate_core::error::chain(&e), consecutive = self.consecutive,
+                    backoff_ms = backoff.as_millis() as u64, "queue fault; windows in flight carry on");
+                Checked::Retry(backoff)
+            }
+            Err(e) => Checked::Fatal(e),
         }
     }
 }
@@ -261,6 +324,11 @@ impl Worker {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(cfg.threads.max(1))
             .thread_name(|i| format!("tilegate-encode-{i}"))
+            // The encoder catches its own panics; this only keeps rayon from aborting the
+            // process if anything else spawned here ever panics.
+            .panic_handler(|p| {
+                tracing::error!(error = %panic_message(p.as_ref()), "encoder thread panicked");
+            })
             .build()
             .expect("build the encoder thread pool");
         Self {
@@ -281,7 +349,7 @@ impl Worker {
     /// hosts that receive messages themselves (an SQS-triggered function). Counter deltas wait
     /// for [`Worker::flush_counters`].
     pub async fn handle_one(&self, msg: Received) -> WindowOutcome {
-        handle(self.shared.clone(), msg).await
+        handle_guarded(self.shared.clone(), msg).await
     }
 
     /// Add the counter deltas not yet written to the counter table.
@@ -291,6 +359,11 @@ impl Worker {
 
     /// Run until the stop condition holds, or `stop` becomes true: then stop receiving, give
     /// in-flight windows [`WorkerConfig::shutdown_grace`] to finish, release the rest, return.
+    ///
+    /// Every message the queue delivers ends handled or released: a receive in progress when a
+    /// stop is asked for is finished, not dropped, and what it brought is handed straight back
+    /// (visibility zero). A retryable queue fault (receive, depth) is ridden out with a backoff;
+    /// a permanent one stops receiving, lets the windows in flight finish, and is returned.
     pub async fn run(&self, stop: watch::Receiver<bool>) -> StoreResult<WorkReport> {
         let shared = &self.shared;
         let cfg = &shared.cfg;
@@ -302,6 +375,8 @@ impl Worker {
         };
         let mut last_flush = std::time::Instant::now();
         let mut checked_at = None;
+        let mut faults = QueueFaults::default();
+        let mut fatal: Option<tilegate_core::StoreError> = None;
         loop {
             if last_flush.elapsed() >= COUNTER_FLUSH_PERIOD {
                 flush_counters(shared).await;
@@ -317,9 +392,17 @@ impl Worker {
                 && checked_at != Some(flight.report.handled)
                 && cfg.stop != StopWhen::Signal
             {
-                checked_at = Some(flight.report.handled);
-                if self.should_stop().await? {
-                    break;
+                match faults.check(self.should_stop().await) {
+                    Checked::Ok(true) => break,
+                    Checked::Ok(false) => checked_at = Some(flight.report.handled),
+                    Checked::Retry(backoff) => {
+                        flight.wait(&mut stop, Some(backoff)).await;
+                        continue;
+                    }
+                    Checked::Fatal(e) => {
+                        fatal = Some(e);
+                        break;
+                    }
                 }
             }
             let free = permits.available_permits();
@@ -340,14 +423,38 @@ impl Worker {
                 wait,
                 visibility: cfg.visibility,
             };
-            let received = tokio::select! {
-                r = shared.b.queue.receive(opts) => r?,
-                () = stop.changed() => continue,
+            // Never abandoned half-way: a receive that has begun may already have taken messages
+            // (on SQLite its transaction commits; on SQS they are on their way), and a dropped
+            // future would leave them hidden for a whole visibility timeout. It is bounded by
+            // `wait`, so a stop asked for meanwhile waits at most that long.
+            let received = match faults.check(shared.b.queue.receive(opts).await) {
+                Checked::Ok(r) => r,
+                Checked::Retry(backoff) => {
+                    flight.wait(&mut stop, Some(backoff)).await;
+                    continue;
+                }
+                Checked::Fatal(e) => {
+                    fatal = Some(e);
+                    break;
+                }
             };
+            if stop.asked() {
+                // Asked to stop while the receive was in progress: hand its messages back.
+                flight.report.released += self
+                    .release_receipts(received.into_iter().map(|m| m.receipt))
+                    .await;
+                break;
+            }
             if received.is_empty() {
                 if flight.is_empty() {
-                    if self.should_stop().await? {
-                        break;
+                    match faults.check(self.should_stop().await) {
+                        Checked::Ok(true) => break,
+                        Checked::Ok(false) => {}
+                        Checked::Retry(backoff) => flight.wait(&mut stop, Some(backoff)).await,
+                        Checked::Fatal(e) => {
+                            fatal = Some(e);
+                            break;
+                        }
                     }
                 } else {
                     // Nothing queued while windows are in flight: look again when one finishes
@@ -365,11 +472,15 @@ impl Worker {
                 let shared = shared.clone();
                 let receipt = msg.receipt.clone();
                 flight.spawn(receipt, async move {
-                    let outcome = handle(shared, msg).await;
+                    let outcome = handle_guarded(shared, msg).await;
                     drop(permit);
                     outcome
                 });
             }
+        }
+        if let Some(e) = &fatal {
+            tracing::error!(error = %tilegate_core::error::chain(e), in_flight = flight.tasks.len(),
+                "queue fault: stopped receiving; finishing the windows in flight");
         }
         if !flight.is_empty() && stop.asked() {
             tracing::info!(
@@ -395,7 +506,11 @@ impl Worker {
             }
         }
         flush_counters(shared).await;
-        Ok(flight.report)
+        flight.report.queue_faults = faults.total;
+        match fatal {
+            Some(e) => Err(e),
+            None => Ok(flight.report),
+        }
     }
 
     /// Abandon the windows still in flight and hand their messages back to the queue at once
@@ -403,8 +518,20 @@ impl Worker {
     async fn release(&self, flight: &mut InFlight) -> u64 {
         flight.tasks.abort_all();
         while flight.tasks.join_next().await.is_some() {}
+        let released = self
+            .release_receipts(flight.receipts.drain().map(|(_, r)| r))
+            .await;
+        tracing::warn!(
+            released,
+            "shutdown grace ran out: released in-flight windows to the queue"
+        );
+        released
+    }
+
+    /// Hand received messages back to the queue at once (visibility zero). Returns how many.
+    async fn release_receipts(&self, receipts: impl Iterator<Item = String>) -> u64 {
         let mut released = 0;
-        for (_, receipt) in flight.receipts.drain() {
+        for receipt in receipts {
             match self
                 .shared
                 .b
@@ -414,13 +541,9 @@ impl Worker {
             {
                 Ok(_) => released += 1,
                 Err(e) => tracing::warn!(error = %tilegate_core::error::chain(&e),
-                    "could not release an in-flight message; it returns after its visibility timeout"),
+                    "could not release a received message; it returns after its visibility timeout"),
             }
         }
-        tracing::warn!(
-            released,
-            "shutdown grace ran out: released in-flight windows to the queue"
-        );
         released
     }
 

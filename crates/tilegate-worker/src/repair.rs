@@ -1,11 +1,15 @@
 //! Repair (backfill of one window): read the tile's current ETag, recompute, and write with
 //! `If-Match` on that ETag — `Written`, or `Superseded` if something rewrote it meanwhile.
 //! A newer result is never clobbered.
+//!
+//! A refused `If-Match` does not by itself prove that somebody else wrote: a write whose answer
+//! was lost and whose retry found its own bytes in place is refused too. Each write therefore
+//! carries an attempt token in the object's metadata, read back after a refusal.
 
 use crate::handle::encode_request;
 use bytes::Bytes;
 use tilegate_cog::CogError;
-use tilegate_core::object::{ObjectStoreExt, PutOutcome, UpdateVersion};
+use tilegate_core::object::{ObjectMeta, PutOptions, PutOutcome, UpdateVersion};
 use tilegate_core::table::{JobRecord, ManifestEntry, TileOrigin, UpdateOutcome};
 use tilegate_core::{Backends, ETag, JobId, StoreError, Window, now_millis};
 use tilegate_planner::{SourceError, SourceGuard};
@@ -96,17 +100,29 @@ pub async fn prepare(
     })
 }
 
+/// The user-metadata name of a write's attempt token.
+pub const ATTEMPT_METADATA: &str = "tilegate-attempt";
+
 /// Write the recomputed tile with `If-Match` and move the manifest row under its version guard.
 pub async fn commit(b: &Backends, p: Prepared) -> Result<RepairOutcome, RepairError> {
-    let meta = match b
-        .objects
-        .put_update(&p.key, p.bytes, UpdateVersion::etag(p.expected.clone()))
-        .await?
-    {
+    let attempt = uuid::Uuid::new_v4().simple().to_string();
+    let opts = PutOptions {
+        metadata: [(ATTEMPT_METADATA.to_owned(), attempt.clone())].into(),
+        ..PutOptions::update(UpdateVersion::etag(p.expected.clone()))
+    };
+    let meta = match b.objects.put_opts(&p.key, p.bytes, opts).await? {
         PutOutcome::Written(meta) => meta,
         PutOutcome::Superseded | PutOutcome::AlreadyPresent => {
-            tracing::info!(key = %p.key, outcome = "superseded", "repair refused: tile changed");
-            return Ok(RepairOutcome::Superseded);
+            match own_write(b, &p.key, &attempt).await? {
+                Some(meta) => {
+                    tracing::info!(key = %p.key, "repair refused, but the tile in place is this repair's own write (its answer was lost)");
+                    meta
+                }
+                None => {
+                    tracing::info!(key = %p.key, outcome = "superseded", "repair refused: tile changed");
+                    return Ok(RepairOutcome::Superseded);
+                }
+            }
         }
     };
     let entry = ManifestEntry {
@@ -139,4 +155,16 @@ pub async fn commit(b: &Backends, p: Prepared) -> Result<RepairOutcome, RepairEr
         e_tag: meta.e_tag,
         size: meta.size,
     })
+}
+
+/// The object at `key` if it is the write made with attempt token `attempt`.
+async fn own_write(
+    b: &Backends,
+    key: &str,
+    attempt: &str,
+) -> Result<Option<ObjectMeta>, StoreError> {
+    Ok(b.objects
+        .head(key)
+        .await?
+        .filter(|m| m.metadata.get(ATTEMPT_METADATA).map(String::as_str) == Some(attempt)))
 }
