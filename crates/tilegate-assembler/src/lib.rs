@@ -68,6 +68,9 @@ pub enum AssembleOutcome {
     AlreadyDone,
     /// The lease lapsed and was taken over mid-upload; the upload was aborted.
     LeaseLost,
+    /// This assembler won the claim and found the scene already published (by a holder that
+    /// died before marking the claim done); it recorded it without uploading.
+    AlreadyPresent,
 }
 
 impl AssembleOutcome {
@@ -77,6 +80,7 @@ impl AssembleOutcome {
             Self::HeldBy { .. } => "held_by",
             Self::AlreadyDone => "already_done",
             Self::LeaseLost => "lease_lost",
+            Self::AlreadyPresent => "already_present",
         }
     }
 }
@@ -224,11 +228,34 @@ pub async fn assemble(
         }
         ClaimOutcome::AlreadyDone { output } => {
             counters.inc(m::CLAIMS_LOST);
+            // The claim is done but the job row may not say so: the assembler that completed
+            // it can have died (or failed to write the row) between the two. Finish its work.
+            let output = match output {
+                Some(o) => Some(o),
+                None => scene_in_place(b, &scene_key).await?,
+            };
+            if let Some(o) = &output {
+                record_scene(b, &job.job_id, o.clone()).await?;
+            }
             report.scene_etag = output.as_ref().map(|o| o.e_tag.clone());
             report.scene_size = output.as_ref().map(|o| o.size);
             return Ok(report);
         }
     };
+    // A scene already in place (an upload that completed before its holder could mark the
+    // claim done) is the same deterministic scene: publish it instead of building and
+    // uploading it all again only to be refused as present.
+    if let Some(output) = scene_in_place(b, &scene_key).await? {
+        tracing::info!(job_id = %job.job_id, key = %scene_key, "scene already in place; recording it");
+        if gate.complete(&lease, output.clone()).await? == LeaseState::Lost {
+            tracing::warn!(job_id = %job.job_id, "lease lost before completion was recorded");
+        }
+        record_scene(b, &job.job_id, output.clone()).await?;
+        report.outcome = AssembleOutcome::AlreadyPresent;
+        report.scene_etag = Some(output.e_tag);
+        report.scene_size = Some(output.size);
+        return Ok(report);
+    }
     let keep_alive = gate.keep_alive(&lease);
     let result = build_and_publish(
         b,
@@ -347,6 +374,15 @@ async fn build_and_publish(
     Ok(())
 }
 
+/// The scene object at `key`, if one is there.
+async fn scene_in_place(b: &Backends, key: &str) -> Result<Option<OutputRef>, AssembleError> {
+    Ok(b.objects.head(key).await?.map(|meta| OutputRef {
+        key: key.to_owned(),
+        e_tag: meta.e_tag,
+        size: meta.size,
+    }))
+}
+
 /// Read every tile named by the manifest, checking its size and ETag against the row; the
 /// tiles with their ETags, in the same order.
 async fn fetch_tiles(
@@ -410,6 +446,39 @@ async fn multipart(
         .objects
         .create_multipart(key, &PutOptions::create())
         .await?;
+    let sent = send_parts(
+        b, key, &upload_id, file, gate, lease, keep_alive, opts, counters, report,
+    )
+    .await;
+    if sent.is_err() {
+        // A failed part upload or renewal: free the parts now rather than leaving them to
+        // `cleanup-uploads` (the store still refuses nothing, so a retry starts afresh).
+        if let Err(e) = b.objects.abort_multipart(key, &upload_id).await {
+            tracing::warn!(key, upload_id, error = %tilegate_core::error::chain(&e),
+                "could not abort a failed multipart upload; cleanup-uploads will");
+        }
+    }
+    sent
+}
+
+/// [`multipart`]'s parts and completion, for an upload already created.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site; the pieces are distinct"
+)]
+async fn send_parts(
+    b: &Backends,
+    key: &str,
+    upload_id: &str,
+    file: &LaidOut,
+    gate: &ClaimGate,
+    lease: &mut Lease,
+    keep_alive: &KeepAlive,
+    opts: &AssembleOptions,
+    counters: &Counters,
+    report: &mut AssembleReport,
+) -> Result<Option<PutOutcome>, AssembleError> {
+    let upload_id = upload_id.to_owned();
     let part_size = opts.part_size.max(5 * 1024 * 1024);
     let mut parts: Vec<PartId> = Vec::new();
     let mut offset = 0u64;

@@ -189,6 +189,11 @@ pub fn assemble_text(doc: &Value) -> String {
             "{key} was already published ({})",
             doc["scene_etag"].as_str().unwrap_or("")
         ),
+        "already_present" => format!(
+            "{key} was already in place ({}), published by an assembler that stopped before \
+             recording it; recorded now, nothing uploaded",
+            doc["scene_etag"].as_str().unwrap_or("")
+        ),
         "held_by" => format!(
             "another assembler holds the claim on {key} ({}); nothing uploaded",
             doc["held_by"]["owner"].as_str().unwrap_or("")

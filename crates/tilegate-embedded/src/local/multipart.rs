@@ -327,6 +327,10 @@ impl Local {
     /// The spool holds exactly the named parts, in order: it becomes the object. Each part's
     /// recorded ETag must be the one the caller was given; the whole is hashed once for the
     /// object's ETag. The spool's bytes were fsynced part by part as they arrived.
+    ///
+    /// The staged file is a second link to the spool, not the spool moved away: if publishing
+    /// then fails (a fault, not an outcome), the upload is handed back with its spool intact
+    /// and can be completed again; on success the upload directory, spool name included, goes.
     fn take_spool(
         &self,
         key: &str,
@@ -353,7 +357,7 @@ impl Local {
             let path = self
                 .tmp
                 .join(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
-            fs::rename(dir.join(SPOOL_FILE), &path)?;
+            fs::hard_link(dir.join(SPOOL_FILE), &path)?;
             let file = fs::OpenOptions::new().read(true).write(true).open(&path)?;
             let tmp = TempFile { path, file };
             // Bytes past the last recorded part (a crash mid-append) are not the object's.

@@ -195,3 +195,44 @@ async fn multipart_part_etag_mismatch_is_refused_and_upload_kept() {
         StoreError::NotFound { .. }
     ));
 }
+
+/// A completion that fails (a fault, not an outcome) must leave the upload completable: the
+/// spool it would have published stays in the upload.
+#[tokio::test]
+async fn a_failed_completion_leaves_the_upload_completable() {
+    let (dir, s) = store();
+    let key = "blocked/scene.tif";
+    let id = s
+        .create_multipart(key, &PutOptions::create())
+        .await
+        .unwrap();
+    let (one, two) = (vec![1u8; 4096], vec![2u8; 1000]);
+    let parts = vec![
+        s.upload_part(key, &id, 1, Bytes::from(one.clone()))
+            .await
+            .unwrap(),
+        s.upload_part(key, &id, 2, Bytes::from(two.clone()))
+            .await
+            .unwrap(),
+    ];
+    // A file where the key's directory must go: publishing fails with an I/O error.
+    fs::write(dir.path().join("blocked"), b"in the way").unwrap();
+    let failed = s
+        .complete_multipart(key, &id, &parts, &PutMode::Create)
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(s.list_multipart("", None).await.unwrap().len(), 1);
+
+    fs::remove_file(dir.path().join("blocked")).unwrap();
+    let out = s
+        .complete_multipart(key, &id, &parts, &PutMode::Create)
+        .await
+        .unwrap();
+    let PutOutcome::Written(meta) = out else {
+        panic!("second completion: {out:?}");
+    };
+    let whole = [one, two].concat();
+    assert_eq!(meta.e_tag, content_etag(&whole));
+    assert_eq!(fs::read(dir.path().join(key)).unwrap(), whole);
+    assert!(s.list_multipart("", None).await.unwrap().is_empty());
+}
