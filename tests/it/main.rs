@@ -8,6 +8,7 @@ mod cog;
 mod conformance;
 mod crash;
 mod fuzz_inputs;
+mod hardening;
 mod lambda;
 mod pipeline;
 mod scene;
