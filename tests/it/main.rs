@@ -7,6 +7,7 @@ mod chaos;
 mod cog;
 mod conformance;
 mod crash;
+mod fidelity;
 mod fuzz_inputs;
 mod hardening;
 mod lambda;

@@ -206,7 +206,9 @@ pub struct AssembleFlags {
     /// Claim lease time-to-live in milliseconds (renewed every third of it while working).
     #[arg(long, default_value_t = 60_000)]
     pub lease_ttl_ms: u64,
-    /// Overview resampling: average (nodata-aware) or nearest.
+    /// Overview resampling: average (skips nodata and masked-out pixels) or nearest. Every
+    /// recipe defaults to average, except that a paletted (colour-table) scene always gets
+    /// nearest: an average of class indices is a class that does not exist.
     #[arg(long, default_value = "average")]
     pub resampling: String,
     /// Test hook: stop renewing the lease after this many uploaded parts.

@@ -9,6 +9,7 @@ use crate::dtype::Dtype;
 use crate::error::CogError;
 use crate::ffi::{self, ConfigGuard, Layout, VsiMemFile};
 use crate::probe;
+use crate::semantics::{self, BandSemantics, Semantics};
 use gdal::errors::GdalError;
 use gdal::{Dataset, DriverManager};
 use rayon::prelude::*;
@@ -216,6 +217,12 @@ fn learn_tile_writer(
         dtype: like.dtype,
         bands: like.bands,
         nodata: like.nodata.clone(),
+        semantics: like.semantics.clone(),
+        metadata: like.metadata.clone(),
+        mask: like
+            .mask
+            .as_ref()
+            .map(|_| vec![0u8; origin.width as usize * origin.height as usize]),
         bytes: vec![
             0u8;
             origin.width as usize
@@ -271,6 +278,7 @@ struct CachedSource {
     ds: Dataset,
     dtype: Dtype,
     nodata: Vec<Option<f64>>,
+    semantics: Semantics,
 }
 
 thread_local! {
@@ -317,12 +325,17 @@ fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
     }
     let dtype = probe::dataset_dtype(&ds)?;
     let nodata = probe::band_nodata(&ds, &req.path)?;
+    let semantics = semantics::read(&ds).map_err(|source| CogError::Corrupt {
+        path: req.path.clone(),
+        source,
+    })?;
     tracing::debug!(path = %req.path, cache_key = %req.cache_key, "opened source for this thread");
     Ok(CachedSource {
         cache_key: req.cache_key.clone(),
         ds,
         dtype,
         nodata,
+        semantics,
     })
 }
 
@@ -360,11 +373,17 @@ fn check_window(req: &EncodeRequest) -> Result<(), CogError> {
     }
 }
 
-/// A window's output pixels, band-sequential, native-endian.
+/// A window's output pixels, band-sequential, native-endian, with what the bands mean.
 struct Pixels {
     dtype: Dtype,
     bands: u32,
     nodata: Vec<Option<f64>>,
+    /// One per band.
+    semantics: Vec<BandSemantics>,
+    /// Dataset metadata kept on the tile.
+    metadata: Vec<(String, String)>,
+    /// The window of the source's per-dataset mask (0 masked out, 255 valid), if it has one.
+    mask: Option<Vec<u8>>,
     bytes: Vec<u8>,
 }
 
@@ -398,12 +417,36 @@ fn read_bands(
     Ok(buf)
 }
 
+/// The window of the source's per-dataset mask, if it has one.
+fn read_mask(src: &CachedSource, req: &EncodeRequest) -> Result<Option<Vec<u8>>, CogError> {
+    if !src.semantics.dataset_mask {
+        return Ok(None);
+    }
+    let r = req.rect;
+    let size = (r.width as usize, r.height as usize);
+    let mask = src
+        .ds
+        .rasterband(1)
+        .and_then(|b| {
+            b.open_mask_band()?
+                .read_as::<u8>((r.x as isize, r.y as isize), size, size, None)
+        })
+        .map_err(|e| read_err(req, e))?;
+    Ok(Some(mask.into_shape_and_vec().1))
+}
+
 fn read_copy(src: &CachedSource, req: &EncodeRequest, bands: &[u32]) -> Result<Pixels, CogError> {
     let bytes = read_bands(src, req, bands, src.dtype)?;
     Ok(Pixels {
         dtype: src.dtype,
         bands: u32::try_from(bands.len()).unwrap_or(u32::MAX),
         nodata: bands.iter().map(|&b| src.nodata[b as usize - 1]).collect(),
+        semantics: bands
+            .iter()
+            .map(|&b| src.semantics.bands[b as usize - 1].clone())
+            .collect(),
+        metadata: src.semantics.metadata.clone(),
+        mask: read_mask(src, req)?,
         bytes,
     })
 }
@@ -416,7 +459,15 @@ fn read_ndvi(src: &CachedSource, req: &EncodeRequest, bands: &[u32]) -> Result<P
     let (red, nir) = values.split_at(n);
     let nd_red = src.nodata[bands[0] as usize - 1];
     let nd_nir = src.nodata[bands[1] as usize - 1];
-    let out = ndvi(red, nir, nd_red, nd_nir);
+    let mut out = ndvi(red, nir, nd_red, nd_nir);
+    // Pixels the source's mask leaves out are no data in the index either.
+    if let Some(mask) = read_mask(src, req)? {
+        for (v, m) in out.iter_mut().zip(mask) {
+            if m == 0 {
+                *v = NDVI_NODATA as f32;
+            }
+        }
+    }
     let mut bytes = Vec::with_capacity(out.len() * 4);
     for v in out {
         bytes.extend_from_slice(&v.to_ne_bytes());
@@ -425,6 +476,9 @@ fn read_ndvi(src: &CachedSource, req: &EncodeRequest, bands: &[u32]) -> Result<P
         dtype: Dtype::Float32,
         bands: 1,
         nodata: vec![Some(NDVI_NODATA)],
+        semantics: vec![BandSemantics::plain("NDVI")],
+        metadata: src.semantics.metadata.clone(),
+        mask: None,
         bytes,
     })
 }
@@ -487,6 +541,18 @@ fn write_tile(req: &EncodeRequest, mut px: Pixels) -> Result<Vec<u8>, CogError> 
                 .and_then(|mut b| b.set_no_data_value(*nd))
                 .map_err(encode_err)?;
         }
+    }
+    semantics::apply(&mut mem, &px.semantics, &px.metadata).map_err(encode_err)?;
+    if let Some(mask) = px.mask.take() {
+        // One mask for all bands, written by the COG driver as the tile's internal mask.
+        let size = (r.width as usize, r.height as usize);
+        let mut buf = gdal::raster::Buffer::new(size, mask);
+        mem.rasterband(1)
+            .and_then(|mut b| {
+                b.create_mask_band(true)?;
+                b.open_mask_band()?.write((0, 0), size, &mut buf)
+            })
+            .map_err(encode_err)?;
     }
     let all: Vec<u32> = (1..=px.bands).collect();
     let whole = WindowRect { x: 0, y: 0, ..r };

@@ -81,6 +81,9 @@ pub enum CogError {
         height: u32,
         bands: u32,
     },
+    /// The source's georeferencing cannot be carried into a grid of tiles exactly.
+    #[error("plan `{path}`: unsupported georeferencing: {reason}")]
+    UnsupportedGeoreferencing { path: String, reason: String },
     /// The window does not lie inside the scene.
     #[error("read window {} outside `{path}` ({width}x{height})", RectDisplay(*rect))]
     WindowOutside {
@@ -141,6 +144,7 @@ impl CogError {
             Self::Encode { .. } => "encode-failed",
             Self::UnsupportedDtype { .. } => "unsupported-dtype",
             Self::EmptyRaster { .. } => "zero-sized-raster",
+            Self::UnsupportedGeoreferencing { .. } => "unsupported-georeferencing",
             Self::WindowOutside { .. } => "window-outside-scene",
             Self::BadWindow { .. } => "bad-window",
             Self::SceneMismatch { .. } => "source-changed",

@@ -15,6 +15,7 @@ mod ffi;
 mod probe;
 mod read;
 mod sample;
+mod semantics;
 
 pub use dtype::Dtype;
 pub use encode::{

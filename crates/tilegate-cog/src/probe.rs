@@ -43,7 +43,21 @@ pub(crate) fn scene_meta(ds: &Dataset, path: &str) -> Result<SceneMeta, CogError
         });
     }
     let dtype = dataset_dtype(ds)?;
-    let geotransform = ds.geo_transform().unwrap_or(NO_GEOTRANSFORM);
+    let geotransform = match ds.geo_transform() {
+        Ok(gt) => gt,
+        // Ground control points place the raster by a fitted warp, not an affine transform a
+        // window can be composed with: tiles would carry none of it. Refused, not degraded.
+        Err(_) if gcp_count(ds) > 0 => {
+            return Err(CogError::UnsupportedGeoreferencing {
+                path: path.to_owned(),
+                reason: format!(
+                    "{} ground control points and no geotransform; warp it to a grid first (gdalwarp) and plan the result",
+                    gcp_count(ds)
+                ),
+            });
+        }
+        Err(_) => NO_GEOTRANSFORM,
+    };
     let nodata = band_nodata(ds, path)?.first().copied().flatten();
     Ok(SceneMeta {
         width,
@@ -54,6 +68,11 @@ pub(crate) fn scene_meta(ds: &Dataset, path: &str) -> Result<SceneMeta, CogError
         geotransform,
         nodata,
     })
+}
+
+fn gcp_count(ds: &Dataset) -> i32 {
+    // SAFETY: the dataset handle is valid for the borrow.
+    unsafe { gdal_sys::GDALGetGCPCount(ds.c_dataset()) }
 }
 
 /// The shared, supported pixel type of every band.

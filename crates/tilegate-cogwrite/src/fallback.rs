@@ -12,6 +12,7 @@ use crate::layout::LaidOut;
 use crate::tiff;
 use crate::tile::{self, COMPRESSION_DEFLATE, COMPRESSION_DEFLATE_OLD};
 use crate::{AssemblyPath, Resampling, SceneCog, SceneSpec, TileInput};
+use gdal::Metadata as _;
 use gdal::raster::RasterCreationOptions;
 use gdal::{Dataset, DriverManager};
 use std::fmt::Write as _;
@@ -70,6 +71,32 @@ fn xml_escape(s: &str) -> String {
     out
 }
 
+/// One `SimpleSource` per tile for VRT band `source_band` (`1`, or `mask,1` for a tile's
+/// dataset mask), each at its window.
+fn place_sources(
+    vrt: &mut String,
+    spec: &SceneSpec,
+    ordered: &[TileInput],
+    paths: &[String],
+    source_band: &str,
+) {
+    for (t, path) in ordered.iter().zip(paths) {
+        let r = spec
+            .grid
+            .rect(t.window)
+            .expect("ordered tiles lie in the grid");
+        let _ = write!(
+            vrt,
+            r#"<SimpleSource><SourceFilename relativeToVRT="0">{}</SourceFilename><SourceBand>{source_band}</SourceBand><SrcRect xOff="0" yOff="0" xSize="{w}" ySize="{h}"/><DstRect xOff="{x}" yOff="{y}" xSize="{w}" ySize="{h}"/></SimpleSource>"#,
+            xml_escape(path),
+            w = r.width,
+            h = r.height,
+            x = r.x,
+            y = r.y
+        );
+    }
+}
+
 /// Assemble through GDAL: VRT of the tiles → COG driver, with the first tile's compression and
 /// predictor, BLOCKSIZE = the window, and the spec's resampling. The tiles need not be
 /// block-compatible; they must cover the grid (checked by the caller or here).
@@ -120,6 +147,25 @@ pub fn assemble_with_gdal(
         "<GeoTransform>{:e},{:e},{:e},{:e},{:e},{:e}</GeoTransform>",
         gt[0], gt[1], gt[2], gt[3], gt[4], gt[5]
     );
+    // Dataset metadata that describes the data (the tiles carry only that, never statistics).
+    if let Some(v) = origin.metadata_item("AREA_OR_POINT", "") {
+        let _ = write!(
+            vrt,
+            r#"<Metadata><MDI key="AREA_OR_POINT">{}</MDI></Metadata>"#,
+            xml_escape(&v)
+        );
+    }
+    // One mask for all bands (GMF_PER_DATASET), placed tile by tile like the pixels.
+    let dataset_mask = origin
+        .rasterband(1)
+        .and_then(|b| b.mask_flags())
+        .is_ok_and(|f| f.is_per_dataset() && !f.is_alpha() && !f.is_nodata());
+    if dataset_mask {
+        vrt.push_str(r#"<MaskBand><VRTRasterBand dataType="Byte">"#);
+        place_sources(&mut vrt, spec, &ordered, &paths, "mask,1");
+        vrt.push_str("</VRTRasterBand></MaskBand>");
+    }
+    let mut paletted = false;
     for b in 1..=origin.raster_count() {
         let band = origin.rasterband(b).map_err(AssembleError::gdal(format!(
             "read band {b} of the origin tile"
@@ -149,18 +195,30 @@ pub fn assemble_with_gdal(
         if let Some(s) = band.scale() {
             let _ = write!(vrt, "<Scale>{s:e}</Scale>");
         }
-        for (t, path) in ordered.iter().zip(&paths) {
-            let r = grid.rect(t.window).expect("ordered tiles lie in the grid");
-            let _ = write!(
-                vrt,
-                r#"<SimpleSource><SourceFilename relativeToVRT="0">{}</SourceFilename><SourceBand>{b}</SourceBand><SrcRect xOff="0" yOff="0" xSize="{w}" ySize="{h}"/><DstRect xOff="{x}" yOff="{y}" xSize="{w}" ySize="{h}"/></SimpleSource>"#,
-                xml_escape(path),
-                w = r.width,
-                h = r.height,
-                x = r.x,
-                y = r.y
-            );
+        let unit = band.unit();
+        if !unit.is_empty() {
+            let _ = write!(vrt, "<UnitType>{}</UnitType>", xml_escape(&unit));
         }
+        if let Ok(d) = band.description()
+            && !d.is_empty()
+        {
+            let _ = write!(vrt, "<Description>{}</Description>", xml_escape(&d));
+        }
+        if let Some(table) = band.color_table() {
+            paletted = true;
+            vrt.push_str("<ColorTable>");
+            for i in 0..table.entry_count() {
+                if let Some(e) = table.entry_as_rgb(i) {
+                    let _ = write!(
+                        vrt,
+                        r#"<Entry c1="{}" c2="{}" c3="{}" c4="{}"/>"#,
+                        e.r, e.g, e.b, e.a
+                    );
+                }
+            }
+            vrt.push_str("</ColorTable>");
+        }
+        place_sources(&mut vrt, spec, &ordered, &paths, &b.to_string());
         vrt.push_str("</VRTRasterBand>");
     }
     vrt.push_str("</VRTDataset>");
@@ -178,6 +236,11 @@ pub fn assemble_with_gdal(
         _ => "NO",
     };
     let resampling = match spec.resampling {
+        // An average of palette indices is a class that does not exist.
+        Resampling::Average if paletted => {
+            tracing::info!("paletted scene: overviews by nearest, never average");
+            "NEAREST"
+        }
         Resampling::Average => "AVERAGE",
         Resampling::Nearest => "NEAREST",
     };
