@@ -1,7 +1,10 @@
 //! tilegate's benchmarks. `tilegate-benches fanout` measures the 400-window fan-out against
 //! the tools a user would pick instead (BENCHMARKS.md has the latest table and how to read
-//! it); the criterion micro-benchmarks of the hot paths are in `benches/hot_paths.rs`.
+//! it); `tilegate-benches decode` measures how many source bytes window reads decode on
+//! sources whose blocks do not line up with the windows; the criterion micro-benchmarks of the
+//! hot paths are in `benches/hot_paths.rs`.
 
+mod decode;
 mod fanout;
 mod measure;
 
@@ -49,9 +52,36 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Source bytes read (and so decoded) per window, against each window's share of the
+    /// source, on a strip-organised and a 256-pixel-block copy of the benchmark scene: every
+    /// window encoded in-process by the workers' encoder on all cores, in queue order.
+    Decode {
+        /// Scene width and height in pixels.
+        #[arg(long, default_value_t = 10240)]
+        size: u32,
+        /// Window size.
+        #[arg(long, default_value_t = 512)]
+        window: u32,
+        /// Scratch and cache directory.
+        #[arg(long, default_value = ".ci-cache/bench")]
+        work: PathBuf,
+        /// Print the results as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
+    let command = Cli::parse().command;
+    if let Cmd::Decode {
+        size,
+        window,
+        work,
+        json,
+    } = command
+    {
+        return decode::run(size, window, &work, json);
+    }
     let Cmd::Fanout {
         rounds,
         size,
@@ -62,7 +92,10 @@ fn main() -> anyhow::Result<()> {
         no_python,
         smoke,
         json,
-    } = Cli::parse().command;
+    } = command
+    else {
+        unreachable!("decode returned above")
+    };
     let bin = match bin {
         Some(b) => b,
         None => std::env::current_exe()?

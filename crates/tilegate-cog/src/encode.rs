@@ -99,12 +99,12 @@ fn encode(
             None,
         ));
     }
-    let tile = with_source(req, |src| {
-        let pixels = match &req.recipe.operation {
-            Operation::Copy { .. } => read_copy(src, req, &bands)?,
-            Operation::Ndvi { .. } => read_ndvi(src, req, &bands)?,
-            Operation::Noop => unreachable!("a noop window reads nothing"),
-        };
+    let tile = with_source(req, |src| match &req.recipe.operation {
+        Operation::Copy { .. } => read_copy(src, req, &bands),
+        Operation::Ndvi { .. } => read_ndvi(src, req, &bands),
+        Operation::Noop => unreachable!("a noop window reads nothing"),
+    })
+    .and_then(|pixels| {
         if native && let Some(writer) = tile_writer(req, &pixels)? {
             match writer.encode(
                 &pixels.bytes,
@@ -248,10 +248,12 @@ pub fn encode_windows_parallel(reqs: &[EncodeRequest]) -> Vec<Result<Vec<u8>, Co
     reqs.par_iter().map(encode_window).collect()
 }
 
-/// Close every source the calling thread holds open.
+/// Close every source the calling thread holds open, and the process's shared handles of
+/// strip-organised sources.
 pub fn clear_thread_cache() {
     SOURCES.with(|s| s.borrow_mut().clear());
     WRITERS.with(|w| w.borrow_mut().clear());
+    SHARED.lock().expect("shared sources lock").clear();
 }
 
 /// How many times this process has opened a source for encoding (each thread opens each
@@ -279,6 +281,29 @@ struct CachedSource {
     dtype: Dtype,
     nodata: Vec<Option<f64>>,
     semantics: Semantics,
+    /// The source's blocks span the scene's width and more than one window (strips): its
+    /// reads go through the process's one shared handle, so that each strip is decoded once
+    /// per process rather than once per thread whose windows touch it.
+    shared_reads: bool,
+}
+
+/// Handles shared by every thread of the process, for sources read in strips; by path.
+static SHARED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::Mutex<CachedSource>>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// The process's shared handle of `req`'s source, opened (or reopened, if its cache key
+/// changed) on first use.
+fn shared_source(req: &EncodeRequest) -> Result<Arc<std::sync::Mutex<CachedSource>>, CogError> {
+    let mut map = SHARED.lock().expect("shared sources lock");
+    if let Some(s) = map.get(&req.path)
+        && s.lock().expect("shared source lock").cache_key == req.cache_key
+    {
+        return Ok(s.clone());
+    }
+    let s = Arc::new(std::sync::Mutex::new(open_checked(req)?));
+    map.insert(req.path.clone(), s.clone());
+    Ok(s)
 }
 
 thread_local! {
@@ -300,12 +325,20 @@ fn with_source<T>(
             }
             !changed
         });
-        f(cache.get_or_try_insert(&req.path, || open_checked(req))?)
+        let local = cache.get_or_try_insert(&req.path, || open_checked(req))?;
+        if !local.shared_reads {
+            return f(local);
+        }
+        drop(cache);
+        let shared = shared_source(req)?;
+        let src = shared.lock().expect("shared source lock");
+        f(&src)
     })
 }
 
 fn evict(path: &str) {
     SOURCES.with(|cell| cell.borrow_mut().retain(|p, _| p != path));
+    SHARED.lock().expect("shared sources lock").remove(path);
 }
 
 fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
@@ -329,13 +362,22 @@ fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
         path: req.path.clone(),
         source,
     })?;
-    tracing::debug!(path = %req.path, cache_key = %req.cache_key, "opened source for this thread");
+    let (block_w, _) =
+        ds.rasterband(1)
+            .map(|b| b.block_size())
+            .map_err(|source| CogError::Corrupt {
+                path: req.path.clone(),
+                source,
+            })?;
+    let shared_reads = block_w as u64 >= u64::from(plan.width) && plan.width > req.recipe.window;
+    tracing::debug!(path = %req.path, cache_key = %req.cache_key, shared_reads, "opened source for this thread");
     Ok(CachedSource {
         cache_key: req.cache_key.clone(),
         ds,
         dtype,
         nodata,
         semantics,
+        shared_reads,
     })
 }
 
