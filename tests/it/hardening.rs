@@ -11,13 +11,10 @@ use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tilegate_claim::{ClaimGate, ClaimOutcome};
 use tilegate_core::metrics::{self as m, Counters};
-use tilegate_core::object::{
-    DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PartId, PutMode, PutOptions, PutOutcome,
-};
+use tilegate_core::object::{ObjectStoreExt, PutMode, PutOutcome};
 use tilegate_core::queue::{
     AckOutcome, DeadLetter, QueueDepth, ReceiveOptions, Received, WorkQueue,
 };
@@ -25,7 +22,7 @@ use tilegate_core::table::{ManifestEntry, OutputRef, TileOrigin};
 use tilegate_core::{
     Backends, ETag, JobId, Prefix, Recipe, Retry, StoreError, StoreResult, Window,
 };
-use tilegate_tests::{Aws, Target, sample, tempdir};
+use tilegate_tests::{Aws, ScriptedStore, StoreScript, Target, sample, tempdir};
 use tilegate_worker::repair::{self, RepairOutcome};
 use tilegate_worker::{StopWhen, Worker, WorkerConfig};
 
@@ -276,8 +273,9 @@ fn queue_faults_do_not_abort_windows_in_flight() {
 // ---------------------------------------------------------------------------------------------
 // An object store that loses answers or fails parts.
 
+/// The faults the store tests inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StoreScript {
+enum Inject {
     /// An `Update` is written, and then answered `Superseded` (its answer lost, the retry
     /// refused by its own write).
     LoseUpdateAnswer,
@@ -285,49 +283,9 @@ enum StoreScript {
     FailParts,
 }
 
-#[derive(Debug)]
-struct ScriptedStore {
-    inner: Arc<dyn ObjectStore>,
-    script: StoreScript,
-}
-
-#[async_trait]
-impl ObjectStore for ScriptedStore {
-    fn name(&self) -> &'static str {
-        "scripted"
-    }
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        self.inner.head(key).await
-    }
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
-        self.inner.get_opts(key, opts).await
-    }
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
-        let update = matches!(opts.mode, PutMode::Update(_));
-        let out = self.inner.put_opts(key, bytes, opts).await?;
-        if update && self.script == StoreScript::LoseUpdateAnswer {
-            assert!(matches!(out, PutOutcome::Written(_)), "{out:?}");
-            return Ok(PutOutcome::Superseded);
-        }
-        Ok(out)
-    }
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
-        self.inner.delete_opts(key, opts).await
-    }
-    async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {
-        self.inner.list(prefix).await
-    }
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
-        self.inner.create_multipart(key, opts).await
-    }
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: u32,
-        bytes: Bytes,
-    ) -> StoreResult<PartId> {
-        if self.script == StoreScript::FailParts {
+impl StoreScript for Inject {
+    fn before_write(&self, operation: &'static str, key: &str) -> StoreResult<()> {
+        if *self == Self::FailParts && operation == "upload part" {
             return Err(StoreError::backend(
                 "upload part",
                 key,
@@ -335,34 +293,19 @@ impl ObjectStore for ScriptedStore {
                 "injected part fault",
             ));
         }
-        self.inner
-            .upload_part(key, upload_id, part_number, bytes)
-            .await
+        Ok(())
     }
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: &[PartId],
-        mode: &PutMode,
-    ) -> StoreResult<PutOutcome> {
-        self.inner
-            .complete_multipart(key, upload_id, parts, mode)
-            .await
-    }
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
-        self.inner.abort_multipart(key, upload_id).await
-    }
-    async fn list_multipart(
-        &self,
-        prefix: &str,
-        older_than: Option<SystemTime>,
-    ) -> StoreResult<Vec<MultipartUpload>> {
-        self.inner.list_multipart(prefix, older_than).await
+
+    fn answer_put(&self, mode: &PutMode, answer: PutOutcome) -> PutOutcome {
+        if *self == Self::LoseUpdateAnswer && matches!(mode, PutMode::Update(_)) {
+            assert!(matches!(answer, PutOutcome::Written(_)), "{answer:?}");
+            return PutOutcome::Superseded;
+        }
+        answer
     }
 }
 
-fn with_store(b: &Backends, script: StoreScript) -> Backends {
+fn with_store(b: &Backends, script: Inject) -> Backends {
     Backends {
         objects: Arc::new(ScriptedStore {
             inner: b.objects.clone(),
@@ -370,6 +313,25 @@ fn with_store(b: &Backends, script: StoreScript) -> Backends {
         }),
         ..b.clone()
     }
+}
+
+/// A 16-window job whose tiles (not its scene) `tilegate run` made on `target`, and the same
+/// stores opened here.
+struct TilesJob {
+    tmp: tempfile::TempDir,
+    job: JobId,
+    rt: tokio::runtime::Runtime,
+    b: Backends,
+}
+
+fn tiles_job(target: &Target) -> TilesJob {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = scene(data);
+    let job = tiles_only(target, data, &src);
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    TilesJob { tmp, job, rt, b }
 }
 
 /// `tilegate run SOURCE --window 256 --no-assemble` on `target`: the job ID.
@@ -395,16 +357,12 @@ fn tiles_only(target: &Target, data: &Path, src: &Path) -> JobId {
 #[test]
 fn repair_with_a_lost_answer_is_recognised_as_its_own_write() {
     for target in targets("repair_with_a_lost_answer_is_recognised_as_its_own_write") {
-        let tmp = tempdir();
+        let TilesJob { tmp, job, rt, b } = tiles_job(&target);
         let data = tmp.path();
-        let src = scene(data);
-        let job = tiles_only(&target, data, &src);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
         let w = Window::new(1, 2);
         let prepared = rt.block_on(repair::prepare(&b, &job, w)).unwrap();
         let key = prepared.key.clone();
-        let lossy = with_store(&b, StoreScript::LoseUpdateAnswer);
+        let lossy = with_store(&b, Inject::LoseUpdateAnswer);
         let out = rt.block_on(repair::commit(&lossy, prepared)).unwrap();
         let now = rt.block_on(b.objects.head(&key)).unwrap().unwrap();
         assert_eq!(
@@ -429,12 +387,8 @@ fn repair_with_a_lost_answer_is_recognised_as_its_own_write() {
 #[test]
 fn a_done_claim_records_the_scene_on_the_job_row() {
     for target in targets("a_done_claim_records_the_scene_on_the_job_row") {
-        let tmp = tempdir();
+        let TilesJob { tmp, job, rt, b } = tiles_job(&target);
         let data = tmp.path();
-        let src = scene(data);
-        let job = tiles_only(&target, data, &src);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
         let scene_key = Prefix::default().scene_key(&job);
         // An assembler publishes and completes the claim by hand, then "dies".
         let gate = ClaimGate::new(b.claims.clone());
@@ -482,12 +436,8 @@ fn a_done_claim_records_the_scene_on_the_job_row() {
 #[test]
 fn a_scene_already_in_place_is_recorded_without_an_upload() {
     for target in targets("a_scene_already_in_place_is_recorded_without_an_upload") {
-        let tmp = tempdir();
+        let TilesJob { tmp, job, rt, b } = tiles_job(&target);
         let data = tmp.path();
-        let src = scene(data);
-        let job = tiles_only(&target, data, &src);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
         let scene_key = Prefix::default().scene_key(&job);
         let PutOutcome::Written(meta) = rt
             .block_on(
@@ -528,13 +478,9 @@ fn a_scene_already_in_place_is_recorded_without_an_upload() {
 #[test]
 fn a_failed_multipart_upload_is_aborted_at_once() {
     for target in targets("a_failed_multipart_upload_is_aborted_at_once") {
-        let tmp = tempdir();
+        let TilesJob { tmp, job, rt, b } = tiles_job(&target);
         let data = tmp.path();
-        let src = scene(data);
-        let job = tiles_only(&target, data, &src);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let failing = with_store(&b, StoreScript::FailParts);
+        let failing = with_store(&b, Inject::FailParts);
         let mut opts = tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner("t"));
         opts.multipart_threshold = 1;
         let err = rt

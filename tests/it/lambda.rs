@@ -4,33 +4,25 @@
 //! the malformed record is in the dead-letter queue with its reason and is not redelivered;
 //! the counters go out as CloudWatch Embedded Metric Format lines.
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-use tilegate_core::object::{
-    DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, MultipartUpload, ObjectMeta, ObjectStore,
-    PartId, PutMode, PutOptions, PutOutcome,
-};
+use std::time::Duration;
 use tilegate_core::queue::{ReceiveOptions, Received};
 use tilegate_core::{JobId, Retry, StoreError, StoreResult};
 use tilegate_lambda::events::SqsEvent;
 use tilegate_lambda::{Handler, HandlerConfig};
-use tilegate_tests::{Aws, Target, sample, tempdir};
+use tilegate_tests::{Aws, ScriptedStore, StoreScript, Target, sample, tempdir};
 use tilegate_worker::WindowOutcome;
 
-/// An object store whose writes to one key answer as S3 does when it throttles (503 SlowDown):
-/// a retryable fault.
+/// Writes to one key answer as S3 does when it throttles (503 SlowDown): a retryable fault.
 #[derive(Debug)]
 struct Throttled {
-    inner: Arc<dyn ObjectStore>,
     key: String,
 }
 
-impl Throttled {
-    fn check(&self, key: &str) -> StoreResult<()> {
-        if key == self.key {
+impl StoreScript for Throttled {
+    fn before_write(&self, operation: &'static str, key: &str) -> StoreResult<()> {
+        if key == self.key && operation != "upload part" {
             return Err(StoreError::backend(
                 "put",
                 key,
@@ -39,55 +31,6 @@ impl Throttled {
             ));
         }
         Ok(())
-    }
-}
-
-#[async_trait]
-impl ObjectStore for Throttled {
-    fn name(&self) -> &'static str {
-        "throttled"
-    }
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        self.inner.head(key).await
-    }
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
-        self.inner.get_opts(key, opts).await
-    }
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
-        self.check(key)?;
-        self.inner.put_opts(key, bytes, opts).await
-    }
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
-        self.inner.delete_opts(key, opts).await
-    }
-    async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {
-        self.inner.list(prefix).await
-    }
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
-        self.check(key)?;
-        self.inner.create_multipart(key, opts).await
-    }
-    async fn upload_part(&self, key: &str, id: &str, n: u32, bytes: Bytes) -> StoreResult<PartId> {
-        self.inner.upload_part(key, id, n, bytes).await
-    }
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        id: &str,
-        parts: &[PartId],
-        mode: &PutMode,
-    ) -> StoreResult<PutOutcome> {
-        self.inner.complete_multipart(key, id, parts, mode).await
-    }
-    async fn abort_multipart(&self, key: &str, id: &str) -> StoreResult<()> {
-        self.inner.abort_multipart(key, id).await
-    }
-    async fn list_multipart(
-        &self,
-        prefix: &str,
-        older_than: Option<SystemTime>,
-    ) -> StoreResult<Vec<MultipartUpload>> {
-        self.inner.list_multipart(prefix, older_than).await
     }
 }
 
@@ -163,9 +106,11 @@ fn lambda_partial_batch_lists_exactly_the_throttled_record() {
     planned.sort_by_key(|m| window_of(&m.body));
     // The function's stores: the same, but writes of window 0000_0001 are throttled.
     let mut fb = b.clone();
-    fb.objects = Arc::new(Throttled {
+    fb.objects = Arc::new(ScriptedStore {
         inner: b.objects.clone(),
-        key: tile("0000_0001"),
+        script: Throttled {
+            key: tile("0000_0001"),
+        },
     });
     let handler = Handler::new(
         fb,

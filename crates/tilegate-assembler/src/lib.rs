@@ -446,75 +446,54 @@ async fn multipart(
         .objects
         .create_multipart(key, &PutOptions::create())
         .await?;
-    let sent = send_parts(
-        b, key, &upload_id, file, gate, lease, keep_alive, opts, counters, report,
-    )
-    .await;
-    if sent.is_err() {
-        // A failed part upload or renewal: free the parts now rather than leaving them to
-        // `cleanup-uploads` (the store still refuses nothing, so a retry starts afresh).
-        if let Err(e) = b.objects.abort_multipart(key, &upload_id).await {
-            tracing::warn!(key, upload_id, error = %tilegate_core::error::chain(&e),
-                "could not abort a failed multipart upload; cleanup-uploads will");
+    // A failed part upload, renewal or completion aborts the upload at once rather than
+    // leaving its parts to `cleanup-uploads` (the store refused nothing: a retry starts afresh).
+    let sent = async {
+        let part_size = opts.part_size.max(5 * 1024 * 1024);
+        let mut parts: Vec<PartId> = Vec::new();
+        let mut offset = 0u64;
+        let mut n = 0u32;
+        while offset < file.len() {
+            if keep_alive.is_lost() {
+                return abort(b, key, &upload_id).await;
+            }
+            let end = (offset + part_size).min(file.len());
+            n += 1;
+            let bytes = file.read(offset, (end - offset) as usize);
+            let part = b
+                .objects
+                .upload_part(key, &upload_id, n, Bytes::from(bytes))
+                .await?;
+            let len = end - offset;
+            counters.add(m::MULTIPART_BYTES_UPLOADED, len);
+            report.multipart_bytes_uploaded += len;
+            parts.push(part);
+            offset = end;
+            if opts.pause_renewals_after_parts == Some(n) {
+                keep_alive.pause();
+            }
+            if !opts.part_delay.is_zero() {
+                tokio::time::sleep(opts.part_delay).await;
+            }
         }
-    }
-    sent
-}
-
-/// [`multipart`]'s parts and completion, for an upload already created.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one call site; the pieces are distinct"
-)]
-async fn send_parts(
-    b: &Backends,
-    key: &str,
-    upload_id: &str,
-    file: &LaidOut,
-    gate: &ClaimGate,
-    lease: &mut Lease,
-    keep_alive: &KeepAlive,
-    opts: &AssembleOptions,
-    counters: &Counters,
-    report: &mut AssembleReport,
-) -> Result<Option<PutOutcome>, AssembleError> {
-    let upload_id = upload_id.to_owned();
-    let part_size = opts.part_size.max(5 * 1024 * 1024);
-    let mut parts: Vec<PartId> = Vec::new();
-    let mut offset = 0u64;
-    let mut n = 0u32;
-    while offset < file.len() {
-        if keep_alive.is_lost() {
+        // The last word before completing: a guarded renewal proves the lease is still ours.
+        if gate.renew(lease).await? == LeaseState::Lost {
             return abort(b, key, &upload_id).await;
         }
-        let end = (offset + part_size).min(file.len());
-        n += 1;
-        let bytes = file.read(offset, (end - offset) as usize);
-        let part = b
-            .objects
-            .upload_part(key, &upload_id, n, Bytes::from(bytes))
-            .await?;
-        let len = end - offset;
-        counters.add(m::MULTIPART_BYTES_UPLOADED, len);
-        report.multipart_bytes_uploaded += len;
-        parts.push(part);
-        offset = end;
-        if opts.pause_renewals_after_parts == Some(n) {
-            keep_alive.pause();
-        }
-        if !opts.part_delay.is_zero() {
-            tokio::time::sleep(opts.part_delay).await;
-        }
+        Ok(Some(
+            b.objects
+                .complete_multipart(key, &upload_id, &parts, &PutMode::Create)
+                .await?,
+        ))
     }
-    // The last word before completing: a guarded renewal proves the lease is still ours.
-    if gate.renew(lease).await? == LeaseState::Lost {
-        return abort(b, key, &upload_id).await;
+    .await;
+    if sent.is_err()
+        && let Err(e) = b.objects.abort_multipart(key, &upload_id).await
+    {
+        tracing::warn!(key, upload_id, error = %tilegate_core::error::chain(&e),
+            "could not abort a failed multipart upload; cleanup-uploads will");
     }
-    Ok(Some(
-        b.objects
-            .complete_multipart(key, &upload_id, &parts, &PutMode::Create)
-            .await?,
-    ))
+    sent
 }
 
 async fn abort(

@@ -185,6 +185,25 @@ impl InFlight {
     }
 }
 
+/// In the receive loop: the value of a queue call — or, on a retryable fault, wait out its
+/// backoff (a finishing window or a stop cuts it short) and go round again; on a permanent one,
+/// keep it in `$fatal` and leave the loop.
+macro_rules! ride_out {
+    ($call:expr, $faults:ident, $flight:ident, $stop:ident, $fatal:ident) => {
+        match $faults.check($call) {
+            Checked::Ok(v) => v,
+            Checked::Retry(backoff) => {
+                $flight.wait(&mut $stop, Some(backoff)).await;
+                continue;
+            }
+            Checked::Fatal(e) => {
+                $fatal = Some(e);
+                break;
+            }
+        }
+    };
+}
+
 /// Consecutive queue faults of the receive loop, for its backoff.
 #[derive(Default)]
 struct QueueFaults {
@@ -392,18 +411,10 @@ impl Worker {
                 && checked_at != Some(flight.report.handled)
                 && cfg.stop != StopWhen::Signal
             {
-                match faults.check(self.should_stop().await) {
-                    Checked::Ok(true) => break,
-                    Checked::Ok(false) => checked_at = Some(flight.report.handled),
-                    Checked::Retry(backoff) => {
-                        flight.wait(&mut stop, Some(backoff)).await;
-                        continue;
-                    }
-                    Checked::Fatal(e) => {
-                        fatal = Some(e);
-                        break;
-                    }
+                if ride_out!(self.should_stop().await, faults, flight, stop, fatal) {
+                    break;
                 }
+                checked_at = Some(flight.report.handled);
             }
             let free = permits.available_permits();
             if free == 0 {
@@ -427,17 +438,13 @@ impl Worker {
             // (on SQLite its transaction commits; on SQS they are on their way), and a dropped
             // future would leave them hidden for a whole visibility timeout. It is bounded by
             // `wait`, so a stop asked for meanwhile waits at most that long.
-            let received = match faults.check(shared.b.queue.receive(opts).await) {
-                Checked::Ok(r) => r,
-                Checked::Retry(backoff) => {
-                    flight.wait(&mut stop, Some(backoff)).await;
-                    continue;
-                }
-                Checked::Fatal(e) => {
-                    fatal = Some(e);
-                    break;
-                }
-            };
+            let received = ride_out!(
+                shared.b.queue.receive(opts).await,
+                faults,
+                flight,
+                stop,
+                fatal
+            );
             if stop.asked() {
                 // Asked to stop while the receive was in progress: hand its messages back.
                 flight.report.released += self
@@ -447,14 +454,8 @@ impl Worker {
             }
             if received.is_empty() {
                 if flight.is_empty() {
-                    match faults.check(self.should_stop().await) {
-                        Checked::Ok(true) => break,
-                        Checked::Ok(false) => {}
-                        Checked::Retry(backoff) => flight.wait(&mut stop, Some(backoff)).await,
-                        Checked::Fatal(e) => {
-                            fatal = Some(e);
-                            break;
-                        }
+                    if ride_out!(self.should_stop().await, faults, flight, stop, fatal) {
+                        break;
                     }
                 } else {
                     // Nothing queued while windows are in flight: look again when one finishes
