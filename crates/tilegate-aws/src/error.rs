@@ -12,61 +12,9 @@ use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use std::error::Error as StdError;
 use std::time::Duration;
 use tilegate_core::{Retry, StoreError};
+use tilegate_retry::parse_retry_after;
 
-/// What one provider answer proves, before an operation maps it onto its outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
-    /// 304 Not Modified: an `If-None-Match` matched. S3 sends it without an error code.
-    NotModified,
-    /// 412 `PreconditionFailed`: the storage engine evaluated the condition and refused the
-    /// request. On a Create this proves an object is in place; on an Update (If-Match) it
-    /// proves the object is no longer the version inspected.
-    PreconditionFailed,
-    /// S3's 409 `ConditionalRequestConflict`: "a conflicting operation occurred" — a concurrent
-    /// write or delete of the key was in flight while the conditional request was evaluated.
-    /// It proves nothing about what exists: the same conditional request is sent again.
-    ConditionalConflict,
-    /// DynamoDB's `ConditionalCheckFailedException` (HTTP 400): the row exists / changed.
-    ConditionalCheckFailed,
-    /// 404 `NoSuchKey` (or a HEAD's bodiless 404): no such object.
-    NoSuchKey,
-    /// 404 `NoSuchUpload`: the multipart upload was completed or aborted.
-    NoSuchUpload,
-    /// The bucket, table or queue itself is missing: a deployment that was not initialised.
-    MissingResource,
-    /// 416 `InvalidRange`: the range starts at or past the end of the object.
-    InvalidRange,
-    /// SQS `ReceiptHandleIsInvalid` / `MessageNotInflight`: the receipt no longer names an
-    /// in-flight message.
-    StaleReceipt,
-    /// Throttling: S3 503 `SlowDown`, HTTP 429, `ThrottlingException`, `RequestLimitExceeded`,
-    /// DynamoDB `ProvisionedThroughputExceededException`, SQS `RequestThrottled`.
-    Throttled,
-    /// A transient fault: any 5xx, S3's 400 `RequestTimeout`, or no answer at all (network,
-    /// timeout, an unreadable response).
-    Transient,
-    /// Anything else (400 validation, 403 auth, 409 `BucketAlreadyExists`, ...): repeating the
-    /// request cannot help.
-    Permanent,
-}
-
-impl Answer {
-    /// The retry classification of this answer when it ends up as an error.
-    pub fn retry(self) -> Retry {
-        match self {
-            Self::ConditionalConflict | Self::Throttled | Self::Transient => Retry::Retryable,
-            Self::NotModified
-            | Self::PreconditionFailed
-            | Self::ConditionalCheckFailed
-            | Self::NoSuchKey
-            | Self::NoSuchUpload
-            | Self::MissingResource
-            | Self::InvalidRange
-            | Self::StaleReceipt
-            | Self::Permanent => Retry::Permanent,
-        }
-    }
-}
+pub use tilegate_retry::Answer;
 
 /// Codes that mean "slow down" on S3, DynamoDB or SQS.
 const THROTTLING_CODES: &[&str] = &[
@@ -328,11 +276,19 @@ impl Failure {
     }
 }
 
-/// `Retry-After` as delta-seconds (the form AWS services send). An HTTP-date is ignored: the
-/// exponential backoff applies instead.
-fn parse_retry_after(v: &str) -> Option<Duration> {
-    let secs: f64 = v.trim().parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(60.0)))
+impl tilegate_retry::Attempted for Failure {
+    fn answer(&self) -> Answer {
+        self.answer
+    }
+    fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+    fn status(&self) -> Option<u16> {
+        self.status
+    }
+    fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
 }
 
 /// A [`StoreError`] for a fault the backend detected itself.
@@ -433,13 +389,5 @@ mod tests {
             classify(Some(400), Some("ReceiptHandleIsInvalid")),
             Answer::StaleReceipt
         );
-    }
-
-    #[test]
-    fn parses_retry_after_seconds() {
-        assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
-        assert_eq!(parse_retry_after("-1"), None);
     }
 }

@@ -1,222 +1,30 @@
-//! The one retry policy of the AWS backends: bounded attempts, exponential backoff with full
-//! jitter, `Retry-After` honoured. The SDK's own retries are switched off (see
-//! [`crate::config`]) so that this loop is the only place a request is repeated, and what it
-//! repeats is visible and unit-tested.
+//! The AWS backends repeat requests through the provider-neutral loop of `tilegate-retry`
+//! (bounded attempts, exponential backoff with full jitter, `Retry-After` honoured). The SDK's
+//! own retries are switched off (see [`crate::config`]) so that this loop is the only place a
+//! request is repeated.
 //!
 //! What is repeated: S3's 409 `ConditionalRequestConflict` (nothing is proven; the same
 //! conditional request is sent again) and throttling, always — the provider refused both
 //! without applying anything; transient faults (5xx, network, timeout) only for idempotent
 //! requests, because such a request may have been applied before its answer was lost.
 
-use crate::error::{Answer, Failure};
+use crate::error::Failure;
 use std::future::Future;
-use std::hash::{BuildHasher as _, RandomState};
-use std::time::Duration;
-use tracing::debug;
+pub use tilegate_retry::{Idempotency, RetryPolicy};
 
-/// Whether sending a request twice has the effect of sending it once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Idempotency {
-    /// Conditional writes, reads, deletes, receives: a lost answer may be re-asked.
-    Idempotent,
-    /// `ADD` on a counter, a send that must not be duplicated needlessly: repeated only when
-    /// the provider proved it applied nothing (throttling, conditional conflict).
-    NotIdempotent,
-    /// S3 `CompleteMultipartUpload`: safe to re-send after a lost answer, but its 409
-    /// `ConditionalRequestConflict` means the upload must be re-initiated, so a conflict is
-    /// not repeated in place; it goes back to the caller (the claim gate) as a retryable error.
-    CompleteUpload,
-}
-
-/// The longest `Retry-After` honoured; a longer hint is the caller's problem (the error is
-/// retryable, so the message is redelivered later).
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(20);
-
-/// Bounded attempts with exponential backoff and full jitter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Attempts in all, the first included.
-    pub max_attempts: u32,
-    /// Backoff before the second attempt (doubled per attempt, before jitter).
-    pub base: Duration,
-    /// Largest backoff.
-    pub cap: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self {
-            max_attempts: 5,
-            base: Duration::from_millis(50),
-            cap: Duration::from_secs(5),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// A policy that never sleeps, for tests.
-    pub fn immediate(max_attempts: u32) -> Self {
-        Self {
-            max_attempts,
-            base: Duration::ZERO,
-            cap: Duration::ZERO,
-        }
-    }
-
-    /// The pause before attempt `attempt + 1`: the provider's `Retry-After` where it sent
-    /// one (at most 20 s), else a uniformly random share of `base · 2^(attempt-1)` (full jitter).
-    pub fn backoff(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
-        if let Some(hint) = retry_after {
-            return hint.min(MAX_RETRY_AFTER);
-        }
-        let exp = self
-            .base
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
-            .min(self.cap);
-        let nanos = u64::try_from(exp.as_nanos()).unwrap_or(u64::MAX);
-        if nanos == 0 {
-            return Duration::ZERO;
-        }
-        Duration::from_nanos(RandomState::new().hash_one(attempt) % (nanos + 1))
-    }
-}
-
-/// Whether `answer` may be sent again under `idempotency`.
-fn worth_repeating(answer: Answer, idempotency: Idempotency) -> bool {
-    match answer {
-        Answer::Throttled => true,
-        Answer::ConditionalConflict => idempotency != Idempotency::CompleteUpload,
-        Answer::Transient => idempotency != Idempotency::NotIdempotent,
-        _ => false,
-    }
-}
-
-/// Run `attempt` (given the 1-based attempt number) until it succeeds, fails with an answer
-/// that repeating cannot change, or the policy's attempts are spent. Returns the last answer:
-/// the caller classifies it (412 → an outcome value, the rest → a classified error).
+/// [`tilegate_retry::run`] for the AWS backends' [`Failure`]s: run `attempt` until it
+/// succeeds, fails with an answer repeating cannot change, or the policy's attempts are spent;
+/// the caller classifies the last answer.
 pub async fn run<T, F, Fut>(
     policy: &RetryPolicy,
     idempotency: Idempotency,
     operation: &'static str,
     key: &str,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<T, Failure>
 where
     F: FnMut(u32) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
 {
-    let mut n = 1;
-    loop {
-        match attempt(n).await {
-            Ok(v) => return Ok(v),
-            Err(f) if n < policy.max_attempts && worth_repeating(f.answer, idempotency) => {
-                let pause = policy.backoff(n, f.retry_after);
-                debug!(
-                    operation,
-                    key,
-                    attempt = n,
-                    answer = ?f.answer,
-                    status = ?f.status,
-                    code = ?f.code,
-                    pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
-                    "repeating request"
-                );
-                if !pause.is_zero() {
-                    tokio::time::sleep(pause).await;
-                }
-                n += 1;
-            }
-            Err(f) => return Err(f),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::AwsError;
-
-    fn answer(a: Answer) -> Failure {
-        Failure::own(
-            a,
-            AwsError::Transport {
-                service: "test",
-                detail: format!("{a:?}"),
-            },
-        )
-    }
-
-    #[test]
-    fn backoff_is_bounded_and_honours_retry_after() {
-        let p = RetryPolicy::default();
-        for attempt in 1..10 {
-            assert!(p.backoff(attempt, None) <= p.cap);
-        }
-        assert!(p.backoff(1, None) <= p.base);
-        assert_eq!(
-            p.backoff(1, Some(Duration::from_secs(2))),
-            Duration::from_secs(2)
-        );
-        assert!(p.backoff(1, Some(Duration::from_secs(3600))) <= Duration::from_secs(20));
-        assert_eq!(RetryPolicy::immediate(3).backoff(4, None), Duration::ZERO);
-    }
-
-    #[tokio::test]
-    async fn transient_faults_repeat_only_when_idempotent() {
-        let p = RetryPolicy::immediate(4);
-        let mut calls = 0;
-        let r: Result<(), _> = run(&p, Idempotency::NotIdempotent, "t", "k", |_| {
-            calls += 1;
-            async { Err(answer(Answer::Transient)) }
-        })
-        .await;
-        assert_eq!(r.unwrap_err().answer, Answer::Transient);
-        assert_eq!(calls, 1, "a possibly-applied ADD must not be re-sent");
-
-        let mut calls = 0;
-        let r: Result<(), _> = run(&p, Idempotency::NotIdempotent, "t", "k", |_| {
-            calls += 1;
-            async { Err(answer(Answer::Throttled)) }
-        })
-        .await;
-        assert_eq!(r.unwrap_err().answer, Answer::Throttled);
-        assert_eq!(
-            calls, 4,
-            "throttling applied nothing: repeat up to the bound"
-        );
-
-        let mut calls = 0;
-        let r = run(&p, Idempotency::Idempotent, "t", "k", |n| {
-            calls += 1;
-            async move {
-                if n < 3 {
-                    Err(answer(Answer::Transient))
-                } else {
-                    Ok(n)
-                }
-            }
-        })
-        .await;
-        assert_eq!(r.unwrap(), 3);
-        assert_eq!(calls, 3);
-    }
-
-    #[tokio::test]
-    async fn permanent_answers_are_not_repeated() {
-        let p = RetryPolicy::immediate(5);
-        for a in [
-            Answer::PreconditionFailed,
-            Answer::Permanent,
-            Answer::NoSuchKey,
-        ] {
-            let mut calls = 0;
-            let r: Result<(), _> = run(&p, Idempotency::Idempotent, "t", "k", |_| {
-                calls += 1;
-                async move { Err(answer(a)) }
-            })
-            .await;
-            assert_eq!(r.unwrap_err().answer, a);
-            assert_eq!(calls, 1, "{a:?}");
-        }
-    }
+    tilegate_retry::run(policy, idempotency, operation, key, attempt).await
 }
