@@ -45,8 +45,8 @@ impl WindowOutcome {
     }
 }
 
-/// A permanent failure: its reason code and detail.
-struct Permanent {
+/// A fault of one message, permanent or retryable: its reason code and detail.
+struct Fault {
     code: &'static str,
     detail: String,
 }
@@ -54,20 +54,20 @@ struct Permanent {
 /// Why a message did not complete. Both kinds carry a named reason: a retryable fault that is
 /// still there on the message's last receive is dead-lettered under its own name.
 enum Failure {
-    Permanent(Permanent),
-    Retryable(Permanent),
+    Permanent(Fault),
+    Retryable(Fault),
 }
 
 impl Failure {
     fn permanent(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::Permanent(Permanent {
+        Self::Permanent(Fault {
             code,
             detail: detail.into(),
         })
     }
 
     fn retryable(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::Retryable(Permanent {
+        Self::Retryable(Fault {
             code,
             detail: detail.into(),
         })
@@ -131,14 +131,14 @@ impl Deltas {
 /// so one poison message cannot take down the process or the windows beside it.
 pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
     use futures::FutureExt as _;
-    let caught = std::panic::AssertUnwindSafe(handle(shared.clone(), msg.clone()))
+    let caught = std::panic::AssertUnwindSafe(handle(&shared, &msg))
         .catch_unwind()
         .await;
     match caught {
         Ok(outcome) => outcome,
         Err(payload) => {
             shared.counters.inc(m::WINDOW_PANICS);
-            let fault = Permanent {
+            let fault = Fault {
                 code: "handler-panicked",
                 detail: panic_message(payload.as_ref()),
             };
@@ -157,7 +157,7 @@ pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received) -> Window
 async fn dead_letter(
     shared: &Shared,
     msg: &Received,
-    fault: Permanent,
+    fault: Fault,
     deltas: &mut Deltas,
 ) -> WindowOutcome {
     let reason = format!("{}: {}", fault.code, fault.detail);
@@ -178,12 +178,12 @@ async fn dead_letter(
 async fn retry_or_dead_letter(
     shared: &Shared,
     msg: &Received,
-    fault: Permanent,
+    fault: Fault,
     deltas: &mut Deltas,
 ) -> WindowOutcome {
     let max = shared.b.queue.max_receive_count();
     if msg.receive_count >= max {
-        let fault = Permanent {
+        let fault = Fault {
             code: fault.code,
             detail: format!(
                 "{} (receive {} of {max}: not retried again)",
@@ -207,11 +207,11 @@ async fn retry_or_dead_letter(
 
 /// Handle one received message to its end. Never returns an error: every path ends in an
 /// acknowledgement, a dead letter, or a deliberate redelivery.
-async fn handle(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
-    let heartbeat = spawn_heartbeat(&shared, &msg);
+async fn handle(shared: &Arc<Shared>, msg: &Received) -> WindowOutcome {
+    let heartbeat = spawn_heartbeat(shared, msg);
     let mut deltas = Deltas::default();
     let mut job_for_counters: Option<JobId> = None;
-    let result = process(&shared, &msg, &mut deltas, &mut job_for_counters).await;
+    let result = process(shared, msg, &mut deltas, &mut job_for_counters).await;
     drop(heartbeat);
 
     let outcome = match result {
@@ -223,8 +223,8 @@ async fn handle(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
                 outcome
             }
         },
-        Err(Failure::Permanent(p)) => dead_letter(&shared, &msg, p, &mut deltas).await,
-        Err(Failure::Retryable(p)) => retry_or_dead_letter(&shared, &msg, p, &mut deltas).await,
+        Err(Failure::Permanent(p)) => dead_letter(shared, msg, p, &mut deltas).await,
+        Err(Failure::Retryable(p)) => retry_or_dead_letter(shared, msg, p, &mut deltas).await,
     };
     if let Some(job) = job_for_counters {
         shared.pending.add(job, deltas.0);
@@ -308,13 +308,7 @@ async fn process(
 
     verify_source(shared, &job, deltas).await?;
     fault::point("before-encode", msg.receive_count);
-    let (bytes, reduced) = encode(shared, &job, window, msg.receive_count)
-        .await
-        .inspect_err(|f| {
-            if matches!(f, Failure::Retryable(p) if p.code == ENCODER_PANICKED) {
-                deltas.bump(shared, m::WINDOW_PANICS);
-            }
-        })?;
+    let (bytes, reduced) = encode(shared, &job, window, msg.receive_count, deltas).await?;
     // Pinned before and after the read: a source that changed mid-read is not committed.
     verify_source(shared, &job, deltas).await?;
 
@@ -399,9 +393,6 @@ async fn verify_source(
         })
 }
 
-/// The reason of a window whose encoder panicked.
-const ENCODER_PANICKED: &str = "encoder-panicked";
-
 /// The window's tile, and its reduction when the pool collects them. A panic in the encoder
 /// (or in GDAL's Rust bindings under it) is caught on its rayon thread and becomes a retryable
 /// `encoder-panicked` fault of this window alone; left uncaught, rayon would abort the process.
@@ -410,6 +401,7 @@ async fn encode(
     job: &JobRecord,
     window: Window,
     attempt: u32,
+    deltas: &mut Deltas,
 ) -> Result<(Vec<u8>, Option<ReducedWindow>), Failure> {
     let req = encode_request(job, window)?;
     let reduce = (shared.cfg.reduce_into.as_ref())
@@ -423,18 +415,14 @@ async fn encode(
         }));
         let _ = tx.send(encoded);
     });
-    match rx.await {
-        Ok(Ok(encoded)) => Ok(encoded?),
-        Ok(Err(payload)) => {
-            let detail = panic_message(payload.as_ref());
-            tracing::error!(error = %detail, "encoder panicked");
-            Err(Failure::retryable(ENCODER_PANICKED, detail))
-        }
-        Err(_) => Err(Failure::retryable(
-            ENCODER_PANICKED,
-            "the encoder thread ended without an answer",
-        )),
-    }
+    let detail = match rx.await {
+        Ok(Ok(encoded)) => return Ok(encoded?),
+        Ok(Err(payload)) => panic_message(payload.as_ref()),
+        Err(_) => "the encoder thread ended without an answer".to_owned(),
+    };
+    deltas.bump(shared, m::WINDOW_PANICS);
+    tracing::error!(error = %detail, "encoder panicked");
+    Err(Failure::retryable("encoder-panicked", detail))
 }
 
 /// What the encoder needs for one window of a job.

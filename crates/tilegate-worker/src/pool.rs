@@ -21,10 +21,14 @@ const COUNTER_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 /// finishing window ends the wait sooner).
 const IN_FLIGHT_WAIT: Duration = Duration::from_millis(200);
 
-/// Backoff after a retryable queue fault (receive or depth): doubled per consecutive fault
-/// from the first, up to the last.
-const QUEUE_FAULT_BACKOFF: (Duration, Duration) =
-    (Duration::from_millis(100), Duration::from_secs(5));
+/// Backoff after a retryable queue fault (receive or depth): from 0.1 s, doubled per
+/// consecutive fault up to 5 s, with full jitter so that a pool of workers does not come back
+/// in step. Only the backoff is used: the loop itself never gives up on a retryable fault.
+const QUEUE_FAULT_BACKOFF: tilegate_retry::RetryPolicy = tilegate_retry::RetryPolicy {
+    max_attempts: u32::MAX,
+    base: Duration::from_millis(100),
+    cap: Duration::from_secs(5),
+};
 
 /// When the receive loop ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,11 +232,8 @@ impl QueueFaults {
                 Checked::Ok(v)
             }
             Err(e) if e.is_retryable() => {
-                let (first, last) = QUEUE_FAULT_BACKOFF;
-                let backoff = first
-                    .saturating_mul(1 << self.consecutive.min(16))
-                    .min(last);
                 self.consecutive += 1;
+                let backoff = QUEUE_FAULT_BACKOFF.backoff(self.consecutive, None);
                 self.total += 1;
                 tracing::warn!(error = %tilegate_core::error::chain(&e), consecutive = self.consecutive,
                     backoff_ms = backoff.as_millis() as u64, "queue fault; windows in flight carry on");
