@@ -16,8 +16,8 @@ use anyhow::Context as _;
 use serde_json::json;
 use std::path::Path;
 use std::process::Command;
+use tilegate_core::Grid;
 use tilegate_core::recipe::{Compression, Operation, Recipe};
-use tilegate_core::{Grid, WindowRect};
 
 fn rchar() -> anyhow::Result<u64> {
     let io = std::fs::read_to_string("/proc/self/io").context("read /proc/self/io")?;
@@ -98,10 +98,11 @@ fn measure(
                     .map(|t| {
                         let reqs = &reqs;
                         s.spawn(move || -> anyhow::Result<()> {
+                            // The thread's own handles close when it ends; clearing here would
+                            // also drop the process's shared ones under the other threads.
                             for r in reqs.iter().skip(t).step_by(n) {
                                 tilegate_cog::encode_window(r)?;
                             }
-                            tilegate_cog::clear_thread_cache();
                             Ok(())
                         })
                     })
@@ -115,18 +116,7 @@ fn measure(
     }
     let read_bytes = rchar()? - before;
     let elapsed_s = started.elapsed().as_secs_f64();
-    let dtype_size: u64 = match meta.dtype.as_str() {
-        "Byte" => 1,
-        "UInt16" | "Int16" => 2,
-        "Float64" => 8,
-        _ => 4,
-    };
-    let full = WindowRect {
-        x: 0,
-        y: 0,
-        width: window,
-        height: window,
-    };
+    let sample_bytes = tilegate_cog::Dtype::from_name(&meta.dtype).map_or(0, |d| d.size()) as u64;
     Ok(Figures {
         layout,
         order,
@@ -134,10 +124,10 @@ fn measure(
         read_bytes,
         elapsed_s,
         windows: grid.len(),
-        window_raw_bytes: u64::from(full.width)
-            * u64::from(full.height)
+        window_raw_bytes: u64::from(window)
+            * u64::from(window)
             * u64::from(meta.bands)
-            * dtype_size,
+            * sample_bytes,
     })
 }
 

@@ -165,6 +165,16 @@ impl<V> Recent<V> {
         Ok(&self.entries.last().expect("just pushed").1)
     }
 
+    fn contains(&self, key: &str) -> bool {
+        self.entries.iter().any(|(k, _)| k == key)
+    }
+
+    /// Remove the entry for `key` and hand it over.
+    fn take(&mut self, key: &str) -> Option<V> {
+        let i = self.entries.iter().position(|(k, _)| k == key)?;
+        Some(self.entries.remove(i).1)
+    }
+
     fn retain(&mut self, mut keep: impl FnMut(&str, &V) -> bool) {
         self.entries.retain(|(k, v)| keep(k, v));
     }
@@ -287,23 +297,35 @@ struct CachedSource {
     shared_reads: bool,
 }
 
-/// Handles shared by every thread of the process, for sources read in strips; by path.
+/// A handle every thread of the process reads a strip-organised source through.
+type SharedSource = Arc<std::sync::Mutex<CachedSource>>;
+
+/// The shared handles, by path, each with its cache key (kept beside the handle so that a
+/// lookup never waits for a read in progress on it).
 static SHARED: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::Mutex<CachedSource>>>>,
+    std::sync::Mutex<std::collections::HashMap<String, (String, SharedSource)>>,
 > = std::sync::LazyLock::new(Default::default);
 
-/// The process's shared handle of `req`'s source, opened (or reopened, if its cache key
-/// changed) on first use.
-fn shared_source(req: &EncodeRequest) -> Result<Arc<std::sync::Mutex<CachedSource>>, CogError> {
+/// The process's shared handle of `req`'s source, if a thread has shared one for this cache key.
+fn shared_source(req: &EncodeRequest) -> Option<SharedSource> {
+    let map = SHARED.lock().expect("shared sources lock");
+    map.get(&req.path)
+        .filter(|(key, _)| *key == req.cache_key)
+        .map(|(_, s)| s.clone())
+}
+
+/// Make `opened` the process's shared handle of `req`'s source — or, if another thread shared
+/// one for the same cache key first, use that one and close this.
+fn share(req: &EncodeRequest, opened: CachedSource) -> SharedSource {
     let mut map = SHARED.lock().expect("shared sources lock");
-    if let Some(s) = map.get(&req.path)
-        && s.lock().expect("shared source lock").cache_key == req.cache_key
-    {
-        return Ok(s.clone());
+    match map.get(&req.path) {
+        Some((key, s)) if *key == req.cache_key => s.clone(),
+        _ => {
+            let s = Arc::new(std::sync::Mutex::new(opened));
+            map.insert(req.path.clone(), (req.cache_key.clone(), s.clone()));
+            s
+        }
     }
-    let s = Arc::new(std::sync::Mutex::new(open_checked(req)?));
-    map.insert(req.path.clone(), s.clone());
-    Ok(s)
 }
 
 thread_local! {
@@ -325,12 +347,21 @@ fn with_source<T>(
             }
             !changed
         });
+        if !cache.contains(&req.path)
+            && let Some(shared) = shared_source(req)
+        {
+            drop(cache);
+            return f(&shared.lock().expect("shared source lock"));
+        }
         let local = cache.get_or_try_insert(&req.path, || open_checked(req))?;
         if !local.shared_reads {
             return f(local);
         }
+        // A strip source: the handle this thread just opened becomes the process's shared one
+        // (the thread keeps none of its own), so it is opened once, not once more per thread.
+        let opened = cache.take(&req.path).expect("just opened");
         drop(cache);
-        let shared = shared_source(req)?;
+        let shared = share(req, opened);
         let src = shared.lock().expect("shared source lock");
         f(&src)
     })
@@ -420,10 +451,10 @@ struct Pixels {
     dtype: Dtype,
     bands: u32,
     nodata: Vec<Option<f64>>,
-    /// One per band.
-    semantics: Vec<BandSemantics>,
+    /// One per band, shared with the source's (nothing is copied per window).
+    semantics: Vec<Arc<BandSemantics>>,
     /// Dataset metadata kept on the tile.
-    metadata: Vec<(String, String)>,
+    metadata: Arc<[(String, String)]>,
     /// The window of the source's per-dataset mask (0 masked out, 255 valid), if it has one.
     mask: Option<Vec<u8>>,
     bytes: Vec<u8>,
@@ -485,7 +516,7 @@ fn read_copy(src: &CachedSource, req: &EncodeRequest, bands: &[u32]) -> Result<P
         nodata: bands.iter().map(|&b| src.nodata[b as usize - 1]).collect(),
         semantics: bands
             .iter()
-            .map(|&b| src.semantics.bands[b as usize - 1].clone())
+            .map(|&b| Arc::clone(&src.semantics.bands[b as usize - 1]))
             .collect(),
         metadata: src.semantics.metadata.clone(),
         mask: read_mask(src, req)?,
@@ -518,7 +549,7 @@ fn read_ndvi(src: &CachedSource, req: &EncodeRequest, bands: &[u32]) -> Result<P
         dtype: Dtype::Float32,
         bands: 1,
         nodata: vec![Some(NDVI_NODATA)],
-        semantics: vec![BandSemantics::plain("NDVI")],
+        semantics: vec![Arc::new(BandSemantics::plain("NDVI"))],
         metadata: src.semantics.metadata.clone(),
         mask: None,
         bytes,

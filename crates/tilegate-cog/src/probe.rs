@@ -47,16 +47,17 @@ pub(crate) fn scene_meta(ds: &Dataset, path: &str) -> Result<SceneMeta, CogError
         Ok(gt) => gt,
         // Ground control points place the raster by a fitted warp, not an affine transform a
         // window can be composed with: tiles would carry none of it. Refused, not degraded.
-        Err(_) if gcp_count(ds) > 0 => {
-            return Err(CogError::UnsupportedGeoreferencing {
-                path: path.to_owned(),
-                reason: format!(
-                    "{} ground control points and no geotransform; warp it to a grid first (gdalwarp) and plan the result",
-                    gcp_count(ds)
-                ),
-            });
-        }
-        Err(_) => NO_GEOTRANSFORM,
+        Err(_) => match gcp_count(ds) {
+            0 => NO_GEOTRANSFORM,
+            gcps => {
+                return Err(CogError::UnsupportedGeoreferencing {
+                    path: path.to_owned(),
+                    reason: format!(
+                        "{gcps} ground control points and no geotransform; warp it to a grid first (gdalwarp) and plan the result"
+                    ),
+                });
+            }
+        },
     };
     let nodata = band_nodata(ds, path)?.first().copied().flatten();
     Ok(SceneMeta {

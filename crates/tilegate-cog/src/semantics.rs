@@ -9,6 +9,7 @@ use gdal::Metadata as _;
 use gdal::errors::GdalError;
 use gdal::raster::{ColorEntry, ColorInterpretation, ColorTable, PaletteInterpretation};
 use std::ffi::CString;
+use std::sync::Arc;
 
 /// One band's meaning.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,12 +42,13 @@ impl BandSemantics {
 /// metadata kept on tiles.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Semantics {
-    pub bands: Vec<BandSemantics>,
+    /// Shared with every window's pixels: read once per opened source, never copied.
+    pub bands: Vec<Arc<BandSemantics>>,
     /// The source has one mask shared by all bands (`GMF_PER_DATASET`), not derived from
     /// nodata or an alpha band: the tiles carry it as an internal mask.
     pub dataset_mask: bool,
     /// Dataset metadata items (default domain) that describe the data, not its statistics.
-    pub metadata: Vec<(String, String)>,
+    pub metadata: Arc<[(String, String)]>,
 }
 
 /// Dataset metadata items of the default domain that a tile keeps.
@@ -65,17 +67,16 @@ pub(crate) fn read(ds: &Dataset) -> Result<Semantics, GdalError> {
             (t.palette_interpretation(), entries)
         });
         if i == 1 {
-            let flags = b.mask_flags()?;
-            dataset_mask = flags.is_per_dataset() && !flags.is_alpha() && !flags.is_nodata();
+            dataset_mask = tilegate_cogwrite::has_dataset_mask(&b)?;
         }
-        bands.push(BandSemantics {
+        bands.push(Arc::new(BandSemantics {
             color: b.color_interpretation().c_int(),
             description: b.description().unwrap_or_default(),
             scale: b.scale(),
             offset: b.offset(),
             unit: b.unit(),
             palette,
-        });
+        }));
     }
     let metadata = KEPT_METADATA
         .iter()
@@ -91,7 +92,7 @@ pub(crate) fn read(ds: &Dataset) -> Result<Semantics, GdalError> {
 /// Put `bands` (one per band of `ds`, in order) and the dataset `metadata` on `ds`.
 pub(crate) fn apply(
     ds: &mut Dataset,
-    bands: &[BandSemantics],
+    bands: &[Arc<BandSemantics>],
     metadata: &[(String, String)],
 ) -> Result<(), GdalError> {
     for (k, v) in metadata {

@@ -71,6 +71,16 @@ fn xml_escape(s: &str) -> String {
     out
 }
 
+/// Whether `band`'s mask is one mask shared by all bands (`GMF_PER_DATASET`), not one derived
+/// from nodata or an alpha band: the kind tiles carry as an internal mask and the scene
+/// rebuilds from them.
+pub fn has_dataset_mask(
+    band: &gdal::raster::RasterBand<'_>,
+) -> Result<bool, gdal::errors::GdalError> {
+    let flags = band.mask_flags()?;
+    Ok(flags.is_per_dataset() && !flags.is_alpha() && !flags.is_nodata())
+}
+
 /// One `SimpleSource` per tile for VRT band `source_band` (`1`, or `mask,1` for a tile's
 /// dataset mask), each at its window.
 fn place_sources(
@@ -158,8 +168,8 @@ pub fn assemble_with_gdal(
     // One mask for all bands (GMF_PER_DATASET), placed tile by tile like the pixels.
     let dataset_mask = origin
         .rasterband(1)
-        .and_then(|b| b.mask_flags())
-        .is_ok_and(|f| f.is_per_dataset() && !f.is_alpha() && !f.is_nodata());
+        .and_then(|b| has_dataset_mask(&b))
+        .unwrap_or(false);
     if dataset_mask {
         vrt.push_str(r#"<MaskBand><VRTRasterBand dataType="Byte">"#);
         place_sources(&mut vrt, spec, &ordered, &paths, "mask,1");

@@ -69,7 +69,7 @@ mod tile;
 mod tilewrite;
 
 pub use error::AssembleError;
-pub use fallback::assemble_with_gdal;
+pub use fallback::{assemble_with_gdal, has_dataset_mask};
 pub use layout::LaidOut;
 pub use overview::overview_sizes;
 pub use reduced::{ReducedWindow, ReducedWindows};
