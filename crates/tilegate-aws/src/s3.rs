@@ -45,11 +45,13 @@ use std::future::Future;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tilegate_core::keys::{check_list_prefix, check_store_key as check_key};
 use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
     ObjectStore, PartId, PutMode, PutOptions, PutOutcome,
 };
-use tilegate_core::{ConditionList, ETag, Retry, StoreError, StoreResult, keys};
+use tilegate_core::{ETag, Retry, StoreError, StoreResult};
+use tilegate_retry::{Decision, IfMatch, IfNoneMatch};
 use tracing::{debug, info, warn};
 
 const SERVICE: &str = "s3";
@@ -76,23 +78,8 @@ pub struct S3Store {
     started: Arc<Mutex<HashMap<String, SystemTime>>>,
 }
 
-/// What a conditional write came to, before the object's metadata is read back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Decision<T> {
-    /// The storage engine applied the write; the provider's answer.
-    Applied(T),
-    /// A Create found an object in place.
-    AlreadyPresent,
-    /// An Update found another version (or none).
-    Superseded,
-}
-
-/// Send one conditional write until the provider's answer proves something, and name it:
-/// 412 on Create → [`Decision::AlreadyPresent`]; 412 (or 404 `NoSuchKey`) on Update →
-/// [`Decision::Superseded`]; 409 `ConditionalRequestConflict` → the same request again
-/// (except for a completion, see [`Idempotency::CompleteUpload`]); anything else → the last
-/// failure, for the caller to turn into a classified error.
-pub(crate) async fn conditional_write<T, F, Fut>(
+/// [`tilegate_retry::conditional_write`] for the S3 backend's [`Failure`]s.
+async fn conditional_write<T, F, Fut>(
     policy: &RetryPolicy,
     idempotency: Idempotency,
     mode: &PutMode,
@@ -103,16 +90,7 @@ where
     F: FnMut(u32) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
 {
-    match retry::run(policy, idempotency, "conditional write", key, send).await {
-        Ok(v) => Ok(Decision::Applied(v)),
-        Err(f) => match (mode, f.answer) {
-            (PutMode::Create, Answer::PreconditionFailed) => Ok(Decision::AlreadyPresent),
-            (PutMode::Update(_), Answer::PreconditionFailed | Answer::NoSuchKey) => {
-                Ok(Decision::Superseded)
-            }
-            _ => Err(f),
-        },
-    }
+    tilegate_retry::conditional_write(policy, idempotency, mode, key, send).await
 }
 
 /// The ETag an Update expects, or `NotImplemented` for a version without one.
@@ -128,16 +106,6 @@ fn expected_etag(mode: &PutMode) -> StoreResult<Option<&ETag>> {
                 implementer: "s3",
             }),
     }
-}
-
-/// Refuse keys that fail [`keys::validate_key`].
-fn check_key(key: &str) -> StoreResult<()> {
-    keys::validate_key(key)
-        .map(|_| ())
-        .map_err(|e| StoreError::InvalidKey {
-            key: key.chars().take(200).flat_map(char::escape_debug).collect(),
-            reason: format!("segment `{}`: {}", e.shown, e.reason),
-        })
 }
 
 /// Refuse user metadata that S3 would not return unchanged: names are sent as
@@ -191,83 +159,6 @@ fn parse_content_range(v: &str) -> Option<(Range<u64>, u64)> {
     let (a, b) = span.split_once('-')?;
     let (a, b): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
     Some((a..b.checked_add(1)?, total.trim().parse().ok()?))
-}
-
-/// An `If-Match` list as S3 can evaluate it. S3 (and moto) compare `If-Match` against one
-/// tag, with no `*` and no lists, so lists are resolved through a HEAD first.
-enum IfMatch {
-    /// `*`: any existing object (a missing one is `NotFound` anyway).
-    Any,
-    One(ETag),
-    Many(Vec<ETag>),
-    /// Only weak tags: the strong comparison never matches.
-    Never,
-}
-
-impl IfMatch {
-    fn of(c: &ConditionList) -> Self {
-        match c {
-            ConditionList::Any => Self::Any,
-            ConditionList::Tags(tags) => {
-                let mut strong: Vec<ETag> = tags
-                    .iter()
-                    .filter(|t| !t.as_str().starts_with("W/"))
-                    .cloned()
-                    .collect();
-                strong.dedup();
-                match strong.len() {
-                    0 => Self::Never,
-                    1 => Self::One(strong.remove(0)),
-                    _ => Self::Many(strong),
-                }
-            }
-        }
-    }
-
-    fn matches(&self, current: &ETag) -> bool {
-        match self {
-            Self::Any => true,
-            Self::One(t) => t.strong_eq(current),
-            Self::Many(ts) => ts.iter().any(|t| t.strong_eq(current)),
-            Self::Never => false,
-        }
-    }
-}
-
-/// An `If-None-Match` list. The weak comparison ignores `W/`, and S3's tags are strong, so each
-/// tag is sent in its strong form.
-enum IfNoneMatch {
-    Any,
-    One(ETag),
-    Many(Vec<ETag>),
-}
-
-impl IfNoneMatch {
-    fn of(c: &ConditionList) -> Self {
-        match c {
-            ConditionList::Any => Self::Any,
-            ConditionList::Tags(tags) => {
-                let mut strong: Vec<ETag> = tags
-                    .iter()
-                    .map(|t| ETag::new(t.as_str().strip_prefix("W/").unwrap_or(t.as_str())))
-                    .collect();
-                strong.dedup();
-                if strong.len() == 1 {
-                    Self::One(strong.remove(0))
-                } else {
-                    Self::Many(strong)
-                }
-            }
-        }
-    }
-
-    fn matches(&self, current: &ETag) -> bool {
-        match self {
-            Self::Any => true,
-            Self::One(t) => t.weak_eq(current),
-            Self::Many(ts) => ts.iter().any(|t| t.weak_eq(current)),
-        }
-    }
 }
 
 impl S3Store {
@@ -765,7 +656,11 @@ impl ObjectStore for S3Store {
         check_metadata(&opts.metadata)?;
         let expected = expected_etag(&opts.mode)?.cloned();
         let full = self.full(key);
-        let metadata: HashMap<String, String> = opts.metadata.clone().into_iter().collect();
+        let (stamped, token) = tilegate_retry::stamp(&opts);
+        let metadata: HashMap<String, String> = match opts.mode {
+            PutMode::Overwrite => opts.metadata.clone().into_iter().collect(),
+            PutMode::Create | PutMode::Update(_) => stamped.clone().into_iter().collect(),
+        };
         let size = bytes.len() as u64;
         let decision = conditional_write(
             &self.retry,
@@ -795,15 +690,24 @@ impl ObjectStore for S3Store {
         )
         .await
         .map_err(|f| f.into_store("put", key))?;
+        if decision.maybe_own()
+            && let Some(meta) = tilegate_retry::own_write(self.head(key).await?, &token)
+        {
+            info!(
+                store = "s3",
+                key,
+                outcome = "written",
+                "put refused on a resend, but the object in place is this write's own (its first answer was lost)"
+            );
+            return Ok(PutOutcome::Written(meta));
+        }
         match decision {
             Decision::Applied(e_tag) => {
-                let meta = self
-                    .written_meta(key, e_tag, Some(size), &opts.metadata)
-                    .await?;
+                let meta = self.written_meta(key, e_tag, Some(size), &stamped).await?;
                 debug!(store = "s3", key, outcome = "written", size, "put");
                 Ok(PutOutcome::Written(meta))
             }
-            Decision::AlreadyPresent => {
+            Decision::AlreadyPresent { .. } => {
                 info!(
                     store = "s3",
                     key,
@@ -812,7 +716,7 @@ impl ObjectStore for S3Store {
                 );
                 Ok(PutOutcome::AlreadyPresent)
             }
-            Decision::Superseded => {
+            Decision::Superseded { .. } => {
                 info!(
                     store = "s3",
                     key,
@@ -1109,7 +1013,7 @@ impl ObjectStore for S3Store {
                 );
                 Ok(PutOutcome::Written(meta))
             }
-            Decision::AlreadyPresent => {
+            Decision::AlreadyPresent { .. } => {
                 info!(
                     store = "s3",
                     key,
@@ -1119,7 +1023,7 @@ impl ObjectStore for S3Store {
                 );
                 Ok(PutOutcome::AlreadyPresent)
             }
-            Decision::Superseded => {
+            Decision::Superseded { .. } => {
                 info!(
                     store = "s3",
                     key,
@@ -1183,26 +1087,6 @@ impl ObjectStore for S3Store {
     }
 }
 
-/// A list prefix is a key prefix: complete segments, then an optional partial last segment.
-fn check_list_prefix(prefix: &str) -> StoreResult<()> {
-    let (dir, rest) = prefix.rsplit_once('/').unwrap_or(("", prefix));
-    let bad_rest = !rest
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if (!dir.is_empty() && keys::validate_key(dir).is_err()) || bad_rest {
-        return Err(StoreError::InvalidKey {
-            key: prefix
-                .chars()
-                .take(200)
-                .flat_map(char::escape_debug)
-                .collect(),
-            reason: "a list prefix is a key prefix: segments of A-Z, a-z, 0-9, `.`, `_`, `-`"
-                .to_owned(),
-        });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1226,116 +1110,37 @@ mod tests {
         }
     }
 
-    /// Drive `conditional_write` with scripted answers; `None` in the script is a 200.
-    async fn scripted(
-        mode: PutMode,
-        idempotency: Idempotency,
-        script: &[Option<(u16, &'static str)>],
-    ) -> (Result<Decision<&'static str>, Failure>, u32) {
+    /// The S3 classifier feeds the shared conditional write: a 409 is re-sent, a 412 is
+    /// AlreadyPresent, a 403 ends at once.
+    #[tokio::test]
+    async fn s3_answers_drive_the_conditional_write() {
+        let script = [
+            (409, "ConditionalRequestConflict"),
+            (412, "PreconditionFailed"),
+        ];
         let attempts = AtomicU32::new(0);
-        let r = conditional_write(&RetryPolicy::immediate(5), idempotency, &mode, "k", |n| {
-            attempts.fetch_add(1, Ordering::SeqCst);
-            let answer = script[usize::try_from(n - 1).unwrap()];
-            async move {
-                match answer {
-                    None => Ok("\"etag\""),
-                    Some((status, code)) => Err(answered(status, code)),
-                }
-            }
-        })
-        .await;
-        (r, attempts.load(Ordering::SeqCst))
-    }
-
-    const CONFLICT: Option<(u16, &str)> = Some((409, "ConditionalRequestConflict"));
-    const PRECONDITION: Option<(u16, &str)> = Some((412, "PreconditionFailed"));
-
-    /// S3's 409 ConditionalRequestConflict is not proof of existence: the same conditional
-    /// request is sent again, and only the final 412 makes it AlreadyPresent.
-    #[tokio::test]
-    async fn conflict_409_is_retried_then_412_is_already_present() {
-        let (r, attempts) = scripted(
-            PutMode::Create,
+        let r: Result<Decision<()>, _> = conditional_write(
+            &RetryPolicy::immediate(5),
             Idempotency::Idempotent,
-            &[CONFLICT, CONFLICT, PRECONDITION],
+            &PutMode::Create,
+            "k",
+            |n| {
+                attempts.fetch_add(1, Ordering::SeqCst);
+                let (status, code) = script[usize::try_from(n - 1).unwrap()];
+                async move { Err(answered(status, code)) }
+            },
         )
         .await;
-        assert_eq!(r.unwrap(), Decision::AlreadyPresent);
-        assert_eq!(
-            attempts, 3,
-            "the conditional PUT was re-sent after each 409"
-        );
-    }
-
-    #[tokio::test]
-    async fn conflict_409_is_retried_then_200_is_written() {
-        let (r, attempts) =
-            scripted(PutMode::Create, Idempotency::Idempotent, &[CONFLICT, None]).await;
-        assert_eq!(r.unwrap(), Decision::Applied("\"etag\""));
-        assert_eq!(attempts, 2);
-    }
-
-    #[tokio::test]
-    async fn conflict_409_never_becomes_already_present() {
-        let (r, attempts) =
-            scripted(PutMode::Create, Idempotency::Idempotent, &[CONFLICT; 5]).await;
-        let f = r.unwrap_err();
-        assert_eq!(attempts, 5, "bounded");
-        assert_eq!(f.answer, Answer::ConditionalConflict);
-        let e = f.into_store("put", "k");
-        assert!(e.is_retryable(), "{e:?}");
-    }
-
-    #[tokio::test]
-    async fn update_412_and_absent_key_are_superseded() {
-        let v = PutMode::Update(tilegate_core::object::UpdateVersion::etag(ETag::new(
-            "\"a\"",
-        )));
-        let (r, attempts) = scripted(
-            v.clone(),
+        assert_eq!(r.unwrap(), Decision::AlreadyPresent { resent: false });
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
+        let r: Result<Decision<()>, _> = conditional_write(
+            &RetryPolicy::immediate(5),
             Idempotency::Idempotent,
-            &[CONFLICT, PRECONDITION],
+            &PutMode::Create,
+            "k",
+            |_| async { Err(answered(403, "AccessDenied")) },
         )
         .await;
-        assert_eq!((r.unwrap(), attempts), (Decision::Superseded, 2));
-        let (r, _) = scripted(v, Idempotency::Idempotent, &[Some((404, "NoSuchKey"))]).await;
-        assert_eq!(r.unwrap(), Decision::Superseded);
-    }
-
-    /// On CompleteMultipartUpload a 409 means "re-initiate the upload": a retryable error for
-    /// the claim gate, not a repeat of the same completion.
-    #[tokio::test]
-    async fn complete_409_is_a_retryable_error_not_repeated() {
-        let (r, attempts) = scripted(
-            PutMode::Create,
-            Idempotency::CompleteUpload,
-            &[CONFLICT, None],
-        )
-        .await;
-        let f = r.unwrap_err();
-        assert_eq!(attempts, 1);
-        assert!(
-            f.into_store("complete multipart upload", "k")
-                .is_retryable()
-        );
-        let (r, _) = scripted(
-            PutMode::Create,
-            Idempotency::CompleteUpload,
-            &[Some((503, "SlowDown")), PRECONDITION],
-        )
-        .await;
-        assert_eq!(r.unwrap(), Decision::AlreadyPresent);
-    }
-
-    #[tokio::test]
-    async fn auth_errors_are_permanent() {
-        let (r, attempts) = scripted(
-            PutMode::Create,
-            Idempotency::Idempotent,
-            &[Some((403, "AccessDenied"))],
-        )
-        .await;
-        assert_eq!(attempts, 1);
         assert!(!r.unwrap_err().into_store("put", "k").is_retryable());
     }
 
@@ -1344,17 +1149,6 @@ mod tests {
         assert_eq!(parse_content_range("bytes 2-4/10"), Some((2..5, 10)));
         assert_eq!(parse_content_range("bytes 7-9/10"), Some((7..10, 10)));
         assert_eq!(parse_content_range("bytes */10"), None);
-    }
-
-    #[test]
-    fn condition_lists_as_s3_can_send_them() {
-        let a = ETag::new("\"a\"");
-        let list = ConditionList::parse(r#"W/"a", "b""#).unwrap();
-        assert!(matches!(IfMatch::of(&list), IfMatch::One(t) if t == ETag::new("\"b\"")));
-        let weak = ConditionList::parse(r#"W/"a""#).unwrap();
-        assert!(matches!(IfMatch::of(&weak), IfMatch::Never));
-        assert!(matches!(IfNoneMatch::of(&weak), IfNoneMatch::One(t) if t == a));
-        assert!(IfNoneMatch::of(&list).matches(&a));
     }
 
     #[test]

@@ -156,6 +156,37 @@ impl fmt::Display for Prefix {
     }
 }
 
+/// [`validate_key`] as a store refuses a key: [`crate::StoreError::InvalidKey`], with the key
+/// shown escaped and cut to 200 characters.
+pub fn check_store_key(key: &str) -> crate::StoreResult<()> {
+    validate_key(key)
+        .map(|_| ())
+        .map_err(|e| crate::StoreError::InvalidKey {
+            key: shown_key(key),
+            reason: format!("segment `{}`: {}", e.shown, e.reason),
+        })
+}
+
+/// A list prefix as a store accepts it: valid segments, the last one possibly partial.
+pub fn check_list_prefix(prefix: &str) -> crate::StoreResult<()> {
+    let (dir, rest) = prefix.rsplit_once('/').unwrap_or(("", prefix));
+    let bad_rest = !rest
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if (!dir.is_empty() && validate_key(dir).is_err()) || bad_rest {
+        return Err(crate::StoreError::InvalidKey {
+            key: shown_key(prefix),
+            reason: "a list prefix is a key prefix: segments of A-Z, a-z, 0-9, `.`, `_`, `-`"
+                .to_owned(),
+        });
+    }
+    Ok(())
+}
+
+fn shown_key(key: &str) -> String {
+    key.chars().take(200).flat_map(char::escape_debug).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

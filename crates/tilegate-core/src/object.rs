@@ -1,6 +1,10 @@
 //! The object-store contract: create-if-absent, compare-and-swap, conditional reads and
 //! deletes, multipart uploads whose completion honours the same [`PutMode`].
 //!
+//! Every store's [`ETag`] is the token its own preconditions evaluate, compared strongly: the
+//! ETag on S3, Azure and the local disk, the object's generation on GCS (quoted), so a
+//! condition taken from an [`ObjectMeta`] means "this very content" on each of them.
+//!
 //! A rejected precondition is the mechanism succeeding, so it is an outcome value
 //! ([`PutOutcome::AlreadyPresent`], [`PutOutcome::Superseded`]), never an error. Backends
 //! normalise their provider's answers (S3 412 vs 409, Azure 409 vs 412) into these values.
@@ -12,6 +16,10 @@ use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::SystemTime;
+
+/// The user-metadata name of a conditional write's attempt token: read back after a refusal,
+/// it tells a write whose answer was lost (the object in place is its own) from a collision.
+pub const ATTEMPT_METADATA: &str = "tilegate-attempt";
 
 /// An object's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,11 +159,14 @@ pub struct MultipartUpload {
     pub initiated: SystemTime,
 }
 
-/// A part uploaded to a multipart upload.
+/// A part uploaded to a multipart upload. Opaque to callers: they hand it back to
+/// [`ObjectStore::complete_multipart`] unchanged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartId {
     /// 1-based part number.
     pub part_number: u32,
+    /// The store's token for the part: S3's part ETag, the local spool's digest, an Azure
+    /// block ID, a GCS session offset.
     pub e_tag: ETag,
 }
 
@@ -182,7 +193,10 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Every object under `prefix` (for reports and reconciliation; never to count outputs).
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>>;
 
-    /// Start a multipart upload. Metadata is applied at completion.
+    /// Start a multipart upload that will be completed under `opts.mode`. Metadata is applied
+    /// at completion. A store may fix the upload's precondition here (a GCS resumable session
+    /// carries it from its start) and refuse a completion under another mode with
+    /// `NotImplemented`.
     async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String>;
 
     /// Upload one part (1-based `part_number`).

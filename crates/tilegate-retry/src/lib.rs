@@ -7,6 +7,10 @@
 //! provider's `Retry-After` — is here, so that S3, GCS and Azure repeat requests alike and a
 //! request is repeated in one place only (the SDKs' own retries are off).
 
+pub mod write;
+
+pub use write::{Decision, IfMatch, IfNoneMatch, conditional_write, own_write, stamp};
+
 use std::future::Future;
 use std::hash::{BuildHasher as _, RandomState};
 use std::time::Duration;

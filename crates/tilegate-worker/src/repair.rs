@@ -100,8 +100,7 @@ pub async fn prepare(
     })
 }
 
-/// The user-metadata name of a write's attempt token.
-pub const ATTEMPT_METADATA: &str = "tilegate-attempt";
+pub use tilegate_core::object::ATTEMPT_METADATA;
 
 /// Write the recomputed tile with `If-Match` and move the manifest row under its version guard.
 pub async fn commit(b: &Backends, p: Prepared) -> Result<RepairOutcome, RepairError> {
