@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: temporary data directories, the `tilegate`
 //! binary, and GDAL's COG validator.
 
+pub mod lossy;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;

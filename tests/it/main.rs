@@ -4,6 +4,7 @@ mod assemble;
 mod aws_pipeline;
 mod bad_input;
 mod chaos;
+mod clouds;
 mod cog;
 mod conformance;
 mod crash;

@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     init_tracing(cli.global.verbose);
     // GDAL reads s3:// sources through /vsis3/ with the same endpoint and credentials as the
     // AWS SDK (AWS_ENDPOINT_URL, AWS_REGION, ...).
-    tilegate_cog::set_config_options(tilegate_aws::gdal_s3_config());
+    tilegate_cog::set_config_options(tilegate_backends::gdal_config());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// provider's ETag for objects) and size, plus a cheap fingerprint for local files.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceInfo {
-    /// Canonical URI: `file:///absolute/path` or `s3://bucket/key`.
+    /// Canonical URI: `file:///absolute/path`, `s3://bucket/key` or `gs://bucket/key`.
     pub uri: String,
     pub etag: ETag,
     pub size: u64,
@@ -61,12 +61,13 @@ pub trait SourceObjects: Send + Sync + std::fmt::Debug {
     async fn head_source(&self, uri: &str) -> StoreResult<Option<(ETag, u64)>>;
 }
 
-/// The GDAL path of a source URI: `file:///p` → `/p`, `s3://b/k` → `/vsis3/b/k`.
+/// The GDAL path of a source URI: `file:///p` → `/p`, `s3://b/k` → `/vsis3/b/k`,
+/// `gs://b/k` → `/vsigs/b/k`.
 pub fn gdal_path_of(uri: &str) -> Option<String> {
     if let Some(p) = uri.strip_prefix("file://") {
-        Some(p.to_owned())
-    } else {
-        uri.strip_prefix("s3://")
-            .map(|rest| format!("/vsis3/{rest}"))
+        return Some(p.to_owned());
     }
+    [("s3://", "/vsis3/"), ("gs://", "/vsigs/")]
+        .into_iter()
+        .find_map(|(scheme, vsi)| uri.strip_prefix(scheme).map(|rest| format!("{vsi}{rest}")))
 }

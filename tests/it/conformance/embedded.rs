@@ -1,7 +1,7 @@
 //! The conformance suite instantiated for the embedded backend: a local directory for
 //! objects, one SQLite file for tables and queues — a fresh pair per test.
 
-use super::{Capabilities, ChildUrls, Harness, conformance_suite};
+use super::{Capabilities, ChildUrls, Harness, ObjectHarness, conformance_suite};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +29,7 @@ pub async fn harness() -> Arc<dyn Harness> {
 }
 
 #[async_trait]
-impl Harness for Embedded {
+impl ObjectHarness for Embedded {
     fn caps(&self) -> Capabilities {
         Capabilities {
             cross_process: true,
@@ -39,6 +39,8 @@ impl Harness for Embedded {
             last_modified_resolution: Duration::ZERO,
             min_part_size: 0,
             exclusive_receive: true,
+            parts_in_any_order: true,
+            completion_unenforced: None,
         }
     }
 
@@ -46,6 +48,23 @@ impl Harness for Embedded {
         Arc::new(self.objects.clone())
     }
 
+    fn child_urls(&self) -> Option<ChildUrls> {
+        Some(ChildUrls {
+            objects: format!("file://{}", self.objects.root().display()),
+            tables: format!("sqlite://{}", self.db.path().display()),
+        })
+    }
+
+    fn upstream(&self) -> Result<String, &'static str> {
+        Err(
+            "the local store's Create is link(2) in this process: no answer travels that could \
+             be lost",
+        )
+    }
+}
+
+#[async_trait]
+impl Harness for Embedded {
     fn jobs(&self) -> Arc<dyn JobTable> {
         Arc::new(self.db.clone())
     }
@@ -64,13 +83,6 @@ impl Harness for Embedded {
 
     async fn queue(&self, name: &str, max_receive_count: u32) -> Arc<dyn WorkQueue> {
         Arc::new(self.db.queue(name, max_receive_count))
-    }
-
-    fn child_urls(&self) -> Option<ChildUrls> {
-        Some(ChildUrls {
-            objects: format!("file://{}", self.objects.root().display()),
-            tables: format!("sqlite://{}", self.db.path().display()),
-        })
     }
 }
 

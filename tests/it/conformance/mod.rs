@@ -1,9 +1,11 @@
 //! The backend conformance suite: the same test functions run against every backend.
 //!
-//! Each test is a generic `async fn(&dyn Harness)` in [`objects`], [`tables`] or [`queue`]. A
-//! backend joins the suite by implementing [`Harness`] (how to open each store, what it can
-//! do) and adding one line, `conformance_suite!(crate::conformance::<module>::harness);`, in
-//! its own module here — see [`embedded`]. Tests use unique key prefixes, job IDs and queue
+//! Each test is a generic `async fn` in [`objects`] (over an [`ObjectHarness`]), [`tables`] or
+//! [`queue`] (over a [`Harness`]). A backend joins the suite by implementing the harness of the
+//! contracts it implements and adding one line in its own module here:
+//! `conformance_suite!(crate::conformance::<module>::harness);` for a whole backend (see
+//! [`embedded`]), `conformance_suite!(objects: crate::conformance::<module>::harness);` for an
+//! object store alone (see [`gcs`]). Tests use unique key prefixes, job IDs and queue
 //! names, so they run in parallel against one shared server too.
 //!
 //! Where backends legitimately differ (cross-process helpers, key validation, LastModified
@@ -12,9 +14,12 @@
 
 mod aws;
 mod embedded;
+mod gcs;
 mod objects;
 mod queue;
 mod tables;
+
+pub use gcs::emulator as gcs_emulator;
 
 use async_trait::async_trait;
 use std::ffi::OsString;
@@ -46,6 +51,24 @@ pub struct Capabilities {
     /// Two receivers never get the same message within one visibility window (SQS standard
     /// queues promise only at-least-once, so an SQS harness sets this false).
     pub exclusive_receive: bool,
+    /// Parts may be uploaded in any order and replaced under their number (S3, local); a GCS
+    /// resumable session takes them in order, once each.
+    pub parts_in_any_order: bool,
+    /// Whether the server under test evaluates the mode's precondition when a multipart
+    /// upload completes. `Some(why)`: it does not (an emulator's gap), and `why` names the
+    /// scripted-responder test that covers the request instead.
+    pub completion_unenforced: Option<&'static str>,
+}
+
+/// Report a skip because the server under test does not enforce what the test proves.
+pub fn unenforced(test: &str, why: Option<&'static str>) -> bool {
+    match why {
+        Some(why) => {
+            skip(test, why);
+            true
+        }
+        None => false,
+    }
 }
 
 /// How the child helper opens a harness's stores: URLs it understands (`file://<dir>`,
@@ -56,25 +79,39 @@ pub struct ChildUrls {
     pub tables: String,
 }
 
-/// One backend under test.
+/// An object store under test.
 #[async_trait]
-pub trait Harness: Send + Sync {
+pub trait ObjectHarness: Send + Sync {
     fn caps(&self) -> Capabilities;
     fn objects(&self) -> Arc<dyn ObjectStore>;
+    /// For cross-process tests; `None` if the child helper cannot open these stores.
+    fn child_urls(&self) -> Option<ChildUrls>;
+    /// The HTTP server the store talks to, for tests that put a proxy in between; `Err`
+    /// says why there is none.
+    fn upstream(&self) -> Result<String, &'static str> {
+        Err("the store does not talk HTTP")
+    }
+    /// The same store (same bucket and prefix) reached through `endpoint` instead.
+    async fn objects_via(&self, endpoint: &str) -> Arc<dyn ObjectStore> {
+        unreachable!("objects_via({endpoint}) without an upstream")
+    }
+}
+
+/// A whole backend under test: its object store, tables and queue.
+#[async_trait]
+pub trait Harness: ObjectHarness {
     fn jobs(&self) -> Arc<dyn JobTable>;
     fn manifest(&self) -> Arc<dyn ManifestTable>;
     fn claims(&self) -> Arc<dyn ClaimTable>;
     fn counters(&self) -> Arc<dyn CounterTable>;
     /// A fresh queue (the name is unique per test) with its dead-letter queue.
     async fn queue(&self, name: &str, max_receive_count: u32) -> Arc<dyn WorkQueue>;
-    /// For cross-process tests; `None` if the child helper cannot open these stores.
-    fn child_urls(&self) -> Option<ChildUrls>;
 }
 
 /// Instantiate every conformance test for one backend. `$harness` is the path (from the crate
 /// root) of an `async fn() -> Arc<dyn Harness>`; each test gets its own harness.
 macro_rules! conformance_suite {
-    ($harness:path) => {
+    (objects: $harness:path) => {
         conformance_suite!(@group $harness, objects, [
             create_twice_keeps_first,
             update_with_current_etag_writes,
@@ -97,8 +134,11 @@ macro_rules! conformance_suite {
             race_create_same_key,
             race_cas_counter,
             race_create_cross_process,
-            race_cas_counter_cross_process,
+            race_cas_counter_cross_process, lost_answer_is_told_apart,
         ]);
+    };
+    ($harness:path) => {
+        conformance_suite!(objects: $harness);
         conformance_suite!(@group $harness, tables, [
             job_create_twice,
             job_update_versions,
@@ -153,6 +193,26 @@ pub fn unique(tag: &str) -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// What to do when an emulator is not configured: fail in CI, skip elsewhere. `conformance_suite!`
+/// runs the test body right after the harness is built, so a harness can only decline by
+/// ending the test: under nextest each test is its own process and exit status 0 is a pass;
+/// under a runner that shares one process between tests, ending it would end the others too,
+/// so it fails instead of silently passing them.
+pub fn no_emulator(backend: &str, how: &str) -> ! {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the {backend} conformance suite must run in CI, but its emulator is not configured \
+         (run {how}; .ci/test does this)"
+    );
+    eprintln!("SKIPPED conformance::{backend} (no emulator: run {how})");
+    if std::env::var("NEXTEST_EXECUTION_MODE").as_deref() == Ok("process-per-test") {
+        std::process::exit(0);
+    }
+    panic!(
+        "SKIPPED conformance::{backend} (run {how}); run the suite with cargo nextest to skip cleanly"
+    );
 }
 
 /// Say why a test did not run (nextest shows it with `--no-capture` or on failure; the test

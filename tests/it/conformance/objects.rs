@@ -1,15 +1,15 @@
 //! Object-store conformance: create-if-absent, compare-and-swap, conditional reads and
 //! deletes, listing, multipart, key validation, and the races that prove the guards.
 
-use super::{Harness, run_children, skip, unique};
+use super::{ObjectHarness, run_children, skip, unenforced, unique};
 use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tilegate_core::object::{
-    DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, ObjectMeta, ObjectStore,
-    ObjectStoreExt as _, PartId, PutMode, PutOptions, PutOutcome, UpdateVersion,
+    ATTEMPT_METADATA, DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, ObjectMeta,
+    ObjectStore, ObjectStoreExt as _, PartId, PutMode, PutOptions, PutOutcome, UpdateVersion,
 };
 use tilegate_core::{ConditionList, ETag, StoreError};
 
@@ -29,11 +29,11 @@ async fn head(s: &dyn ObjectStore, key: &str) -> ObjectMeta {
 }
 
 /// A part of at least the backend's minimum size, filled with `fill`.
-fn part(h: &dyn Harness, fill: u8, len: usize) -> Bytes {
+fn part(h: &dyn ObjectHarness, fill: u8, len: usize) -> Bytes {
     Bytes::from(vec![fill; len.max(h.caps().min_part_size)])
 }
 
-pub async fn create_twice_keeps_first(h: &dyn Harness) {
+pub async fn create_twice_keeps_first(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/tile.tif", unique("create-twice"));
     let first = written(
@@ -66,7 +66,7 @@ pub async fn create_twice_keeps_first(h: &dyn Harness) {
     assert_eq!(bytes_at(&*s, &key).await, b"first");
 }
 
-pub async fn update_with_current_etag_writes(h: &dyn Harness) {
+pub async fn update_with_current_etag_writes(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/t", unique("update"));
     let v1 = written(s.put_create(&key, Bytes::from_static(b"v1")).await.unwrap());
@@ -91,7 +91,7 @@ pub async fn update_with_current_etag_writes(h: &dyn Harness) {
     assert_eq!(bytes_at(&*s, &key).await, b"v2 longer");
 }
 
-pub async fn update_with_stale_etag_is_superseded(h: &dyn Harness) {
+pub async fn update_with_stale_etag_is_superseded(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/t", unique("stale"));
     let v1 = written(s.put_create(&key, Bytes::from_static(b"v1")).await.unwrap());
@@ -121,7 +121,7 @@ pub async fn update_with_stale_etag_is_superseded(h: &dyn Harness) {
     assert!(s.head(&absent).await.unwrap().is_none());
 }
 
-pub async fn overwrite_replaces(h: &dyn Harness) {
+pub async fn overwrite_replaces(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/t", unique("overwrite"));
     let plain = PutOptions::default();
@@ -143,12 +143,16 @@ pub async fn overwrite_replaces(h: &dyn Harness) {
     assert_eq!(bytes_at(&*s, &key).await, b"bb");
 }
 
-pub async fn metadata_round_trips(h: &dyn Harness) {
+pub async fn metadata_round_trips(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/t", unique("metadata"));
     let mut opts = PutOptions::create();
     opts.metadata.insert("attempt".into(), "a-1".into());
     opts.metadata.insert("owner".into(), "worker-7".into());
+    // A conditional write's attempt token is metadata too: the caller's own is kept as given
+    // (cloud stores add one where the caller set none).
+    opts.metadata
+        .insert(ATTEMPT_METADATA.into(), "caller-token".into());
     let w = written(
         s.put_opts(&key, Bytes::from_static(b"x"), opts.clone())
             .await
@@ -162,7 +166,7 @@ pub async fn metadata_round_trips(h: &dyn Harness) {
     );
 }
 
-pub async fn head_and_get_of_absent(h: &dyn Harness) {
+pub async fn head_and_get_of_absent(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/missing.tif", unique("absent"));
     assert_eq!(s.head(&key).await.unwrap(), None);
@@ -171,7 +175,7 @@ pub async fn head_and_get_of_absent(h: &dyn Harness) {
     assert!(!err.is_retryable());
 }
 
-pub async fn get_ranges(h: &dyn Harness) {
+pub async fn get_ranges(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/digits", unique("ranges"));
     let w = written(
@@ -203,7 +207,7 @@ pub async fn get_ranges(h: &dyn Harness) {
     );
 }
 
-pub async fn get_if_match(h: &dyn Harness) {
+pub async fn get_if_match(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/t", unique("if-match"));
     let w = written(
@@ -258,7 +262,7 @@ pub async fn get_if_match(h: &dyn Harness) {
     }
 }
 
-pub async fn get_if_none_match(h: &dyn Harness) {
+pub async fn get_if_none_match(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/t", unique("if-none-match"));
     let w = written(
@@ -310,7 +314,7 @@ pub async fn get_if_none_match(h: &dyn Harness) {
     );
 }
 
-pub async fn conditional_delete(h: &dyn Harness) {
+pub async fn conditional_delete(h: &dyn ObjectHarness) {
     let s = h.objects();
     let base = unique("delete");
     let key = format!("{base}/t");
@@ -357,7 +361,7 @@ pub async fn conditional_delete(h: &dyn Harness) {
     assert_eq!(bytes_at(&*s, &key2).await, b"2");
 }
 
-pub async fn list_under_prefix(h: &dyn Harness) {
+pub async fn list_under_prefix(h: &dyn ObjectHarness) {
     let s = h.objects();
     let p = unique("list");
     let keys = [
@@ -401,11 +405,19 @@ pub async fn list_under_prefix(h: &dyn Harness) {
     assert!(s.list(&format!("{p}/zzz")).await.unwrap().is_empty());
 }
 
-async fn upload(s: &dyn ObjectStore, key: &str, parts: &[Bytes]) -> (String, Vec<PartId>) {
-    let id = s
-        .create_multipart(key, &PutOptions::default())
-        .await
-        .unwrap();
+/// Start an upload that will be completed under `mode` (a store may fix the upload's
+/// precondition when it starts it, as a GCS session does) and send `parts` in order.
+async fn upload(
+    s: &dyn ObjectStore,
+    key: &str,
+    mode: &PutMode,
+    parts: &[Bytes],
+) -> (String, Vec<PartId>) {
+    let opts = PutOptions {
+        mode: mode.clone(),
+        ..PutOptions::default()
+    };
+    let id = s.create_multipart(key, &opts).await.unwrap();
     let mut ids = Vec::new();
     for (i, p) in parts.iter().enumerate() {
         let n = u32::try_from(i + 1).unwrap();
@@ -414,14 +426,21 @@ async fn upload(s: &dyn ObjectStore, key: &str, parts: &[Bytes]) -> (String, Vec
     (id, ids)
 }
 
-pub async fn multipart_create_twice(h: &dyn Harness) {
+pub async fn multipart_create_twice(h: &dyn ObjectHarness) {
+    if unenforced(
+        "objects::multipart_create_twice",
+        h.caps().completion_unenforced,
+    ) {
+        return;
+    }
     let s = h.objects();
     let key = format!("{}/scene.tif", unique("mpu"));
     let first = [part(h, b'a', 64), Bytes::from_static(b"tail-1")];
-    let (id1, parts1) = upload(&*s, &key, &first).await;
+    let (id1, parts1) = upload(&*s, &key, &PutMode::Create, &first).await;
     let (id2, parts2) = upload(
         &*s,
         &key,
+        &PutMode::Create,
         &[part(h, b'b', 64), Bytes::from_static(b"tail-2")],
     )
     .await;
@@ -470,32 +489,35 @@ pub async fn multipart_create_twice(h: &dyn Harness) {
     let _ = s.abort_multipart(&key, &id2).await;
 }
 
-pub async fn multipart_update_honours_etag(h: &dyn Harness) {
+pub async fn multipart_update_honours_etag(h: &dyn ObjectHarness) {
+    if unenforced(
+        "objects::multipart_update_honours_etag",
+        h.caps().completion_unenforced,
+    ) {
+        return;
+    }
     let s = h.objects();
     let key = format!("{}/scene.tif", unique("mpu-update"));
     let v1 = written(s.put_create(&key, Bytes::from_static(b"v1")).await.unwrap());
 
-    let (id, parts) = upload(&*s, &key, &[part(h, b'c', 32), Bytes::from_static(b"!")]).await;
+    let update = PutMode::Update(UpdateVersion::from(&v1));
+    let (id, parts) = upload(
+        &*s,
+        &key,
+        &update,
+        &[part(h, b'c', 32), Bytes::from_static(b"!")],
+    )
+    .await;
     let v2 = written(
-        s.complete_multipart(
-            &key,
-            &id,
-            &parts,
-            &PutMode::Update(UpdateVersion::from(&v1)),
-        )
-        .await
-        .unwrap(),
+        s.complete_multipart(&key, &id, &parts, &update)
+            .await
+            .unwrap(),
     );
     assert_ne!(v2.e_tag, v1.e_tag);
 
-    let (id, parts) = upload(&*s, &key, &[Bytes::from_static(b"stale")]).await;
+    let (id, parts) = upload(&*s, &key, &update, &[Bytes::from_static(b"stale")]).await;
     let out = s
-        .complete_multipart(
-            &key,
-            &id,
-            &parts,
-            &PutMode::Update(UpdateVersion::from(&v1)),
-        )
+        .complete_multipart(&key, &id, &parts, &update)
         .await
         .unwrap();
     assert_eq!(out, PutOutcome::Superseded);
@@ -505,11 +527,18 @@ pub async fn multipart_update_honours_etag(h: &dyn Harness) {
 
 /// Parts uploaded out of order, a part uploaded again under its number (the later bytes win),
 /// a stale part ETag refused, and completion with a subset of the uploaded parts.
-pub async fn multipart_parts_out_of_order_and_replaced(h: &dyn Harness) {
+pub async fn multipart_parts_out_of_order_and_replaced(h: &dyn ObjectHarness) {
+    if !h.caps().parts_in_any_order {
+        skip(
+            "objects::multipart_parts_out_of_order_and_replaced",
+            "this store takes parts in order, once each (and refuses others with an error)",
+        );
+        return;
+    }
     let s = h.objects();
     let key = format!("{}/scene.tif", unique("mpu-order"));
     let id = s
-        .create_multipart(&key, &PutOptions::default())
+        .create_multipart(&key, &PutOptions::create())
         .await
         .unwrap();
     let p2 = s.upload_part(&key, &id, 2, part(h, b'2', 8)).await.unwrap();
@@ -538,7 +567,7 @@ pub async fn multipart_parts_out_of_order_and_replaced(h: &dyn Harness) {
 }
 
 /// The in-order case every uploader produces: many parts, then exactly those completed.
-pub async fn multipart_in_order_parts(h: &dyn Harness) {
+pub async fn multipart_in_order_parts(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/scene.tif", unique("mpu-seq"));
     let parts = [
@@ -547,7 +576,7 @@ pub async fn multipart_in_order_parts(h: &dyn Harness) {
         part(h, b'c', 4),
         Bytes::from_static(b"z"),
     ];
-    let (id, ids) = upload(&*s, &key, &parts).await;
+    let (id, ids) = upload(&*s, &key, &PutMode::Create, &parts).await;
     let w = written(
         s.complete_multipart(&key, &id, &ids, &PutMode::Create)
             .await
@@ -566,10 +595,16 @@ pub async fn multipart_in_order_parts(h: &dyn Harness) {
     );
 }
 
-pub async fn multipart_abort(h: &dyn Harness) {
+pub async fn multipart_abort(h: &dyn ObjectHarness) {
     let s = h.objects();
     let key = format!("{}/scene.tif", unique("mpu-abort"));
-    let (id, parts) = upload(&*s, &key, &[Bytes::from_static(b"doomed")]).await;
+    let (id, parts) = upload(
+        &*s,
+        &key,
+        &PutMode::Create,
+        &[Bytes::from_static(b"doomed")],
+    )
+    .await;
     s.abort_multipart(&key, &id).await.unwrap();
     assert!(
         s.list_multipart(&key, None)
@@ -591,7 +626,7 @@ pub async fn multipart_abort(h: &dyn Harness) {
     assert!(matches!(err, StoreError::NotFound { .. }), "{err:?}");
 }
 
-pub async fn list_multipart_older_than(h: &dyn Harness) {
+pub async fn list_multipart_older_than(h: &dyn ObjectHarness) {
     let s = h.objects();
     let p = unique("mpu-list");
     let key_a = format!("{p}/a.tif");
@@ -653,7 +688,7 @@ pub async fn list_multipart_older_than(h: &dyn Harness) {
     );
 }
 
-pub async fn invalid_keys_refused(h: &dyn Harness) {
+pub async fn invalid_keys_refused(h: &dyn ObjectHarness) {
     let caps = h.caps();
     if !caps.refuses_invalid_keys {
         skip(
@@ -707,7 +742,7 @@ pub async fn invalid_keys_refused(h: &dyn Harness) {
 
 /// 32 writers Create one key with different bytes at once: exactly one wins, and the stored
 /// bytes are the winner's.
-pub async fn race_create_same_key(h: &dyn Harness) {
+pub async fn race_create_same_key(h: &dyn ObjectHarness) {
     const WRITERS: usize = 32;
     let s = h.objects();
     let key = format!("{}/tile.tif", unique("race-create"));
@@ -761,7 +796,7 @@ async fn cas_increment(s: &dyn ObjectStore, key: &str) -> u32 {
 }
 
 /// 8 tasks × 25 compare-and-swap increments: the final count is exactly 200.
-pub async fn race_cas_counter(h: &dyn Harness) {
+pub async fn race_cas_counter(h: &dyn ObjectHarness) {
     const TASKS: u64 = 8;
     const EACH: u64 = 25;
     let s = h.objects();
@@ -790,7 +825,7 @@ pub async fn race_cas_counter(h: &dyn Harness) {
 }
 
 /// 4 processes Create one key at once: exactly one `written`.
-pub async fn race_create_cross_process(h: &dyn Harness) {
+pub async fn race_create_cross_process(h: &dyn ObjectHarness) {
     let Some(urls) = h.child_urls().filter(|_| h.caps().cross_process) else {
         skip(
             "objects::race_create_cross_process",
@@ -835,7 +870,7 @@ pub async fn race_create_cross_process(h: &dyn Harness) {
 }
 
 /// 4 processes × 25 compare-and-swap increments of one object: exactly 100.
-pub async fn race_cas_counter_cross_process(h: &dyn Harness) {
+pub async fn race_cas_counter_cross_process(h: &dyn ObjectHarness) {
     let Some(urls) = h.child_urls().filter(|_| h.caps().cross_process) else {
         skip(
             "objects::race_cas_counter_cross_process",
@@ -862,4 +897,73 @@ pub async fn race_cas_counter_cross_process(h: &dyn Harness) {
         assert!(o.last().is_some_and(|l| l.starts_with("done")), "{o:?}");
     }
     assert_eq!(bytes_at(&*s, &key).await, b"100");
+}
+
+/// A write whose first attempt landed but whose answer was lost is refused when the store
+/// sends it again; the store reads the object back and its attempt token tells its own write
+/// (`Written`) from another's (`AlreadyPresent`, `Superseded`). The loss is real: a proxy
+/// forwards the request to the server and closes the client's connection unanswered.
+pub async fn lost_answer_is_told_apart(h: &dyn ObjectHarness) {
+    let upstream = match h.upstream() {
+        Ok(u) => u,
+        Err(why) => {
+            skip("objects::lost_answer_is_told_apart", why);
+            return;
+        }
+    };
+    let proxy = tilegate_tests::lossy::LossyProxy::start(&upstream).await;
+    let lossy = h.objects_via(&proxy.url).await;
+    let s = h.objects();
+    let p = unique("lost-answer");
+
+    // Its own write: Written, the bytes are its own, one answer was lost.
+    let key = format!("{p}/mine.tif");
+    proxy.lose_next_writes(1);
+    let w = written(
+        lossy
+            .put_create(&key, Bytes::from_static(b"mine"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        proxy.lost(),
+        1,
+        "the proxy lost no answer: {:?}",
+        proxy.seen()
+    );
+    assert_eq!(bytes_at(&*s, &key).await, b"mine");
+    assert_eq!(head(&*s, &key).await.e_tag, w.e_tag);
+
+    // Another's object: the lost first attempt was refused too, and so is the resend.
+    let key = format!("{p}/theirs.tif");
+    let theirs = written(
+        s.put_create(&key, Bytes::from_static(b"theirs"))
+            .await
+            .unwrap(),
+    );
+    proxy.lose_next_writes(1);
+    let out = lossy
+        .put_create(&key, Bytes::from_static(b"mine"))
+        .await
+        .unwrap();
+    assert_eq!(out, PutOutcome::AlreadyPresent);
+    assert_eq!(proxy.lost(), 2);
+    assert_eq!(head(&*s, &key).await.e_tag, theirs.e_tag);
+
+    // An Update whose answer was lost: the resend's If-Match is stale, yet it was this write.
+    let key = format!("{p}/mine.tif");
+    proxy.lose_next_writes(1);
+    let v2 = written(
+        lossy
+            .put_update(
+                &key,
+                Bytes::from_static(b"mine v2"),
+                UpdateVersion::from(&w),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(proxy.lost(), 3);
+    assert_eq!(bytes_at(&*s, &key).await, b"mine v2");
+    assert_eq!(head(&*s, &key).await.e_tag, v2.e_tag);
 }

@@ -1,0 +1,222 @@
+//! What a GCS answer proves: one pure classifier over (status, reason), and the failure the
+//! shared retry loop sees.
+//!
+//! GCS's JSON API documents its answers by status ("HTTP status and error codes for JSON"):
+//! 412 `conditionNotMet` for a failed `ifGenerationMatch`, 304 for a matched
+//! `ifGenerationNotMatch`, 404 `notFound`, 429 `rateLimitExceeded`, 408 and 5xx as retryable.
+//! fake-gcs-server 1.54 sends other reason strings (`Precondition Failed`), so every class is
+//! decided by the status code; the reason only tells a missing bucket from a missing object.
+
+use std::fmt;
+use std::time::Duration;
+use tilegate_core::StoreError;
+use tilegate_retry::{Answer, Attempted};
+
+/// Classify one GCS answer. `reason` is the first error item's reason or the message, where
+/// the body carried one.
+pub fn classify(status: Option<u16>, message: Option<&str>) -> Answer {
+    let Some(status) = status else {
+        // No answer at all: network, timeout, an unreadable body.
+        return Answer::Transient;
+    };
+    match status {
+        304 => Answer::NotModified,
+        412 => Answer::PreconditionFailed,
+        404 if message.is_some_and(|m| m.to_ascii_lowercase().contains("bucket")) => {
+            Answer::MissingResource
+        }
+        404 => Answer::NoSuchKey,
+        416 => Answer::InvalidRange,
+        429 => Answer::Throttled,
+        408 | 500..=599 => Answer::Transient,
+        _ => Answer::Permanent,
+    }
+}
+
+/// The errors this crate names itself.
+#[derive(Debug, thiserror::Error)]
+pub enum GcsError {
+    /// GCS answered with an error.
+    #[error("gcs answered HTTP {status}: {message}")]
+    Service { status: u16, message: String },
+    /// No usable answer arrived.
+    #[error("reach gcs: {detail}")]
+    Transport { detail: String },
+    /// Credentials could not be found or refreshed.
+    #[error("authenticate to gcs: {detail}")]
+    Auth { detail: String },
+    /// A `gs://` URL that cannot be used.
+    #[error("parse `{url}`: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    /// A range read that starts at or past the end of the object.
+    #[error("serve byte range {start}..{end}: the object has only {size} bytes")]
+    RangeNotSatisfiable { start: u64, end: u64, size: u64 },
+    /// A range whose end is not after its start.
+    #[error("serve byte range {start}..{end}: the range is empty or reversed")]
+    EmptyRange { start: u64, end: u64 },
+    /// The object kept changing between reading its metadata and its bytes.
+    #[error("read a stable version: the object changed {attempts} times while it was read")]
+    Unstable { attempts: u32 },
+    /// A resumable session record that cannot be read.
+    #[error("read the upload record: {detail}")]
+    UploadRecord { detail: String },
+    /// A multipart request this store cannot serve (a session is written in order).
+    #[error("{detail}")]
+    UploadOrder { detail: String },
+}
+
+/// One failed request: its classification and the error behind it.
+#[derive(Debug)]
+pub struct Failure {
+    pub answer: Answer,
+    pub status: Option<u16>,
+    pub error: GcsError,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl Failure {
+    /// Classify an error of the client.
+    pub fn of(e: gcloud_storage::http::Error) -> Self {
+        use gcloud_storage::http::Error as E;
+        let (status, error) = match e {
+            E::Response(r) => {
+                let message = r
+                    .errors
+                    .first()
+                    .map(|i| format!("{} ({})", r.message, i.reason))
+                    .unwrap_or(r.message);
+                (
+                    Some(r.code),
+                    GcsError::Service {
+                        status: r.code,
+                        message,
+                    },
+                )
+            }
+            E::HttpClient(e) | E::RawResponse(e, _) => match e.status() {
+                Some(s) => (
+                    Some(s.as_u16()),
+                    GcsError::Service {
+                        status: s.as_u16(),
+                        message: e.to_string(),
+                    },
+                ),
+                None => (
+                    None,
+                    GcsError::Transport {
+                        detail: tilegate_core::error::chain(&e),
+                    },
+                ),
+            },
+            E::HttpMiddleware(e) => (
+                None,
+                GcsError::Transport {
+                    detail: format!("{e:#}"),
+                },
+            ),
+            E::TokenSource(e) => {
+                return Self {
+                    answer: Answer::Permanent,
+                    status: None,
+                    error: GcsError::Auth {
+                        detail: e.to_string(),
+                    },
+                };
+            }
+            E::InvalidRangeHeader(h) => {
+                return Self {
+                    answer: Answer::Permanent,
+                    status: None,
+                    error: GcsError::Transport {
+                        detail: format!("unreadable Range header `{h}`"),
+                    },
+                };
+            }
+        };
+        let message = match &error {
+            GcsError::Service { message, .. } => Some(message.as_str()),
+            _ => None,
+        };
+        Self {
+            answer: classify(status, message),
+            status,
+            error,
+        }
+    }
+
+    /// A failure the store detected itself.
+    pub fn own(answer: Answer, error: GcsError) -> Self {
+        Self {
+            answer,
+            status: None,
+            error,
+        }
+    }
+
+    /// The contract's error for this failure of `operation` on `key`.
+    pub fn into_store(self, operation: &'static str, key: &str) -> StoreError {
+        match self.answer {
+            Answer::NoSuchKey => StoreError::NotFound {
+                what: "object",
+                key: key.to_owned(),
+            },
+            Answer::NoSuchUpload => StoreError::NotFound {
+                what: "multipart upload",
+                key: key.to_owned(),
+            },
+            answer => StoreError::backend(operation, key, answer.retry(), self.error),
+        }
+    }
+}
+
+impl Attempted for Failure {
+    fn answer(&self) -> Answer {
+        self.answer
+    }
+    fn retry_after(&self) -> Option<Duration> {
+        None
+    }
+    fn status(&self) -> Option<u16> {
+        self.status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_are_decided_by_status() {
+        // GCS's reason and the emulator's differ; the status decides.
+        assert_eq!(
+            classify(Some(412), Some("conditionNotMet")),
+            Answer::PreconditionFailed
+        );
+        assert_eq!(
+            classify(Some(412), Some("Precondition Failed")),
+            Answer::PreconditionFailed
+        );
+        assert_eq!(classify(Some(304), None), Answer::NotModified);
+        assert_eq!(
+            classify(Some(404), Some("No such object: b/k")),
+            Answer::NoSuchKey
+        );
+        assert_eq!(
+            classify(Some(404), Some("The specified bucket does not exist.")),
+            Answer::MissingResource
+        );
+        assert_eq!(classify(Some(429), None), Answer::Throttled);
+        for s in [408, 500, 502, 503, 504] {
+            assert_eq!(classify(Some(s), None), Answer::Transient, "{s}");
+        }
+        for s in [400, 401, 403, 409] {
+            assert_eq!(classify(Some(s), None), Answer::Permanent, "{s}");
+        }
+        assert_eq!(classify(None, None), Answer::Transient);
+    }
+}

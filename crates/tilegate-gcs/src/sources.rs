@@ -1,0 +1,88 @@
+//! Sources on GCS: `gs://bucket/key` pinned by the object's generation (as the store's ETags
+//! are). Any bucket, any key — source keys belong to the user, so they are not held to
+//! tilegate's output-key rules. GDAL reads them through `/vsigs/` (see [`crate::gdal_gs_config`]).
+
+use crate::error::Failure;
+use crate::store::{client_for, e_tag_of};
+use async_trait::async_trait;
+use gcloud_storage::client::Client;
+use gcloud_storage::http::objects::get::GetObjectRequest;
+use tilegate_core::source::SourceObjects;
+use tilegate_core::{ETag, Retry, StoreError, StoreResult};
+use tilegate_retry::{Answer, Idempotency, RetryPolicy, run};
+use tokio::sync::OnceCell;
+
+/// Looks `gs://` sources up. The client (and its credentials) is made on first use, so a
+/// deployment that reads only local files never looks for Google credentials.
+#[derive(Default)]
+pub struct GcsSources {
+    client: OnceCell<Client>,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for GcsSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcsSources").finish_non_exhaustive()
+    }
+}
+
+impl GcsSources {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// Split `gs://bucket/key` into its parts.
+pub fn split_source(uri: &str) -> StoreResult<(&str, &str)> {
+    uri.strip_prefix("gs://")
+        .and_then(|rest| rest.split_once('/'))
+        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+        .ok_or_else(|| StoreError::InvalidKey {
+            key: uri.to_owned(),
+            reason: "expected gs://bucket/key".into(),
+        })
+}
+
+#[async_trait]
+impl SourceObjects for GcsSources {
+    fn schemes(&self) -> &'static [&'static str] {
+        &["gs"]
+    }
+
+    async fn head_source(&self, uri: &str) -> StoreResult<Option<(ETag, u64)>> {
+        let (bucket, key) = split_source(uri)?;
+        let client = self
+            .client
+            .get_or_try_init(|| async {
+                let (endpoint, emulator) = crate::endpoint();
+                client_for(&endpoint, emulator).await.map(|(c, _)| c)
+            })
+            .await
+            .map_err(|e| StoreError::backend("head source", uri, Retry::Permanent, e))?;
+        let req = GetObjectRequest {
+            bucket: bucket.to_owned(),
+            object: key.to_owned(),
+            ..GetObjectRequest::default()
+        };
+        match run(
+            &self.retry,
+            Idempotency::Idempotent,
+            "head source",
+            uri,
+            |_| async { client.get_object(&req).await.map_err(Failure::of) },
+        )
+        .await
+        {
+            Ok(o) => Ok(Some((
+                e_tag_of(o.generation),
+                u64::try_from(o.size).unwrap_or(0),
+            ))),
+            Err(f) if f.answer == Answer::NoSuchKey => Ok(None),
+            Err(f) if f.answer == Answer::MissingResource => Err(StoreError::NotFound {
+                what: "gcs bucket",
+                key: bucket.to_owned(),
+            }),
+            Err(f) => Err(f.into_store("head source", uri)),
+        }
+    }
+}
