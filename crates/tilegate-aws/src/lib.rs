@@ -34,30 +34,12 @@ pub use sqs::SqsQueue;
 pub use url::S3Location;
 
 use std::sync::Arc;
+pub use tilegate_core::backends::InitReport;
 use tilegate_core::{Backends, StoreResult};
 
 /// Opening and initialising a whole AWS deployment.
 #[derive(Debug, Clone, Copy)]
 pub struct AwsBackends;
-
-/// What [`AwsBackends::init`] did: each resource as `kind name`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InitReport {
-    /// Created by this call.
-    pub created: Vec<String>,
-    /// Already there (success: init is idempotent).
-    pub existing: Vec<String>,
-}
-
-impl InitReport {
-    fn note(&mut self, created: bool, what: String) {
-        if created {
-            self.created.push(what);
-        } else {
-            self.existing.push(what);
-        }
-    }
-}
 
 impl AwsBackends {
     /// Open the three stores from their URLs (one SDK configuration for all). The bucket, the

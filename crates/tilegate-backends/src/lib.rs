@@ -212,22 +212,7 @@ impl Tables {
     }
 }
 
-/// What `init` did: each resource as `kind name`.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct InitReport {
-    pub created: Vec<String>,
-    pub existing: Vec<String>,
-}
-
-impl InitReport {
-    fn note(&mut self, created: bool, what: String) {
-        if created {
-            self.created.push(what);
-        } else {
-            self.existing.push(what);
-        }
-    }
-}
+pub use tilegate_core::backends::InitReport;
 
 /// `tilegate init`: create the cloud resources of the selection, idempotently ("already
 /// exists" is success). The bucket or container of `--objects` is created only if

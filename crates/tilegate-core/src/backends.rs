@@ -19,3 +19,23 @@ pub struct Backends {
     /// Where remote sources (`s3://`) are pinned; `None` if only local files can be read.
     pub sources: Option<Arc<dyn SourceObjects>>,
 }
+
+/// What an `init` did: each resource as `kind name`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InitReport {
+    /// Created by this call.
+    pub created: Vec<String>,
+    /// Already there (success: init is idempotent).
+    pub existing: Vec<String>,
+}
+
+impl InitReport {
+    /// Record one resource.
+    pub fn note(&mut self, created: bool, what: String) {
+        if created {
+            self.created.push(what);
+        } else {
+            self.existing.push(what);
+        }
+    }
+}
