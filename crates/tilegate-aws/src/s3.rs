@@ -690,42 +690,16 @@ impl ObjectStore for S3Store {
         )
         .await
         .map_err(|f| f.into_store("put", key))?;
-        if decision.maybe_own()
-            && let Some(meta) = tilegate_retry::own_write(self.head(key).await?, &token)
-        {
-            info!(
-                store = "s3",
-                key,
-                outcome = "written",
-                "put refused on a resend, but the object in place is this write's own (its first answer was lost)"
-            );
-            return Ok(PutOutcome::Written(meta));
-        }
-        match decision {
-            Decision::Applied(e_tag) => {
-                let meta = self.written_meta(key, e_tag, Some(size), &stamped).await?;
-                debug!(store = "s3", key, outcome = "written", size, "put");
-                Ok(PutOutcome::Written(meta))
-            }
-            Decision::AlreadyPresent { .. } => {
-                info!(
-                    store = "s3",
-                    key,
-                    outcome = "already-present",
-                    "put refused by If-None-Match"
-                );
-                Ok(PutOutcome::AlreadyPresent)
-            }
-            Decision::Superseded { .. } => {
-                info!(
-                    store = "s3",
-                    key,
-                    outcome = "superseded",
-                    "put refused by If-Match"
-                );
-                Ok(PutOutcome::Superseded)
-            }
-        }
+        tilegate_retry::settle(
+            "s3",
+            key,
+            "put",
+            decision,
+            &token,
+            self.head(key),
+            async |e_tag| self.written_meta(key, e_tag, Some(size), &stamped).await,
+        )
+        .await
     }
 
     async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {

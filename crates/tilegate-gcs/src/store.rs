@@ -29,7 +29,7 @@ use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::{
     Answer, Decision, Idempotency, IfMatch, IfNoneMatch, RetryPolicy, conditional_write, run,
 };
-use tracing::{debug, info};
+use tracing::debug;
 
 /// How often a read re-reads an object that keeps changing under it (its metadata and its
 /// bytes are two requests; a writer may replace it in between, and a busy compare-and-swap
@@ -315,8 +315,7 @@ impl GcsStore {
         .await
     }
 
-    /// Settle a write's decision: a refusal after a lost answer is read back, and is
-    /// `Written` if the object in place carries this write's attempt token.
+    /// Settle a write's decision (see [`tilegate_retry::settle`]).
     pub(crate) async fn settle(
         &self,
         key: &str,
@@ -324,48 +323,16 @@ impl GcsStore {
         token: &str,
         operation: &'static str,
     ) -> StoreResult<PutOutcome> {
-        if decision.maybe_own()
-            && let Some(meta) = tilegate_retry::own_write(self.head(key).await?, token)
-        {
-            info!(
-                store = "gcs",
-                key,
-                outcome = "written",
-                "{operation} refused on a resend, but the object in place is this write's own (its first answer was lost)"
-            );
-            return Ok(PutOutcome::Written(meta));
-        }
-        Ok(match decision {
-            Decision::Applied(o) => {
-                let meta = self.meta_of(o);
-                debug!(
-                    store = "gcs",
-                    key,
-                    outcome = "written",
-                    size = meta.size,
-                    "{operation}"
-                );
-                PutOutcome::Written(meta)
-            }
-            Decision::AlreadyPresent { .. } => {
-                info!(
-                    store = "gcs",
-                    key,
-                    outcome = "already-present",
-                    "{operation} refused by ifGenerationMatch=0"
-                );
-                PutOutcome::AlreadyPresent
-            }
-            Decision::Superseded { .. } => {
-                info!(
-                    store = "gcs",
-                    key,
-                    outcome = "superseded",
-                    "{operation} refused by ifGenerationMatch"
-                );
-                PutOutcome::Superseded
-            }
-        })
+        tilegate_retry::settle(
+            "gcs",
+            key,
+            operation,
+            decision,
+            token,
+            self.head(key),
+            async |o| Ok(self.meta_of(o)),
+        )
+        .await
     }
 
     /// Read `range` of `full` pinned to `generation`; `None` if that generation is gone.

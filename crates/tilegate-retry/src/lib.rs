@@ -9,7 +9,7 @@
 
 pub mod write;
 
-pub use write::{Decision, IfMatch, IfNoneMatch, conditional_write, own_write, stamp};
+pub use write::{Decision, IfMatch, IfNoneMatch, conditional_write, own_write, settle, stamp};
 
 use std::future::Future;
 use std::hash::{BuildHasher as _, RandomState};

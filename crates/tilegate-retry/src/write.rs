@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tilegate_core::ConditionList;
+use tilegate_core::StoreResult;
 use tilegate_core::etag::ETag;
-use tilegate_core::object::{ATTEMPT_METADATA, ObjectMeta, PutMode, PutOptions};
+use tilegate_core::object::{ATTEMPT_METADATA, ObjectMeta, PutMode, PutOptions, PutOutcome};
+use tracing::{debug, info};
 
 /// What a conditional write came to, before the object's metadata is read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +106,67 @@ pub fn stamp(opts: &PutOptions) -> (BTreeMap<String, String>, String) {
 /// The object read back after a refusal, if it is the write made with attempt token `token`.
 pub fn own_write(current: Option<ObjectMeta>, token: &str) -> Option<ObjectMeta> {
     current.filter(|m| m.metadata.get(ATTEMPT_METADATA).map(String::as_str) == Some(token))
+}
+
+/// Settle a conditional write's decision into the contract's outcome, the same way on every
+/// cloud store: a refusal that may have followed this write's own lost answer is read back
+/// (`read_back`, a HEAD of the key) and is `Written` if the object in place carries `token`;
+/// otherwise `Applied` becomes `Written` (its metadata by `applied`) and a refusal stands.
+/// Every log line names `store`, the key and the outcome.
+pub async fn settle<T, R>(
+    store: &'static str,
+    key: &str,
+    operation: &'static str,
+    decision: Decision<T>,
+    token: &str,
+    read_back: R,
+    applied: impl AsyncFnOnce(T) -> StoreResult<ObjectMeta>,
+) -> StoreResult<PutOutcome>
+where
+    R: Future<Output = StoreResult<Option<ObjectMeta>>>,
+{
+    if decision.maybe_own()
+        && let Some(meta) = own_write(read_back.await?, token)
+    {
+        info!(
+            store,
+            key,
+            outcome = "written",
+            "{operation} refused on a resend, but the object in place is this write's own (its first answer was lost)"
+        );
+        return Ok(PutOutcome::Written(meta));
+    }
+    Ok(match decision {
+        Decision::Applied(v) => {
+            let meta = applied(v).await?;
+            debug!(
+                store,
+                key,
+                outcome = "written",
+                size = meta.size,
+                "{operation}"
+            );
+            PutOutcome::Written(meta)
+        }
+        Decision::AlreadyPresent { .. } => {
+            info!(
+                store,
+                key,
+                outcome = "already-present",
+                "{operation} refused: an object is in place"
+            );
+            PutOutcome::AlreadyPresent
+        }
+        Decision::Superseded { .. } => {
+            info!(
+                store,
+                key,
+                outcome = "superseded",
+                "{operation} refused: the version changed"
+            );
+            PutOutcome::Superseded
+        }
+    })
 }
 
 /// An `If-Match` list as a store that compares one tag per request can evaluate it: `*`, one
