@@ -2,6 +2,7 @@
 //! binary, and GDAL's COG validator.
 
 pub mod lossy;
+pub mod responder;
 
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -14,3 +14,4 @@ mod hardening;
 mod lambda;
 mod pipeline;
 mod scene;
+mod scripted_gcs;

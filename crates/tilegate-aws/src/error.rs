@@ -134,12 +134,6 @@ pub enum AwsError {
     /// A backend URL that cannot be used.
     #[error("parse backend url `{url}`: {reason}")]
     InvalidUrl { url: String, reason: String },
-    /// A range read that starts at or past the end of the object (HTTP 416).
-    #[error("serve byte range {start}..{end}: the object has only {size} bytes")]
-    RangeNotSatisfiable { start: u64, end: u64, size: u64 },
-    /// A range whose end is not after its start.
-    #[error("serve byte range {start}..{end}: the range is empty or reversed")]
-    EmptyRange { start: u64, end: u64 },
     /// A queue message larger than the contract allows.
     #[error("send a message of {size} bytes: the limit is {limit}")]
     MessageTooLarge { size: usize, limit: usize },

@@ -48,7 +48,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tilegate_core::keys::{check_list_prefix, check_store_key as check_key};
 use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
-    ObjectStore, PartId, PutMode, PutOptions, PutOutcome,
+    ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::{Decision, IfMatch, IfNoneMatch};
@@ -559,16 +559,12 @@ impl S3Store {
                 range: 0..0,
                 bytes: Bytes::new(),
             })),
-            Some(meta) => Err(own_error(
-                "get",
-                key,
-                Retry::Permanent,
-                AwsError::RangeNotSatisfiable {
-                    start: r.start,
-                    end: r.end,
-                    size: meta.size,
-                },
-            )),
+            Some(meta) => Err(RangeError::NotSatisfiable {
+                start: r.start,
+                end: r.end,
+                size: meta.size,
+            }
+            .into_store(key)),
         }
     }
 }
@@ -588,19 +584,7 @@ impl ObjectStore for S3Store {
 
     async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
         check_key(key)?;
-        if let Some(r) = &opts.range
-            && r.end <= r.start
-        {
-            return Err(own_error(
-                "get",
-                key,
-                Retry::Permanent,
-                AwsError::EmptyRange {
-                    start: r.start,
-                    end: r.end,
-                },
-            ));
-        }
+        RangeError::check(opts.range.as_ref()).map_err(|e| e.into_store(key))?;
         let im = opts.if_match.as_ref().map(IfMatch::of);
         let inm = opts.if_none_match.as_ref().map(IfNoneMatch::of);
         // One request where S3 can evaluate the conditions itself: at most one tag each, and
@@ -626,11 +610,10 @@ impl ObjectStore for S3Store {
                     key: key.to_owned(),
                 });
             };
-            if im.as_ref().is_some_and(|c| !c.matches(&cur.e_tag)) {
-                return Ok(GetOutcome::PreconditionFailed);
-            }
-            if inm.as_ref().is_some_and(|c| c.matches(&cur.e_tag)) {
-                return Ok(GetOutcome::NotModified);
+            if let Some(refused) =
+                tilegate_retry::read_refusal(im.as_ref(), inm.as_ref(), &cur.e_tag)
+            {
+                return Ok(refused);
             }
             match self
                 .get_once(key, opts.range.clone(), Some(&cur.e_tag), None)

@@ -151,6 +151,56 @@ pub enum DeleteOutcome {
     Superseded,
 }
 
+/// A byte range the contract refuses, the same on every store (S3's 416 and an empty request).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RangeError {
+    /// The range starts at or past the end of a non-empty object.
+    #[error("serve byte range {start}..{end}: the object has only {size} bytes")]
+    NotSatisfiable { start: u64, end: u64, size: u64 },
+    /// The range's end is not after its start.
+    #[error("serve byte range {start}..{end}: the range is empty or reversed")]
+    Empty { start: u64, end: u64 },
+}
+
+impl RangeError {
+    /// Refuse a requested range whose end is not after its start (before any request).
+    pub fn check(range: Option<&Range<u64>>) -> Result<(), Self> {
+        match range {
+            Some(r) if r.end <= r.start => Err(Self::Empty {
+                start: r.start,
+                end: r.end,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The half-open range to serve from an object of `size` bytes, as S3 serves it: the end
+    /// is clamped, any range of an empty object is `0..0`, and a start at or past the end of
+    /// a non-empty object is refused.
+    pub fn serve(range: Option<&Range<u64>>, size: u64) -> Result<Range<u64>, Self> {
+        Self::check(range)?;
+        let Some(r) = range else {
+            return Ok(0..size);
+        };
+        if size == 0 {
+            return Ok(0..0);
+        }
+        if r.start >= size {
+            return Err(Self::NotSatisfiable {
+                start: r.start,
+                end: r.end,
+                size,
+            });
+        }
+        Ok(r.start..r.end.min(size))
+    }
+
+    /// The contract's error for a read of `key` refused so.
+    pub fn into_store(self, key: &str) -> crate::StoreError {
+        crate::StoreError::backend("get", key, crate::Retry::Permanent, self)
+    }
+}
+
 /// An upload in progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MultipartUpload {
@@ -282,3 +332,29 @@ pub trait ObjectStoreExt: ObjectStore {
 }
 
 impl<T: ObjectStore + ?Sized> ObjectStoreExt for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::RangeError;
+
+    #[test]
+    fn ranges_are_served_as_s3_serves_them() {
+        let serve = |r: Option<std::ops::Range<u64>>, size| RangeError::serve(r.as_ref(), size);
+        assert_eq!(serve(None, 10), Ok(0..10));
+        assert_eq!(serve(Some(2..5), 10), Ok(2..5));
+        assert_eq!(serve(Some(7..100), 10), Ok(7..10), "the end is clamped");
+        assert_eq!(serve(Some(0..5), 0), Ok(0..0), "an empty object");
+        assert!(matches!(
+            serve(Some(10..12), 10),
+            Err(RangeError::NotSatisfiable { size: 10, .. })
+        ));
+        assert!(matches!(
+            serve(Some(4..4), 10),
+            Err(RangeError::Empty { .. })
+        ));
+        assert!(matches!(
+            serve(Some(std::ops::Range { start: 5, end: 4 }), 0),
+            Err(RangeError::Empty { .. })
+        ));
+    }
+}

@@ -11,12 +11,9 @@ use tilegate_core::{Retry, StoreError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EmbeddedError {
-    /// A range read that starts at or past the end of a non-empty object (HTTP 416).
-    #[error("serve byte range {start}..{end}: the object has only {size} bytes")]
-    RangeNotSatisfiable { start: u64, end: u64, size: u64 },
-    /// A range whose end is not after its start.
-    #[error("serve byte range {start}..{end}: the range is empty or reversed")]
-    EmptyRange { start: u64, end: u64 },
+    /// A range the contract refuses.
+    #[error(transparent)]
+    Range(#[from] tilegate_core::object::RangeError),
     /// Another writer held the per-key lock for longer than we wait.
     #[error("take the per-key lock within {0:?}: another writer holds it")]
     LockTimeout(Duration),

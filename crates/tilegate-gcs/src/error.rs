@@ -48,12 +48,6 @@ pub enum GcsError {
     /// A `gs://` URL that cannot be used.
     #[error("parse `{url}`: {reason}")]
     InvalidUrl { url: String, reason: String },
-    /// A range read that starts at or past the end of the object.
-    #[error("serve byte range {start}..{end}: the object has only {size} bytes")]
-    RangeNotSatisfiable { start: u64, end: u64, size: u64 },
-    /// A range whose end is not after its start.
-    #[error("serve byte range {start}..{end}: the range is empty or reversed")]
-    EmptyRange { start: u64, end: u64 },
     /// The object kept changing between reading its metadata and its bytes.
     #[error("read a stable version: the object changed {attempts} times while it was read")]
     Unstable { attempts: u32 },

@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tilegate_core::keys::{check_list_prefix, check_store_key};
 use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
-    ObjectStore, PartId, PutMode, PutOptions, PutOutcome,
+    ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::{
@@ -368,26 +368,6 @@ impl GcsStore {
             Err(f) => Err(f),
         }
     }
-
-    /// The range to serve of an object of `size` bytes.
-    fn span(key: &str, want: Option<&Range<u64>>, size: u64) -> StoreResult<Range<u64>> {
-        let Some(r) = want else {
-            return Ok(0..size);
-        };
-        if r.start >= size && size > 0 {
-            return Err(StoreError::backend(
-                "get",
-                key,
-                Retry::Permanent,
-                GcsError::RangeNotSatisfiable {
-                    start: r.start,
-                    end: r.end,
-                    size,
-                },
-            ));
-        }
-        Ok(r.start.min(size)..r.end.min(size))
-    }
 }
 
 #[async_trait]
@@ -407,19 +387,7 @@ impl ObjectStore for GcsStore {
 
     async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
         check_key(key)?;
-        if let Some(r) = &opts.range
-            && r.end <= r.start
-        {
-            return Err(StoreError::backend(
-                "get",
-                key,
-                Retry::Permanent,
-                GcsError::EmptyRange {
-                    start: r.start,
-                    end: r.end,
-                },
-            ));
-        }
+        RangeError::check(opts.range.as_ref()).map_err(|e| e.into_store(key))?;
         let im = opts.if_match.as_ref().map(IfMatch::of);
         let inm = opts.if_none_match.as_ref().map(IfNoneMatch::of);
         // One tag of If-Match is also GCS's own precondition on the metadata read.
@@ -451,13 +419,13 @@ impl ObjectStore for GcsStore {
             };
             let meta = self.meta_of(o);
             // The conditions, on the generation whose bytes are read next (pinned).
-            if im.as_ref().is_some_and(|c| !c.matches(&meta.e_tag)) {
-                return Ok(GetOutcome::PreconditionFailed);
+            if let Some(refused) =
+                tilegate_retry::read_refusal(im.as_ref(), inm.as_ref(), &meta.e_tag)
+            {
+                return Ok(refused);
             }
-            if inm.as_ref().is_some_and(|c| c.matches(&meta.e_tag)) {
-                return Ok(GetOutcome::NotModified);
-            }
-            let range = Self::span(key, opts.range.as_ref(), meta.size)?;
+            let range =
+                RangeError::serve(opts.range.as_ref(), meta.size).map_err(|e| e.into_store(key))?;
             if range.is_empty() {
                 return Ok(GetOutcome::Found(GetResult {
                     meta,
@@ -659,13 +627,5 @@ mod tests {
         assert!(check_key(".tilegate/uploads/x").is_err());
         assert!(check_key("a/.tilegate").is_ok());
         assert!(check_key("a/../b").is_err());
-    }
-
-    #[test]
-    fn spans_clamp_and_refuse_past_the_end() {
-        assert_eq!(GcsStore::span("k", Some(&(7..100)), 10).unwrap(), 7..10);
-        assert_eq!(GcsStore::span("k", None, 10).unwrap(), 0..10);
-        assert!(GcsStore::span("k", Some(&(10..12)), 10).is_err());
-        assert_eq!(GcsStore::span("k", Some(&(0..5)), 0).unwrap(), 0..0);
     }
 }

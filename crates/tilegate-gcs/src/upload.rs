@@ -23,9 +23,10 @@ use gcloud_storage::http::resumable_upload_client::{ChunkSize, UploadStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 use tilegate_core::object::{MultipartUpload, PartId, PutMode, PutOptions, PutOutcome};
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
+use tilegate_retry::record::{initiated_at, no_upload, parse_upload_id, upload_id};
 use tilegate_retry::{Answer, Decision, Idempotency, conditional_write, run};
 use tracing::{info, warn};
 
@@ -85,23 +86,6 @@ impl Sessions {
     }
 }
 
-fn now_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(u64::MAX)
-}
-
-fn no_upload(key: &str) -> StoreError {
-    StoreError::NotFound {
-        what: "multipart upload",
-        key: key.to_owned(),
-    }
-}
-
 fn out_of_order(key: &str, detail: String) -> StoreError {
     StoreError::backend(
         "upload part",
@@ -109,11 +93,6 @@ fn out_of_order(key: &str, detail: String) -> StoreError {
         Retry::Permanent,
         GcsError::UploadOrder { detail },
     )
-}
-
-/// An upload ID: its initiation time (ms) and a random part.
-fn upload_id() -> String {
-    format!("{:013}-{}", now_ms(), uuid::Uuid::new_v4().simple())
 }
 
 impl GcsStore {
@@ -170,7 +149,7 @@ impl GcsStore {
             Err(f) => return Err(f.into_store("create multipart upload", key)),
         };
         let id = upload_id();
-        let initiated_ms = id[..13].parse().unwrap_or_else(|_| now_ms());
+        let initiated_ms = parse_upload_id(&id).map_or(0, |(ms, _)| ms);
         let record = Record {
             key: key.to_owned(),
             session: url.clone(),
@@ -512,7 +491,7 @@ impl GcsStore {
             let Some(r) = self.read_record(&id).await? else {
                 continue;
             };
-            let initiated = UNIX_EPOCH + Duration::from_millis(r.initiated_ms);
+            let initiated = initiated_at(r.initiated_ms);
             if r.key.starts_with(prefix) && older_than.is_none_or(|t| initiated < t) {
                 out.push(MultipartUpload {
                     key: r.key,

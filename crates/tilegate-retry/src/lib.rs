@@ -7,9 +7,12 @@
 //! provider's `Retry-After` — is here, so that S3, GCS and Azure repeat requests alike and a
 //! request is repeated in one place only (the SDKs' own retries are off).
 
+pub mod record;
 pub mod write;
 
-pub use write::{Decision, IfMatch, IfNoneMatch, conditional_write, own_write, settle, stamp};
+pub use write::{
+    Decision, IfMatch, IfNoneMatch, conditional_write, own_write, read_refusal, settle, stamp,
+};
 
 use std::future::Future;
 use std::hash::{BuildHasher as _, RandomState};

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tilegate_core::ConditionList;
 use tilegate_core::StoreResult;
 use tilegate_core::etag::ETag;
-use tilegate_core::object::{ATTEMPT_METADATA, ObjectMeta, PutMode, PutOptions, PutOutcome};
+use tilegate_core::object::{
+    ATTEMPT_METADATA, GetOutcome, ObjectMeta, PutMode, PutOptions, PutOutcome,
+};
 use tracing::{debug, info};
 
 /// What a conditional write came to, before the object's metadata is read back.
@@ -167,6 +169,24 @@ where
             PutOutcome::Superseded
         }
     })
+}
+
+/// What a read's conditions say of the version `current`, evaluated by the store itself (a
+/// list of tags the provider cannot take in one request, or a version read by a HEAD):
+/// `Some(PreconditionFailed)` when `If-Match` fails, `Some(NotModified)` when `If-None-Match`
+/// matches, `None` when the version may be read.
+pub fn read_refusal(
+    if_match: Option<&IfMatch>,
+    if_none_match: Option<&IfNoneMatch>,
+    current: &ETag,
+) -> Option<GetOutcome> {
+    if if_match.is_some_and(|c| !c.matches(current)) {
+        return Some(GetOutcome::PreconditionFailed);
+    }
+    if if_none_match.is_some_and(|c| c.matches(current)) {
+        return Some(GetOutcome::NotModified);
+    }
+    None
 }
 
 /// An `If-Match` list as a store that compares one tag per request can evaluate it: `*`, one

@@ -3,7 +3,7 @@
 //!
 //! What the emulator (1.54) does not enforce, and where it is covered instead: the
 //! precondition of a resumable session at finalisation (`multipart_create_twice`,
-//! `multipart_update_honours_etag` skip with that reason; `tilegate-gcs`'s scripted-responder
+//! `multipart_update_honours_etag` skip with that reason; `crate::scripted_gcs`'s scripted-responder
 //! tests check the session carries `ifGenerationMatch` and that a 412 at finalisation is
 //! `AlreadyPresent`/`Superseded`), and `ifGenerationMatch` on reads and deletes (the store
 //! evaluates read conditions on the generation it then reads pinned, and the scripted tests
@@ -57,7 +57,7 @@ impl ObjectHarness for Gcs {
             parts_in_any_order: false,
             completion_unenforced: Some(
                 "fake-gcs-server 1.54 ignores ifGenerationMatch at resumable finalisation; \
-                 tilegate-gcs's scripted tests cover the session's precondition and its 412",
+                 tests/it/scripted_gcs.rs covers the session's precondition and its 412",
             ),
         }
     }

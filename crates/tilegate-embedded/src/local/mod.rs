@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
-    ObjectStore, PartId, PutMode, PutOptions, PutOutcome, UpdateVersion,
+    ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError, UpdateVersion,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult, keys};
 use tracing::{debug, info, warn};
@@ -129,29 +129,9 @@ fn is_absent(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
 }
 
-/// The half-open range to serve from an object of `size` bytes, as S3 serves it: the end is
-/// clamped; a start at or past the end of a non-empty object is unsatisfiable (416).
+/// The half-open range to serve from an object of `size` bytes (see [`RangeError::serve`]).
 fn resolve_range(range: Option<Range<u64>>, size: u64) -> Result<Range<u64>, EmbeddedError> {
-    let Some(r) = range else {
-        return Ok(0..size);
-    };
-    if r.end <= r.start {
-        return Err(EmbeddedError::EmptyRange {
-            start: r.start,
-            end: r.end,
-        });
-    }
-    if size == 0 {
-        return Ok(0..0);
-    }
-    if r.start >= size {
-        return Err(EmbeddedError::RangeNotSatisfiable {
-            start: r.start,
-            end: r.end,
-            size,
-        });
-    }
-    Ok(r.start..r.end.min(size))
+    Ok(RangeError::serve(range.as_ref(), size)?)
 }
 
 impl Local {

@@ -162,11 +162,11 @@ fn range_resolution() {
     assert_eq!(resolve_range(Some(0..4), 0).unwrap(), 0..0);
     assert!(matches!(
         resolve_range(Some(10..12), 10),
-        Err(EmbeddedError::RangeNotSatisfiable { .. })
+        Err(EmbeddedError::Range(RangeError::NotSatisfiable { .. }))
     ));
     assert!(matches!(
         resolve_range(Some(4..4), 10),
-        Err(EmbeddedError::EmptyRange { .. })
+        Err(EmbeddedError::Range(RangeError::Empty { .. }))
     ));
 }
 
