@@ -353,6 +353,9 @@ impl Aws {
 pub enum Target {
     Embedded,
     Aws(Aws),
+    /// Objects at a cloud store's URL (`gs://…`, `az://…`), tables and queue embedded in the
+    /// data directory.
+    Objects(String),
 }
 
 impl Target {
@@ -360,6 +363,9 @@ impl Target {
         match self {
             Self::Embedded => "embedded",
             Self::Aws(_) => "aws",
+            Self::Objects(url) if url.starts_with("gs://") => "gcs",
+            Self::Objects(url) if url.starts_with("az://") => "azure",
+            Self::Objects(_) => "objects",
         }
     }
 
@@ -372,6 +378,9 @@ impl Target {
             }
             Self::Aws(aws) => {
                 cmd.args(aws.args(data));
+            }
+            Self::Objects(url) => {
+                cmd.arg("--data").arg(data).args(["--objects", url]);
             }
         }
         cmd
@@ -397,6 +406,14 @@ impl Target {
                     .await
                     .expect("connect to the emulator")
             }
+            Self::Objects(url) => tilegate_backends::open(&tilegate_backends::Urls {
+                data: data.to_path_buf(),
+                objects: Some(url.clone()),
+                tables: None,
+                queue: None,
+            })
+            .await
+            .expect("open the stores"),
         }
     }
 }

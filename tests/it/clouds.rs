@@ -138,20 +138,37 @@ async fn outputs(s: &dyn ObjectStore) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A source on the emulator (`gs://…`), pinned by its generation and read by GDAL through
-/// `/vsigs/`, gives the tiles and scene of the same file read locally.
 #[test]
-fn a_gs_source_gives_the_tiles_of_the_local_file() {
-    let _ = crate::conformance::gcs_emulator();
+fn azure_run_matches_the_embedded_run() {
+    let account = crate::conformance::azure_emulator();
+    same_tiles_as_embedded(&format!(
+        "az://{}/{}/out",
+        account.name,
+        crate::conformance::azure_container()
+    ));
+}
+
+/// A source uploaded to `bucket` (`gs://b` or `az://account/c`, created here) gives the tiles
+/// and scene of the same file read locally: pinned by its generation or ETag, read by GDAL
+/// through `/vsigs/` or `/vsiaz/`.
+fn a_cloud_source_gives_the_tiles_of_the_local_file(bucket: &str) {
     let tmp = tempdir();
     let src = tmp.path().join("scene.tif");
     sample(tmp.path(), &src, 1024, 5);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let bucket = format!("gs://{}", crate::conformance::unique("tg-src"));
     let uri = format!("{bucket}/scenes/scene.tif");
+    let init = tg(
+        &tmp.path().join("init"),
+        &["--objects", bucket, "init", "--create-bucket"],
+        &[],
+    );
+    assert!(
+        init.status.success(),
+        "init: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     rt.block_on(async {
-        let s = tilegate_gcs::GcsStore::connect(&bucket).await.unwrap();
-        s.ensure_bucket().await.unwrap();
+        let s = tilegate_backends::open_objects(bucket).await.unwrap();
         let bytes = bytes::Bytes::from(std::fs::read(&src).unwrap());
         s.put_create("scenes/scene.tif", bytes).await.unwrap();
     });
@@ -172,6 +189,25 @@ fn a_gs_source_gives_the_tiles_of_the_local_file() {
     assert_eq!(x.len(), 17);
     assert_eq!(
         x, y,
-        "the gs:// source's tiles or scene differ from the local file's"
+        "the {uri} source's tiles or scene differ from the local file's"
     );
+}
+
+#[test]
+fn a_gs_source_gives_the_tiles_of_the_local_file() {
+    let _ = crate::conformance::gcs_emulator();
+    a_cloud_source_gives_the_tiles_of_the_local_file(&format!(
+        "gs://{}",
+        crate::conformance::unique("tg-src")
+    ));
+}
+
+#[test]
+fn an_az_source_gives_the_tiles_of_the_local_file() {
+    let account = crate::conformance::azure_emulator();
+    a_cloud_source_gives_the_tiles_of_the_local_file(&format!(
+        "az://{}/{}",
+        account.name,
+        crate::conformance::azure_container()
+    ));
 }

@@ -14,4 +14,5 @@ mod hardening;
 mod lambda;
 mod pipeline;
 mod scene;
+mod scripted_azure;
 mod scripted_gcs;

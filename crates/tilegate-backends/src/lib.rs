@@ -5,11 +5,11 @@
 //!
 //! | role    | schemes                                                              |
 //! |---------|----------------------------------------------------------------------|
-//! | objects | `file://DIR`, `s3://bucket/prefix`, `gs://bucket/prefix` |
+//! | objects | `file://DIR`, `s3://bucket/prefix`, `gs://bucket/prefix`, `az://account/container/prefix` |
 //! | tables  | `sqlite://FILE`, `dynamodb://table-prefix`                           |
 //! | queue   | `sqlite://FILE`, `sqs://queue-name`                                  |
 //!
-//! Each cloud is a cargo feature (`aws`, `gcs`, both on by default), so a build
+//! Each cloud is a cargo feature (`aws`, `gcs`, `azure`, all on by default), so a build
 //! that does not use a provider does not link it.
 
 use anyhow::{Context, bail};
@@ -40,6 +40,9 @@ fn object_schemes() -> String {
     if cfg!(feature = "gcs") {
         s.push("gs://bucket/prefix");
     }
+    if cfg!(feature = "azure") {
+        s.push("az://account/container/prefix");
+    }
     s.join(", ")
 }
 
@@ -66,6 +69,14 @@ pub async fn open_objects(url: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
                 .await
                 .with_context(what)?;
             s.check_bucket().await.with_context(what)?;
+            Arc::new(s)
+        }
+        #[cfg(feature = "azure")]
+        "az" => {
+            let s = tilegate_azure::AzureStore::connect(url)
+                .await
+                .with_context(what)?;
+            s.check_container().await.with_context(what)?;
             Arc::new(s)
         }
         _ => bail!("--objects `{url}`: expected one of {}", object_schemes()),
@@ -135,6 +146,8 @@ pub fn gdal_config() -> Vec<(String, String)> {
     out.extend(tilegate_aws::gdal_s3_config());
     #[cfg(feature = "gcs")]
     out.extend(tilegate_gcs::gdal_gs_config());
+    #[cfg(feature = "azure")]
+    out.extend(tilegate_azure::gdal_az_config());
     out
 }
 
@@ -146,6 +159,8 @@ fn sources() -> Option<Arc<dyn SourceObjects>> {
         Arc::new(tilegate_aws::S3Sources::new()),
         #[cfg(feature = "gcs")]
         Arc::new(tilegate_gcs::GcsSources::new()),
+        #[cfg(feature = "azure")]
+        Arc::new(tilegate_azure::AzureSources::new()),
     ];
     (!all.is_empty()).then(|| Arc::new(Sources(all)) as Arc<dyn SourceObjects>)
 }
@@ -159,6 +174,8 @@ const SOURCE_SCHEMES: &[&str] = &[
     "s3",
     #[cfg(feature = "gcs")]
     "gs",
+    #[cfg(feature = "azure")]
+    "az",
 ];
 
 #[async_trait::async_trait]
@@ -232,6 +249,20 @@ pub async fn init(urls: &Urls, create_bucket: bool) -> anyhow::Result<InitReport
                 false
             };
             report.note(created, format!("gcs bucket {}", s.bucket()));
+        }
+        #[cfg(feature = "azure")]
+        Some("az") => {
+            let u = objects.unwrap_or_default();
+            let s = tilegate_azure::AzureStore::connect(u).await?;
+            let created = if create_bucket {
+                s.ensure_container()
+                    .await
+                    .context("create the azure container")?
+            } else {
+                s.check_container().await?;
+                false
+            };
+            report.note(created, format!("azure container {}", s.container()));
         }
         _ => {}
     }

@@ -62,12 +62,33 @@ pub trait SourceObjects: Send + Sync + std::fmt::Debug {
 }
 
 /// The GDAL path of a source URI: `file:///p` → `/p`, `s3://b/k` → `/vsis3/b/k`,
-/// `gs://b/k` → `/vsigs/b/k`.
+/// `gs://b/k` → `/vsigs/b/k`, `az://account/c/k` → `/vsiaz/c/k` (GDAL takes the account from
+/// its configuration, `AZURE_STORAGE_CONNECTION_STRING` or `AZURE_STORAGE_ACCOUNT`).
 pub fn gdal_path_of(uri: &str) -> Option<String> {
     if let Some(p) = uri.strip_prefix("file://") {
         return Some(p.to_owned());
     }
+    if let Some(rest) = uri.strip_prefix("az://") {
+        let (_account, path) = rest.split_once('/')?;
+        return Some(format!("/vsiaz/{path}"));
+    }
     [("s3://", "/vsis3/"), ("gs://", "/vsigs/")]
         .into_iter()
         .find_map(|(scheme, vsi)| uri.strip_prefix(scheme).map(|rest| format!("{vsi}{rest}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gdal_path_of;
+
+    #[test]
+    fn gdal_reads_each_scheme_through_its_vsi_path() {
+        let got = |u| gdal_path_of(u).unwrap();
+        assert_eq!(got("file:///data/a.tif"), "/data/a.tif");
+        assert_eq!(got("s3://b/k/a.tif"), "/vsis3/b/k/a.tif");
+        assert_eq!(got("gs://b/k/a.tif"), "/vsigs/b/k/a.tif");
+        assert_eq!(got("az://acct/c/k/a.tif"), "/vsiaz/c/k/a.tif");
+        assert_eq!(gdal_path_of("az://acct"), None);
+        assert_eq!(gdal_path_of("http://x/a.tif"), None);
+    }
 }

@@ -13,12 +13,14 @@
 //! cannot run prints why instead of passing silently.
 
 mod aws;
+mod azure;
 mod embedded;
 mod gcs;
 mod objects;
 mod queue;
 mod tables;
 
+pub use azure::{container as azure_container, emulator as azure_emulator};
 pub use gcs::emulator as gcs_emulator;
 
 use async_trait::async_trait;
