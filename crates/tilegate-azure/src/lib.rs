@@ -18,14 +18,16 @@
 //! Configuration as Azure's SDKs and GDAL take it: `AZURE_STORAGE_CONNECTION_STRING` with an
 //! `AccountKey` (an account SAS is signed from it: the Rust crate has no shared-key
 //! authorisation) or a `SharedAccessSignature`, and `BlobEndpoint` for an emulator; or
-//! `AZURE_STORAGE_SAS_TOKEN` for the account named in the URL. Azurite (the emulator the tests
-//! run) is reached with its published development key, over plain HTTP.
+//! `AZURE_STORAGE_SAS_TOKEN` for the account named in the URL; or, with neither, Entra ID
+//! tokens for `https://account.blob.core.windows.net` ([`entra`]). Azurite (the emulator the
+//! tests run) is reached with its published development key, over plain HTTP.
 //!
 //! What Azurite 3.35 does not prove: the 412 some Azure front ends answer to a create, and a
 //! service's 5xx or lost answers; the requests tilegate sends there and its classification of
 //! those answers are covered by tests against a scripted responder.
 
 mod blocks;
+pub mod entra;
 pub mod error;
 mod sas;
 mod sources;
@@ -127,6 +129,8 @@ pub enum Auth {
     Key(String),
     /// A SAS token (the query string, without `?`).
     Sas(String),
+    /// Entra ID tokens from this credential (see [`entra`]).
+    Entra(entra::Source),
 }
 
 impl std::fmt::Debug for Auth {
@@ -134,6 +138,7 @@ impl std::fmt::Debug for Auth {
         f.write_str(match self {
             Self::Key(_) => "Key(..)",
             Self::Sas(_) => "Sas(..)",
+            Self::Entra(_) => "Entra(..)",
         })
     }
 }
@@ -176,11 +181,10 @@ impl Account {
                 auth: Auth::Sas(sas.trim_start_matches('?').to_owned()),
             });
         }
-        Err(AzureError::Config {
-            detail: format!(
-                "no credentials for account `{name}`: set AZURE_STORAGE_CONNECTION_STRING (with \
-                 AccountKey or SharedAccessSignature) or AZURE_STORAGE_SAS_TOKEN"
-            ),
+        Ok(Self {
+            name: name.to_owned(),
+            blob_endpoint: format!("https://{name}.blob.core.windows.net"),
+            auth: Auth::Entra(entra::source(get)?),
         })
     }
 
@@ -236,11 +240,15 @@ impl Account {
         })
     }
 
-    /// The SAS query string requests carry (signed now for a key; as given for a SAS).
-    pub(crate) fn sas(&self) -> Result<String, AzureError> {
+    /// The SAS query string requests carry (signed now for a key; as given for a SAS; none
+    /// for Entra ID tokens).
+    pub(crate) fn sas(&self) -> Result<Option<String>, AzureError> {
         match &self.auth {
-            Auth::Sas(s) => Ok(s.clone()),
-            Auth::Key(k) => sas::account_sas(&self.name, k, time::OffsetDateTime::now_utc()),
+            Auth::Sas(s) => Ok(Some(s.clone())),
+            Auth::Key(k) => {
+                sas::account_sas(&self.name, k, time::OffsetDateTime::now_utc()).map(Some)
+            }
+            Auth::Entra(_) => Ok(None),
         }
     }
 }
@@ -327,6 +335,8 @@ mod tests {
         })
         .unwrap();
         assert_eq!(got.auth, Auth::Sas("sv=1&sig=2".into()));
-        assert!(Account::from_settings("acct1", |_| None).is_err());
+        let entra = Account::from_settings("acct1", |_| None).unwrap();
+        assert_eq!(entra.auth, Auth::Entra(entra::Source::DeveloperTools));
+        assert_eq!(entra.blob_endpoint, "https://acct1.blob.core.windows.net");
     }
 }

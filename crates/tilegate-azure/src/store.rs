@@ -62,8 +62,9 @@ impl std::fmt::Debug for AzureStore {
     }
 }
 
-/// A client of `container` in `account`, authorised by a SAS in its URL; the crate's own
-/// retries are off (every request is repeated by `tilegate-retry`, in one place).
+/// A client of `container` in `account`, authorised by a SAS in its URL or by Entra ID
+/// tokens; the crate's own retries are off (every request is repeated by `tilegate-retry`, in
+/// one place).
 pub(crate) fn container_client(
     account: &Account,
     container: &str,
@@ -73,7 +74,11 @@ pub(crate) fn container_client(
             detail: format!("blob endpoint `{}`: {e}", account.blob_endpoint),
         }
     })?;
-    url.set_query(Some(&account.sas()?));
+    url.set_query(account.sas()?.as_deref());
+    let credential = match account.auth {
+        crate::Auth::Entra(source) => Some(crate::entra::credential(source)?),
+        _ => None,
+    };
     let options = BlobContainerClientOptions {
         client_options: ClientOptions {
             retry: RetryOptions::none(),
@@ -81,7 +86,7 @@ pub(crate) fn container_client(
         },
         ..BlobContainerClientOptions::default()
     };
-    BlobContainerClient::new(url, None, Some(options)).map_err(|e| AzureError::Config {
+    BlobContainerClient::new(url, credential, Some(options)).map_err(|e| AzureError::Config {
         detail: e.to_string(),
     })
 }
@@ -685,6 +690,34 @@ mod tests {
         }
         let m = [("k".to_owned(), "line\nbreak".to_owned())].into();
         assert!(to_azure_metadata(&m).is_err());
+    }
+
+    #[test]
+    fn an_entra_client_carries_no_sas_and_needs_https() {
+        let account = Account {
+            name: "acct1".into(),
+            blob_endpoint: "https://acct1.blob.core.windows.net".into(),
+            auth: crate::Auth::Entra(crate::entra::Source::DeveloperTools),
+        };
+        let c = container_client(&account, "tiles").unwrap();
+        assert_eq!(
+            c.url().as_str(),
+            "https://acct1.blob.core.windows.net/tiles"
+        );
+        let plain = Account {
+            blob_endpoint: "http://127.0.0.1:10000/acct1".into(),
+            ..account
+        };
+        assert!(
+            container_client(&plain, "tiles").is_err(),
+            "a token over plain HTTP"
+        );
+        let keyed = Account {
+            auth: crate::Auth::Key(crate::DEV_KEY.into()),
+            ..plain
+        };
+        let c = container_client(&keyed, "tiles").unwrap();
+        assert!(c.url().query().is_some_and(|q| q.contains("sig=")));
     }
 
     #[test]
