@@ -16,20 +16,22 @@
 //! attempt token); `list_multipart` reads the records, `abort_multipart` deletes one.
 
 use crate::error::{AzureError, Failure};
-use crate::store::{AzureStore, RESERVED, to_azure_metadata};
-use azure_core::http::{Etag, RequestContent};
+use crate::store::{AzureStore, conditions, to_azure_metadata};
+use azure_core::http::RequestContent;
 use azure_storage_blob::models::{
     BlockBlobClientCommitBlockListOptions, BlockListType, BlockLookupList,
 };
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tilegate_core::object::{
-    MultipartUpload, ObjectStore as _, PartId, PutMode, PutOptions, PutOutcome,
+    ATTEMPT_METADATA, MultipartUpload, ObjectStore as _, PartId, PutMode, PutOptions, PutOutcome,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
-use tilegate_retry::record::{initiated_at, no_upload, parse_upload_id, upload_id};
+use tilegate_retry::record::{
+    RECORDS, initiated_at, no_upload, parse_upload_id, record_key, upload_id,
+};
 use tilegate_retry::{Answer, Decision, Idempotency, conditional_write, run};
 use tracing::info;
 
@@ -39,7 +41,6 @@ struct Record {
     key: String,
     /// The metadata the committed blob gets (with the attempt token for a conditional mode).
     metadata: BTreeMap<String, String>,
-    token: String,
 }
 
 /// The random part of an upload ID, if it is one.
@@ -73,15 +74,17 @@ fn stamp_now() -> u64 {
 }
 
 impl AzureStore {
-    fn record_key(&self, id: &str) -> String {
-        format!("{RESERVED}/uploads/{id}")
+    fn live_uploads(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn read_record(&self, key: &str, id: &str) -> StoreResult<Option<Record>> {
         if nonce(id).is_none() {
             return Ok(None);
         }
-        let full = self.full(&self.record_key(id));
+        let full = self.full(&record_key(id));
         let blob = self.blob(&full);
         let body = run(
             &self.retry,
@@ -113,7 +116,7 @@ impl AzureStore {
 
     /// Record a new upload of `key`.
     pub(crate) async fn start_blocks(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
-        let (stamped, token) = tilegate_retry::stamp(opts);
+        let (stamped, _) = tilegate_retry::stamp(opts);
         let metadata = match opts.mode {
             PutMode::Overwrite => opts.metadata.clone(),
             _ => stamped,
@@ -123,20 +126,22 @@ impl AzureStore {
         let record = Record {
             key: key.to_owned(),
             metadata,
-            token,
         };
         let body = serde_json::to_vec(&record)
             .map_err(|e| StoreError::backend("record upload", key, Retry::Permanent, e))?;
-        let full = self.full(&self.record_key(&id));
+        let full = self.full(&record_key(&id));
+        let create = PutMode::Create;
+        let conditions = conditions(&create).unwrap_or_default();
         self.put_blob(
             &full,
             &Bytes::from(body),
             &Default::default(),
-            &PutMode::Create,
-            None,
+            &create,
+            &conditions,
         )
         .await
         .map_err(|f| f.into_store("record upload", key))?;
+        self.live_uploads().insert(id.clone(), key.to_owned());
         Ok(id)
     }
 
@@ -151,9 +156,14 @@ impl AzureStore {
         let Some(nonce) = nonce(id) else {
             return Err(no_upload(key));
         };
-        match self.read_record(key, id).await? {
-            Some(r) if r.key == key => {}
-            _ => return Err(no_upload(key)),
+        let known = self.live_uploads().get(id).map(String::as_str) == Some(key);
+        if !known {
+            match self.read_record(key, id).await? {
+                Some(r) if r.key == key => {
+                    self.live_uploads().insert(id.to_owned(), r.key);
+                }
+                _ => return Err(no_upload(key)),
+            }
         }
         let block = block_id(nonce, n, stamp_now());
         let full = self.full(key);
@@ -213,14 +223,18 @@ impl AzureStore {
             .collect::<StoreResult<Vec<String>>>()?;
         self.check_latest(key, &blocks).await?;
         let blocks: Vec<Vec<u8>> = blocks.into_iter().map(String::into_bytes).collect();
-        let expected = match mode {
-            PutMode::Update(v) => match &v.e_tag {
-                Some(t) => Some(Etag::from(t.as_str().to_owned())),
-                None => return self.finish(key, id, Ok(PutOutcome::Superseded)).await,
-            },
-            _ => None,
+        let Some(conditions) = conditions(mode) else {
+            return self.finish(key, id, Ok(PutOutcome::Superseded)).await;
         };
+        let expected = &conditions.0;
         let metadata = to_azure_metadata(&record.metadata)?;
+        // The attempt token is in the metadata of a conditional mode (an Overwrite is never
+        // refused, so it needs none).
+        let token = record
+            .metadata
+            .get(ATTEMPT_METADATA)
+            .cloned()
+            .unwrap_or_default();
         let full = self.full(key);
         let blob = self.blob(&full).block_blob_client();
         let decision = conditional_write(&self.retry, Idempotency::Idempotent, mode, &full, |_| {
@@ -229,8 +243,8 @@ impl AzureStore {
                 ..BlockLookupList::default()
             };
             let options = BlockBlobClientCommitBlockListOptions {
-                if_none_match: matches!(mode, PutMode::Create).then(|| Etag::from("*")),
-                if_match: expected.clone(),
+                if_match: conditions.0.clone(),
+                if_none_match: conditions.1.clone(),
                 metadata: Some(metadata.clone()),
                 ..BlockBlobClientCommitBlockListOptions::default()
             };
@@ -272,7 +286,7 @@ impl AzureStore {
             Err(f) => return Err(f.into_store(OP, key)),
         };
         let outcome = self
-            .settle(key, decision, &record.token, OP, async |_| {
+            .settle(key, decision, &token, OP, async |_| {
                 self.head(key).await?.ok_or_else(|| no_upload(key))
             })
             .await;
@@ -342,8 +356,9 @@ impl AzureStore {
         outcome: StoreResult<PutOutcome>,
     ) -> StoreResult<PutOutcome> {
         let outcome = outcome?;
+        self.live_uploads().remove(id);
         if let Err(e) = self
-            .delete_full(key, &self.full(&self.record_key(id)), None)
+            .delete_full(key, &self.full(&record_key(id)), None)
             .await
         {
             info!(store = "azure", key, upload_id = id, error = %e, "upload record left behind");
@@ -357,7 +372,8 @@ impl AzureStore {
         if nonce(id).is_none() {
             return Err(no_upload(key));
         }
-        self.delete_full(key, &self.full(&self.record_key(id)), None)
+        self.live_uploads().remove(id);
+        self.delete_full(key, &self.full(&record_key(id)), None)
             .await
             .map(|_| ())
     }
@@ -368,7 +384,7 @@ impl AzureStore {
         prefix: &str,
         older_than: Option<SystemTime>,
     ) -> StoreResult<Vec<MultipartUpload>> {
-        let dir = self.full(&format!("{RESERVED}/uploads/"));
+        let dir = self.full(RECORDS);
         let records = self
             .list_full(&dir)
             .await

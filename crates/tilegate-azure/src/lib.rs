@@ -253,26 +253,6 @@ impl Account {
     }
 }
 
-/// GDAL configuration options for reading `az://` sources through `/vsiaz/` with the same
-/// settings: the connection string (GDAL reads `BlobEndpoint`, `AccountKey` and
-/// `SharedAccessSignature` from it) or the account and SAS token, passed through.
-pub fn gdal_az_config() -> Vec<(String, String)> {
-    [
-        "AZURE_STORAGE_CONNECTION_STRING",
-        "AZURE_STORAGE_ACCOUNT",
-        "AZURE_STORAGE_SAS_TOKEN",
-        "AZURE_STORAGE_ACCESS_KEY",
-    ]
-    .into_iter()
-    .filter_map(|k| {
-        std::env::var(k)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .map(|v| (k.to_owned(), v))
-    })
-    .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

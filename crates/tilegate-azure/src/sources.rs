@@ -1,26 +1,54 @@
 //! Sources on Azure Blob: `az://account/container/key` pinned by the blob's ETag. Any
 //! container, any key — source keys belong to the user, so they are not held to tilegate's
-//! output-key rules. GDAL reads them through `/vsiaz/container/key` with the same settings
-//! (see [`crate::gdal_az_config`]).
+//! output-key rules. GDAL reads them through `/vsiaz/container/key`, and finds the same
+//! settings (`AZURE_STORAGE_CONNECTION_STRING`, `AZURE_STORAGE_SAS_TOKEN`) in the environment
+//! itself.
 
 use crate::Account;
-use crate::error::Failure;
+use crate::error::{AzureError, Failure};
 use crate::store::{container_client, meta_of_headers};
 use async_trait::async_trait;
+use azure_storage_blob::BlobContainerClient;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use tilegate_core::source::SourceObjects;
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::{Answer, Idempotency, RetryPolicy, run};
 
 /// Looks `az://` sources up; credentials are read when a source is first looked up, so a
-/// deployment that reads only local files never needs Azure settings.
-#[derive(Debug, Default)]
+/// deployment that reads only local files never needs Azure settings. One client per
+/// container, kept: a source is looked up again for every window, and an Entra ID
+/// credential caches its token in its client.
+#[derive(Default)]
 pub struct AzureSources {
     retry: RetryPolicy,
+    clients: Mutex<HashMap<(String, String), Arc<BlobContainerClient>>>,
+}
+
+impl std::fmt::Debug for AzureSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AzureSources").finish_non_exhaustive()
+    }
 }
 
 impl AzureSources {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    fn client(
+        &self,
+        account: &str,
+        container: &str,
+    ) -> Result<Arc<BlobContainerClient>, AzureError> {
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let k = (account.to_owned(), container.to_owned());
+        if let Some(c) = clients.get(&k) {
+            return Ok(Arc::clone(c));
+        }
+        let c = Arc::new(container_client(&Account::from_env(account)?, container)?);
+        clients.insert(k, Arc::clone(&c));
+        Ok(c)
     }
 }
 
@@ -48,8 +76,8 @@ impl SourceObjects for AzureSources {
 
     async fn head_source(&self, uri: &str) -> StoreResult<Option<(ETag, u64)>> {
         let (account, container, key) = split_source(uri)?;
-        let client = Account::from_env(account)
-            .and_then(|a| container_client(&a, container))
+        let client = self
+            .client(account, container)
             .map_err(|e| StoreError::backend("head source", uri, Retry::Permanent, e))?;
         let blob = client.blob_client(key);
         match run(

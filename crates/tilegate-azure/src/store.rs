@@ -16,22 +16,20 @@ use futures::StreamExt as _;
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZero;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
-use tilegate_core::keys::{check_list_prefix, check_store_key};
+use tilegate_core::keys::check_list_prefix;
 use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
     ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
+use tilegate_retry::record::{RESERVED, check_key};
 use tilegate_retry::{
     Answer, Decision, Idempotency, IfMatch, IfNoneMatch, RetryPolicy, conditional_write,
     read_refusal, run,
 };
 use tracing::debug;
-
-/// The first key segment this store keeps for itself (upload records).
-pub(crate) const RESERVED: &str = ".tilegate";
 
 /// How much one read request asks for; a larger read is split into requests of this size,
 /// each pinned to the first answer's ETag.
@@ -50,6 +48,9 @@ pub struct AzureStore {
     /// `""` or `"seg/seg/"`: prepended to every key.
     pub(crate) key_prefix: String,
     pub(crate) retry: RetryPolicy,
+    /// Uploads this handle and its clones started or have seen recorded (ID → key), so a
+    /// part does not read the record again.
+    pub(crate) live: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl std::fmt::Debug for AzureStore {
@@ -91,20 +92,6 @@ pub(crate) fn container_client(
     })
 }
 
-/// Refuse keys that fail validation or name the reserved segment.
-pub(crate) fn check_key(key: &str) -> StoreResult<()> {
-    check_store_key(key)?;
-    if key.split('/').next() == Some(RESERVED) {
-        return Err(StoreError::InvalidKey {
-            key: key.chars().take(200).collect(),
-            reason: format!(
-                "the first segment `{RESERVED}` is kept by the store for its upload records"
-            ),
-        });
-    }
-    Ok(())
-}
-
 /// User metadata as Azure stores it: names of ASCII letters, digits, `_` and `-` (stored as
 /// [`HYPHEN`]), not starting with a digit; values of printable ASCII (they travel as
 /// `x-ms-meta-*` headers).
@@ -143,6 +130,18 @@ fn time_of(t: Option<time::OffsetDateTime>) -> SystemTime {
 
 fn etag_header(t: &ETag) -> Etag {
     Etag::from(t.as_str().to_owned())
+}
+
+/// A write's condition headers for `mode`, as (`If-Match`, `If-None-Match`); `None` when an
+/// Update names no ETag, which cannot be the current version.
+pub(crate) type Conditions = (Option<Etag>, Option<Etag>);
+
+pub(crate) fn conditions(mode: &PutMode) -> Option<Conditions> {
+    match mode {
+        PutMode::Overwrite => Some((None, None)),
+        PutMode::Create => Some((None, Some(Etag::from("*")))),
+        PutMode::Update(v) => v.e_tag.as_ref().map(|t| (Some(etag_header(t)), None)),
+    }
 }
 
 /// An object's metadata from the headers of a HEAD or GET answer.
@@ -206,6 +205,7 @@ impl AzureStore {
             container_name: location.container,
             key_prefix,
             retry: RetryPolicy::default(),
+            live: Arc::default(),
         })
     }
 
@@ -306,21 +306,21 @@ impl AzureStore {
             })
     }
 
-    /// Write `bytes` at `full` in one Put Blob, under the mode's condition.
+    /// Write `bytes` at `full` in one Put Blob, under the mode's condition headers.
     pub(crate) async fn put_blob(
         &self,
         full: &str,
         bytes: &Bytes,
         metadata: &HashMap<String, String>,
         mode: &PutMode,
-        if_match: Option<&ETag>,
+        (if_match, if_none_match): &Conditions,
     ) -> Result<Decision<(Option<Etag>, Option<time::OffsetDateTime>)>, Failure> {
         let blob = self.blob(full).block_blob_client();
         let len = bytes.len() as u64;
         conditional_write(&self.retry, Idempotency::Idempotent, mode, full, |_| {
             let options = BlockBlobClientUploadOptions {
-                if_none_match: matches!(mode, PutMode::Create).then(|| Etag::from("*")),
-                if_match: if_match.map(etag_header),
+                if_none_match: if_none_match.clone(),
+                if_match: if_match.clone(),
                 metadata: Some(metadata.clone()),
                 // One Put Blob (up to 5000 MiB), never a block list the crate makes itself.
                 partition_size: NonZero::new(len.max(1)),
@@ -513,20 +513,18 @@ impl ObjectStore for AzureStore {
 
     async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
         check_key(key)?;
+        let Some(conditions) = conditions(&opts.mode) else {
+            return Ok(PutOutcome::Superseded);
+        };
         let (stamped, token) = tilegate_retry::stamp(&opts);
-        let (metadata, expected) = match &opts.mode {
-            PutMode::Overwrite => (&opts.metadata, None),
-            PutMode::Create => (&stamped, None),
-            PutMode::Update(v) => match &v.e_tag {
-                Some(t) => (&stamped, Some(t)),
-                // No ETag: it cannot name the current version.
-                None => return Ok(PutOutcome::Superseded),
-            },
+        let metadata = match &opts.mode {
+            PutMode::Overwrite => &opts.metadata,
+            _ => &stamped,
         };
         let azure_metadata = to_azure_metadata(metadata)?;
         let full = self.full(key);
         let decision = self
-            .put_blob(&full, &bytes, &azure_metadata, &opts.mode, expected)
+            .put_blob(&full, &bytes, &azure_metadata, &opts.mode, &conditions)
             .await
             .map_err(|f| f.into_store("put", key))?;
         let size = bytes.len() as u64;
@@ -718,11 +716,5 @@ mod tests {
         };
         let c = container_client(&keyed, "tiles").unwrap();
         assert!(c.url().query().is_some_and(|q| q.contains("sig=")));
-    }
-
-    #[test]
-    fn the_reserved_segment_is_refused() {
-        assert!(check_key(".tilegate/uploads/x").is_err());
-        assert!(check_key("a/.tilegate").is_ok());
     }
 }

@@ -139,15 +139,14 @@ pub async fn open(urls: &Urls) -> anyhow::Result<Backends> {
 }
 
 /// GDAL configuration options for reading cloud sources with the same endpoints and
-/// credentials as the stores (`/vsis3/`, `/vsigs/`, `/vsiaz/`).
+/// credentials as the stores (`/vsis3/`, `/vsigs/`). `/vsiaz/` needs none: GDAL reads the
+/// variables the Azure store reads (`AZURE_STORAGE_CONNECTION_STRING`, …) itself.
 pub fn gdal_config() -> Vec<(String, String)> {
     let mut out = Vec::new();
     #[cfg(feature = "aws")]
     out.extend(tilegate_aws::gdal_s3_config());
     #[cfg(feature = "gcs")]
     out.extend(tilegate_gcs::gdal_gs_config());
-    #[cfg(feature = "azure")]
-    out.extend(tilegate_azure::gdal_az_config());
     out
 }
 

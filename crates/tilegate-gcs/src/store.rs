@@ -20,12 +20,13 @@ use gcloud_storage::http::objects::upload::{UploadObjectRequest, UploadType};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::time::{SystemTime, UNIX_EPOCH};
-use tilegate_core::keys::{check_list_prefix, check_store_key};
+use tilegate_core::keys::check_list_prefix;
 use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
     ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
+use tilegate_retry::record::{RESERVED, check_key};
 use tilegate_retry::{
     Answer, Decision, Idempotency, IfMatch, IfNoneMatch, RetryPolicy, conditional_write, run,
 };
@@ -35,9 +36,6 @@ use tracing::debug;
 /// bytes are two requests; a writer may replace it in between, and a busy compare-and-swap
 /// key is replaced often).
 const STABLE_READ_ATTEMPTS: u32 = 16;
-
-/// The first key segment this store keeps for itself (upload records).
-pub(crate) const RESERVED: &str = ".tilegate";
 
 /// The project named when an emulator creates a bucket (it ignores it).
 const EMULATOR_PROJECT: &str = "tilegate";
@@ -110,20 +108,6 @@ pub(crate) fn e_tag_of(generation: i64) -> ETag {
 
 fn time_of(t: Option<time::OffsetDateTime>) -> SystemTime {
     t.map_or(UNIX_EPOCH, SystemTime::from)
-}
-
-/// Refuse keys that fail validation or name the reserved segment.
-pub(crate) fn check_key(key: &str) -> StoreResult<()> {
-    check_store_key(key)?;
-    if key.split('/').next() == Some(RESERVED) {
-        return Err(StoreError::InvalidKey {
-            key: key.chars().take(200).collect(),
-            reason: format!(
-                "the first segment `{RESERVED}` is kept by the store for its upload records"
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Refuse user metadata GCS would not return unchanged (it keeps any UTF-8; names must be
@@ -620,12 +604,5 @@ mod tests {
             expected_generation(&UpdateVersion::etag(ETag::new("\"7\""))),
             Some(7)
         );
-    }
-
-    #[test]
-    fn the_reserved_segment_is_refused() {
-        assert!(check_key(".tilegate/uploads/x").is_err());
-        assert!(check_key("a/.tilegate").is_ok());
-        assert!(check_key("a/../b").is_err());
     }
 }

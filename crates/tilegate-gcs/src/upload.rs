@@ -12,7 +12,7 @@
 //! resumable sessions.
 
 use crate::error::{Failure, GcsError};
-use crate::store::{GcsStore, RESERVED, expected_generation};
+use crate::store::{GcsStore, expected_generation};
 use bytes::Bytes;
 use gcloud_storage::http::objects::Object;
 use gcloud_storage::http::objects::download::Range as GcsRange;
@@ -26,7 +26,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 use tilegate_core::object::{MultipartUpload, PartId, PutMode, PutOptions, PutOutcome};
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
-use tilegate_retry::record::{initiated_at, no_upload, parse_upload_id, upload_id};
+use tilegate_retry::record::{
+    RECORDS, initiated_at, no_upload, parse_upload_id, record_key, upload_id,
+};
 use tilegate_retry::{Answer, Decision, Idempotency, conditional_write, run};
 use tracing::{info, warn};
 
@@ -97,7 +99,7 @@ fn out_of_order(key: &str, detail: String) -> StoreError {
 
 impl GcsStore {
     fn record_key(&self, id: &str) -> String {
-        self.full(&format!("{RESERVED}/uploads/{id}"))
+        self.full(&record_key(id))
     }
 
     /// Start a resumable session with the mode's precondition and record it.
@@ -456,7 +458,7 @@ impl GcsStore {
         prefix: &str,
         older_than: Option<SystemTime>,
     ) -> StoreResult<Vec<MultipartUpload>> {
-        let records = self.full(&format!("{RESERVED}/uploads/"));
+        let records = self.full(RECORDS);
         let mut ids = Vec::new();
         let mut page_token: Option<String> = None;
         loop {
