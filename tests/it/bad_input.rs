@@ -74,7 +74,7 @@ fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
             window: job.recipe.window,
             ..Recipe::copy_all()
         };
-        let id = JobId::of(&source, &recipe, &job.prefix);
+        let id = JobId::of(&source, &recipe, &job.prefix, &job.tenant);
         WindowMessage::new(
             id,
             source,

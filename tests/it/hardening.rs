@@ -55,6 +55,7 @@ async fn plan16(b: &Backends, src: &Path) -> JobId {
             ..Recipe::copy_all()
         },
         prefix: Prefix::default(),
+        tenant: tilegate_core::Tenant::default(),
         resume: false,
     };
     let plan = tilegate_planner::plan(b, src.to_str().unwrap(), &opts)

@@ -206,7 +206,7 @@ fn bad_input_is_dead_lettered_with_a_named_reason_and_overwrites_nothing() {
         stat: None,
     };
     let ghost_recipe = Recipe::copy_all();
-    let ghost_id = JobId::of(&ghost, &ghost_recipe, &row.prefix);
+    let ghost_id = JobId::of(&ghost, &ghost_recipe, &row.prefix, &row.tenant);
     let unknown = WindowMessage::new(
         ghost_id,
         ghost,

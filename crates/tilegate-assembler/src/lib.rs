@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tilegate_claim::{ClaimGate, ClaimOutcome, KeepAlive, Lease, LeaseState};
 use tilegate_cogwrite::{AssemblyPath, LaidOut, ReducedWindows, Resampling, SceneSpec, TileInput};
+use tilegate_core::ledger::Subject;
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::object::{ObjectStoreExt, PartId, PutMode, PutOptions, PutOutcome};
 use tilegate_core::table::{JobRecord, OutputRef, UpdateOutcome};
@@ -383,37 +384,62 @@ async fn scene_in_place(b: &Backends, key: &str) -> Result<Option<OutputRef>, As
     }))
 }
 
-/// Read every tile named by the manifest, checking its size and ETag against the row; the
-/// tiles with their ETags, in the same order.
+/// Read every window's tile — the accepted attempt where the window's pointer names one,
+/// else the tile its manifest row names — checking size and ETag against that row; the tiles
+/// with their ETags, in the same order.
 async fn fetch_tiles(
     b: &Backends,
     job: &JobRecord,
 ) -> Result<(Vec<TileInput>, Vec<ETag>), AssembleError> {
-    let entries = b.manifest.list_entries(&job.job_id).await?;
-    futures::stream::iter(entries)
-        .map(|e| async move {
-            let got = b.objects.get_bytes(&e.row.key).await?;
-            if got.meta.size != e.row.size {
+    let mut accepted: std::collections::HashMap<Window, OutputRef> = b
+        .ledger
+        .list_pointers(&job.job_id)
+        .await?
+        .into_iter()
+        .filter_map(|p| match p.row.subject {
+            Subject::Window(w) => Some((w, p.row.output)),
+            Subject::Scene => None,
+        })
+        .collect();
+    let wanted: Vec<(Window, OutputRef)> = b
+        .manifest
+        .list_entries(&job.job_id)
+        .await?
+        .into_iter()
+        .map(|e| {
+            let w = e.row.window;
+            let out = accepted.remove(&w).unwrap_or(OutputRef {
+                key: e.row.key,
+                e_tag: e.row.e_tag,
+                size: e.row.size,
+            });
+            (w, out)
+        })
+        .collect();
+    futures::stream::iter(wanted)
+        .map(|(window, want)| async move {
+            let got = b.objects.get_bytes(&want.key).await?;
+            if got.meta.size != want.size {
                 return Err(AssembleError::SizeMismatch {
                     job: job.job_id.clone(),
-                    window: e.row.window,
-                    key: e.row.key.clone(),
-                    recorded: e.row.size,
+                    window,
+                    key: want.key.clone(),
+                    recorded: want.size,
                     found: got.meta.size,
                 });
             }
-            if got.meta.e_tag != e.row.e_tag {
+            if got.meta.e_tag != want.e_tag {
                 return Err(AssembleError::ETagMismatch {
                     job: job.job_id.clone(),
-                    window: e.row.window,
-                    key: e.row.key.clone(),
-                    recorded: e.row.e_tag.clone(),
+                    window,
+                    key: want.key.clone(),
+                    recorded: want.e_tag.clone(),
                     found: got.meta.e_tag,
                 });
             }
             Ok((
                 TileInput {
-                    window: e.row.window,
+                    window,
                     bytes: got.bytes,
                 },
                 got.meta.e_tag,

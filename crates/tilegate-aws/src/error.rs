@@ -145,6 +145,8 @@ pub enum AwsError {
         detail: String,
     },
     /// The object changed under a multi-step conditional read every time it was tried.
+    #[error("write {what}: the rows changed during each of {attempts} transactions")]
+    Contended { what: String, attempts: u32 },
     #[error("read a stable version: the object changed during each of {attempts} attempts")]
     Unstable { attempts: u32 },
     /// A write succeeded, but another replaced the object before it could be read back (only

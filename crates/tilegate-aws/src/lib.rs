@@ -66,7 +66,8 @@ impl AwsBackends {
             jobs: tables.clone(),
             manifest: tables.clone(),
             claims: tables.clone(),
-            counters: tables,
+            counters: tables.clone(),
+            ledger: tables,
             queue: Arc::new(queue),
             sources: Some(Arc::new(S3Sources::new())),
         })
@@ -98,7 +99,8 @@ impl AwsBackends {
             jobs: tables.clone(),
             manifest: tables.clone(),
             claims: tables.clone(),
-            counters: tables,
+            counters: tables.clone(),
+            ledger: tables,
             queue: Arc::new(queue),
             sources: Some(Arc::new(S3Sources::new())),
         })

@@ -728,6 +728,34 @@ impl ObjectStore for S3Store {
         }
     }
 
+    /// A SigV4 presigned `GetObject`, signed locally with the configured credentials (no
+    /// request). SigV4 URLs live at most 7 days; a longer `expires` is refused, not shortened.
+    async fn presign_get(&self, key: &str, expires: Duration) -> StoreResult<String> {
+        check_key(key)?;
+        let full = self.full(key);
+        let config =
+            aws_sdk_s3::presigning::PresigningConfig::expires_in(expires).map_err(|e| {
+                own_error(
+                    "sign a read URL",
+                    &full,
+                    Retry::Permanent,
+                    AwsError::Misconfigured {
+                        what: format!("a URL valid for {expires:?}"),
+                        reason: e.to_string(),
+                    },
+                )
+            })?;
+        let req = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&full)
+            .presigned(config)
+            .await
+            .map_err(|e| Failure::from_sdk(SERVICE, e).into_store("sign a read URL", &full))?;
+        Ok(req.uri().to_owned())
+    }
+
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {
         check_list_prefix(prefix)?;
         let full = self.full(prefix);

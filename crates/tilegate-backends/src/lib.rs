@@ -15,6 +15,7 @@
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tilegate_core::ledger::LedgerTable;
 use tilegate_core::object::ObjectStore;
 use tilegate_core::queue::{DEFAULT_MAX_RECEIVE_COUNT, WorkQueue};
 use tilegate_core::source::SourceObjects;
@@ -133,6 +134,7 @@ pub async fn open(urls: &Urls) -> anyhow::Result<Backends> {
         manifest: tables.manifest,
         claims: tables.claims,
         counters: tables.counters,
+        ledger: tables.ledger,
         queue,
         sources: sources(),
     })
@@ -209,21 +211,26 @@ async fn aws_tables(url: &str) -> anyhow::Result<Tables> {
     bail!("--tables `{url}`: this build has no AWS backend")
 }
 
-/// The four table roles, served by one implementation.
+/// The table roles, served by one implementation.
 struct Tables {
     jobs: Arc<dyn JobTable>,
     manifest: Arc<dyn ManifestTable>,
     claims: Arc<dyn ClaimTable>,
     counters: Arc<dyn CounterTable>,
+    ledger: Arc<dyn LedgerTable>,
 }
 
 impl Tables {
-    fn of<T: JobTable + ManifestTable + ClaimTable + CounterTable + 'static>(t: Arc<T>) -> Self {
+    fn of<T>(t: Arc<T>) -> Self
+    where
+        T: JobTable + ManifestTable + ClaimTable + CounterTable + LedgerTable + 'static,
+    {
         Self {
             jobs: t.clone(),
             manifest: t.clone(),
             claims: t.clone(),
-            counters: t,
+            counters: t.clone(),
+            ledger: t,
         }
     }
 }

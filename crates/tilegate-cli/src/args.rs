@@ -70,6 +70,25 @@ pub enum Command {
     Backfill(BackfillArgs),
     /// Abort incomplete multipart uploads older than a given age.
     CleanupUploads(CleanupArgs),
+    /// Produce a window again as a new attempt at its own immutable key, then publish it by
+    /// moving the window's pointer (the previous attempt is retired, kept until its
+    /// retention ends). `assemble`, `status` and `url` follow the pointer.
+    Regenerate(RegenerateArgs),
+    /// Publish an attempt: move the window's pointer onto it in one conditional write.
+    Accept(AcceptArgs),
+    /// List a job's attempts (ledger rows) and pointers.
+    Attempts(AttemptsArgs),
+    /// Set or release a legal hold on an attempt (a held attempt is never deleted).
+    Hold(HoldArgs),
+    /// Delete what retention says is due, in two steps: mark the due ledger rows, then delete
+    /// each one's exact key at its recorded ETag. Never lists, never deletes a prefix.
+    Gc(GcArgs),
+    /// Compare a job's objects with its rows: report orphans, missing objects and
+    /// size/ETag disagreements. Deletes nothing.
+    Reconcile(ReconcileArgs),
+    /// A time-limited URL of a window's accepted attempt, issued only to the job's tenant
+    /// and never valid past the attempt's retention (S3: SigV4 presigned).
+    Url(UrlArgs),
     /// Show a job: windows done and missing, counters, queue depth.
     Status(StatusArgs),
     /// List or redrive dead letters.
@@ -132,6 +151,10 @@ pub struct RecipeArgs {
     /// Output key prefix: segments of [A-Za-z0-9._-] joined by `/`.
     #[arg(long, default_value = "tilegate")]
     pub prefix: String,
+    /// Whose job it is: one segment of [A-Za-z0-9._-]. Each tenant gets jobs, rows and
+    /// objects of its own (under PREFIX/tenants/TENANT); `default` keeps them under PREFIX.
+    #[arg(long, default_value = "default", env = "TILEGATE_TENANT")]
+    pub tenant: String,
 }
 
 #[derive(Debug, Args)]
@@ -250,6 +273,115 @@ pub struct CleanupArgs {
     /// Abort uploads initiated more than this many seconds ago.
     #[arg(long, default_value_t = 3600)]
     pub older_than_s: u64,
+}
+
+/// A duration such as `90s`, `15m`, `6h` or `7d`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration: expected e.g. 90s, 15m, 6h or 7d"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("`{s}`: the unit must be s, m, h or d")),
+    };
+    Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
+}
+
+/// One window of a job.
+#[derive(Debug, Args)]
+pub struct WindowRef {
+    /// Job ID, or a unique prefix of one.
+    pub job: String,
+    /// The window, as ROW_COL (e.g. 3_12 or 0003_0012).
+    #[arg(long)]
+    pub window: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RegenerateArgs {
+    #[command(flatten)]
+    pub at: WindowRef,
+    /// Continue this attempt (a retry after a failure) instead of making a new one.
+    #[arg(long, value_name = "ATTEMPT_ID")]
+    pub attempt: Option<String>,
+    /// A preview: delete it this long after it was made (e.g. 6h), published or not.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub retain: Option<std::time::Duration>,
+    /// Keep the attempt this long after a newer one replaces it.
+    #[arg(long, value_parser = parse_duration, default_value = "7d", value_name = "DURATION")]
+    pub keep_retired: std::time::Duration,
+    /// An upload younger than this is presumed alive by `gc`: make it longer than the longest
+    /// upload.
+    #[arg(long, value_parser = parse_duration, default_value = "6h", value_name = "DURATION")]
+    pub upload_grace: std::time::Duration,
+    /// Upload only; publish later with `accept`.
+    #[arg(long)]
+    pub no_accept: bool,
+    /// Send the attempt to the work queue for a worker instead of producing it here.
+    #[arg(long)]
+    pub enqueue: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AcceptArgs {
+    #[command(flatten)]
+    pub at: WindowRef,
+    /// The attempt to publish.
+    #[arg(long, value_name = "ATTEMPT_ID")]
+    pub attempt: String,
+    /// Move the pointer only if it is still at this attempt (`none`: no pointer yet); by
+    /// default, wherever it is when read.
+    #[arg(long, value_name = "ATTEMPT_ID|none")]
+    pub seen: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AttemptsArgs {
+    /// Job ID, or a unique prefix of one (default: the newest job).
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    #[command(flatten)]
+    pub at: WindowRef,
+    #[arg(long, value_name = "ATTEMPT_ID")]
+    pub attempt: String,
+    /// Release the hold instead of setting it.
+    #[arg(long)]
+    pub release: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Report what would be deleted; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Test hook: judge deadlines at this time (ms since the epoch).
+    #[arg(long, hide = true)]
+    pub test_now_ms: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Job ID, or a unique prefix of one (default: the newest job).
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct UrlArgs {
+    #[command(flatten)]
+    pub at: WindowRef,
+    /// The tenant asking; it must own the job.
+    #[arg(long, default_value = "default", env = "TILEGATE_TENANT")]
+    pub tenant: String,
+    /// How long the URL works (never past the attempt's retention).
+    #[arg(long, value_parser = parse_duration, default_value = "15m", value_name = "DURATION")]
+    pub expires: std::time::Duration,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@ use crate::args::{
 };
 use crate::backends::{self, Selection};
 use crate::errors::refused;
+use crate::ledger;
 use crate::output::{self, Out};
 use anyhow::{Context, bail};
 use serde_json::json;
@@ -17,7 +18,7 @@ use tilegate_core::message::WindowMessage;
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::recipe::Operation;
 use tilegate_core::table::JobRecord;
-use tilegate_core::{Backends, Compression, JobId, Prefix, Recipe};
+use tilegate_core::{Backends, Compression, JobId, Prefix, Recipe, Tenant};
 use tilegate_planner::{PlanOptions, plan};
 use tilegate_worker::{StopWhen, WorkReport, Worker, WorkerConfig};
 use tokio::sync::watch;
@@ -43,6 +44,13 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(a) => status(&out, &backends::open(&sel).await?, a).await,
         Command::Dlq(c) => dlq(&out, &backends::open(&sel).await?, c).await,
         Command::Demo(a) => demo(&out, &sel, a).await,
+        Command::Regenerate(a) => ledger::regenerate(&out, &backends::open(&sel).await?, a).await,
+        Command::Accept(a) => ledger::accept(&out, &backends::open(&sel).await?, a).await,
+        Command::Attempts(a) => ledger::attempts(&out, &backends::open(&sel).await?, a).await,
+        Command::Hold(a) => ledger::hold(&out, &backends::open(&sel).await?, a).await,
+        Command::Gc(a) => ledger::gc_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::Reconcile(a) => ledger::reconcile_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::Url(a) => ledger::url_cmd(&out, &backends::open(&sel).await?, a).await,
     }
 }
 
@@ -70,7 +78,10 @@ already there: {}",
     Ok(ExitCode::SUCCESS)
 }
 
-fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Prefix)> {
+/// Where a job's outputs go: the prefix and the tenant.
+type Location = (Prefix, Tenant);
+
+fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Location)> {
     let operation = match a.recipe.as_str() {
         "copy" => Operation::Copy {
             bands: a.bands.clone(),
@@ -103,13 +114,14 @@ fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Prefix)> {
         ));
     }
     let prefix = Prefix::parse(a.prefix.trim_matches('/')).context("invalid --prefix")?;
+    let tenant = Tenant::parse(&a.tenant).context("invalid --tenant")?;
     Ok((
         Recipe {
             operation,
             compression,
             window: a.window,
         },
-        prefix,
+        (prefix, tenant),
     ))
 }
 
@@ -193,7 +205,7 @@ async fn sample_scene(out: &Out, a: SampleArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCode> {
-    let (recipe, prefix) = recipe_from(&a.recipe)?;
+    let (recipe, (prefix, tenant)) = recipe_from(&a.recipe)?;
     let started = Instant::now();
     let p = plan(
         b,
@@ -201,6 +213,7 @@ async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCo
         &PlanOptions {
             recipe,
             prefix,
+            tenant,
             resume: a.resume,
         },
     )
@@ -284,9 +297,9 @@ async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> 
 }
 
 async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<ExitCode> {
-    let (recipe, prefix) = recipe_from(&a.recipe)?;
+    let (recipe, location) = recipe_from(&a.recipe)?;
     let assemble = (!a.no_assemble).then_some(&a.assemble);
-    run_source(out, b, &a.source, recipe, prefix, &a.pool, assemble).await
+    run_source(out, b, &a.source, recipe, location, &a.pool, assemble).await
 }
 
 async fn run_source(
@@ -294,7 +307,7 @@ async fn run_source(
     b: &Backends,
     source: &str,
     recipe: Recipe,
-    prefix: Prefix,
+    (prefix, tenant): Location,
     pool: &PoolArgs,
     assemble: Option<&AssembleFlags>,
 ) -> anyhow::Result<ExitCode> {
@@ -305,6 +318,7 @@ async fn run_source(
         &PlanOptions {
             recipe,
             prefix,
+            tenant,
             resume: true,
         },
     )
@@ -393,7 +407,7 @@ fn run_summary(
 }
 
 /// Resolve a job argument: a full ID, a unique prefix, or (none) the newest job.
-async fn find_job(b: &Backends, arg: Option<&str>) -> anyhow::Result<JobRecord> {
+pub(crate) async fn find_job(b: &Backends, arg: Option<&str>) -> anyhow::Result<JobRecord> {
     if let Some(s) = arg
         && let Ok(id) = JobId::parse(s)
     {
@@ -535,7 +549,7 @@ async fn demo(out: &Out, sel: &Selection, a: DemoArgs) -> anyhow::Result<ExitCod
         &b,
         &source,
         Recipe::copy_all(),
-        Prefix::default(),
+        (Prefix::default(), Tenant::default()),
         &a.pool,
         Some(&a.assemble),
     )

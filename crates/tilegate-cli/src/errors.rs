@@ -54,6 +54,12 @@ pub fn reason_of(err: &anyhow::Error) -> &'static str {
         if let Some(e) = e.downcast_ref::<tilegate_cogwrite::AssembleError>() {
             return e.reason_code();
         }
+        if let Some(e) = e.downcast_ref::<tilegate_ledger::LedgerError>() {
+            return e.reason_code();
+        }
+        if let Some(e) = e.downcast_ref::<tilegate_worker::regenerate::RegenerateError>() {
+            return e.reason_code();
+        }
         if let Some(e) = e.downcast_ref::<MessageError>() {
             return e.reason_code();
         }

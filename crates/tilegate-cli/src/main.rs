@@ -5,6 +5,7 @@ mod backends;
 mod commands;
 mod errors;
 mod http;
+mod ledger;
 mod output;
 
 use clap::Parser;

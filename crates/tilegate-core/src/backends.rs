@@ -1,6 +1,7 @@
 //! The set of storage a pipeline stage works against, as trait objects. Stages receive a
 //! [`Backends`]; only the CLI (or a test) decides which implementations fill it.
 
+use crate::ledger::LedgerTable;
 use crate::object::ObjectStore;
 use crate::queue::WorkQueue;
 use crate::source::SourceObjects;
@@ -15,6 +16,8 @@ pub struct Backends {
     pub manifest: Arc<dyn ManifestTable>,
     pub claims: Arc<dyn ClaimTable>,
     pub counters: Arc<dyn CounterTable>,
+    /// Regenerated outputs: attempts, pointers, retention.
+    pub ledger: Arc<dyn LedgerTable>,
     pub queue: Arc<dyn WorkQueue>,
     /// Where remote sources (`s3://`) are pinned; `None` if only local files can be read.
     pub sources: Option<Arc<dyn SourceObjects>>,

@@ -26,7 +26,7 @@ pub fn window_message(data: &[u8]) {
             );
             assert_eq!(
                 m.job_id,
-                JobId::of(&m.source, &m.recipe, &m.prefix),
+                JobId::of(&m.source, &m.recipe, &m.prefix, &m.tenant),
                 "accepted a job ID that does not derive from its source, recipe and prefix"
             );
             assert!(Prefix::parse(m.prefix.as_str()).is_ok());

@@ -2,26 +2,27 @@
 //! URI, source ETag, recipe fingerprint, output location), as lowercase hex.
 //!
 //! 128 bits, not 64: at a billion scenes a 64-bit ID collides with a few-percent chance, and a
-//! collision silently turns a new job into "already present". The output location (the key
-//! prefix the outputs go under) is part of the identity so that a second caller asking for
-//! outputs somewhere else gets a job of its own instead of being told the first caller's job is
-//! already done.
+//! collision silently turns a new job into "already present". The output location (the tenant
+//! and the key prefix the outputs go under) is part of the identity so that a second caller
+//! asking for outputs somewhere else, or for another tenant, gets a job of its own instead of
+//! being told the first caller's job is already done.
 
-use crate::keys::Prefix;
+use crate::keys::{Prefix, Tenant};
 use crate::recipe::Recipe;
 use crate::source::SourceInfo;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The canonical output location of a job whose outputs go under `prefix`: the string the job
-/// ID covers. Tagged so that fields added later (a tenant) cannot alias a prefix.
-pub fn output_location(prefix: &Prefix) -> String {
-    format!("prefix={prefix}")
+/// The canonical output location of a job of `tenant` whose outputs go under `prefix`: the
+/// string the job ID covers. Tagged and `\n`-separated (neither may appear in a segment), so a
+/// tenant cannot alias a prefix.
+pub fn output_location(prefix: &Prefix, tenant: &Tenant) -> String {
+    format!("tenant={tenant}\nprefix={prefix}")
 }
 
 /// Domain separation for the job-ID hash, so no other BLAKE3 use in tilegate can collide with it.
-/// v2 added the output location.
-const JOB_ID_CONTEXT: &[u8] = b"tilegate job id v2";
+/// v2 added the output location, v3 the tenant.
+const JOB_ID_CONTEXT: &[u8] = b"tilegate job id v3";
 
 /// A job's identity: 32 lowercase hex characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -57,14 +58,14 @@ impl JobId {
         Self(hex[..32].to_owned())
     }
 
-    /// The ID of the job that turns `source` into outputs under `prefix` with `recipe`: the one
-    /// place that says which fields a job's identity covers.
-    pub fn of(source: &SourceInfo, recipe: &Recipe, prefix: &Prefix) -> Self {
+    /// The ID of the job of `tenant` that turns `source` into outputs under `prefix` with
+    /// `recipe`: the one place that says which fields a job's identity covers.
+    pub fn of(source: &SourceInfo, recipe: &Recipe, prefix: &Prefix, tenant: &Tenant) -> Self {
         Self::derive(
             &source.uri,
             source.etag.as_str(),
             &recipe.fingerprint(),
-            &output_location(prefix),
+            &output_location(prefix, tenant),
         )
     }
 
@@ -140,12 +141,19 @@ mod tests {
             stat: None,
         };
         let recipe = Recipe::copy_all();
-        let a = JobId::of(&source, &recipe, &Prefix::parse("tenant-a").unwrap());
-        let b = JobId::of(&source, &recipe, &Prefix::parse("tenant-b").unwrap());
-        assert_ne!(a, b, "two output prefixes must be two jobs");
-        assert_eq!(
-            a,
-            JobId::of(&source, &recipe, &Prefix::parse("tenant-a").unwrap())
+        let t = Tenant::default();
+        let of = |p: &str, t: &Tenant| JobId::of(&source, &recipe, &Prefix::parse(p).unwrap(), t);
+        assert_ne!(
+            of("out-a", &t),
+            of("out-b", &t),
+            "two output prefixes must be two jobs"
+        );
+        assert_eq!(of("out-a", &t), of("out-a", &t));
+        let acme = Tenant::parse("acme").unwrap();
+        assert_ne!(
+            of("out-a", &t),
+            of("out-a", &acme),
+            "two tenants must be two jobs"
         );
     }
 

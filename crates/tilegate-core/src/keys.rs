@@ -16,8 +16,8 @@ pub const MAX_PREFIX_SEGMENTS: usize = 16;
 /// Longest key any store accepts (S3's, GCS's and Azure's limit), in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 /// Bytes a prefix leaves to what tilegate appends to it: the longest key derived from a
-/// prefix is `{prefix}/tiles/{32-hex job}/{row}_{col}.tif` with 10-digit row and column (65
-/// bytes), and attempt keys add `/attempt-{32 hex}`; 128 leaves room for both.
+/// prefix is an attempt key, `{prefix}/attempts/{32-hex job}/{row}_{col}/attempt-{32 hex}.tif`
+/// with 10-digit row and column (107 bytes); 128 leaves room for it.
 pub const KEY_SUFFIX_RESERVE: usize = 128;
 /// Longest accepted prefix, in bytes, so that every key derived from it fits [`MAX_KEY_LEN`].
 pub const MAX_PREFIX_LEN: usize = MAX_KEY_LEN - KEY_SUFFIX_RESERVE;
@@ -129,6 +129,17 @@ impl Prefix {
     pub fn scene_key(&self, job: &JobId) -> String {
         format!("{}/scenes/{job}.tif", self.0)
     }
+
+    /// `{prefix}/attempts/{job_id}/` — every attempt key of a job is under it.
+    pub fn attempts_dir(&self, job: &JobId) -> String {
+        format!("{}/attempts/{job}/", self.0)
+    }
+
+    /// `{prefix}/attempts/{job_id}/{subject}/attempt-{id}.tif`: a regenerated output's
+    /// immutable key, never a shared name (subject is a window `RRRR_CCCC` or `scene`).
+    pub fn attempt_key(&self, job: &JobId, subject: &str, attempt: &str) -> String {
+        format!("{}/attempts/{job}/{subject}/attempt-{attempt}.tif", self.0)
+    }
 }
 
 impl Default for Prefix {
@@ -151,6 +162,67 @@ impl From<Prefix> for String {
 }
 
 impl fmt::Display for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who a job belongs to: one validated key segment. Two tenants planning the same source get
+/// two jobs (the tenant is part of the job ID) whose outputs live apart: the default tenant's
+/// under the prefix itself, every other tenant's under `{prefix}/tenants/{tenant}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Tenant(String);
+
+impl Tenant {
+    /// The tenant of single-user use.
+    pub const DEFAULT: &'static str = "default";
+
+    /// A tenant name: one key segment (`[A-Za-z0-9._-]`, at most 128 bytes, not `.`/`..`).
+    /// Anything else — `%`, spaces, unicode — is refused here, never escaped.
+    pub fn parse(s: &str) -> Result<Self, KeyError> {
+        validate_segment(s).map(|s| Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_default(&self) -> bool {
+        self.0 == Self::DEFAULT
+    }
+
+    /// Where this tenant's outputs go under `prefix`: the prefix itself for the default
+    /// tenant, `{prefix}/tenants/{tenant}` otherwise.
+    pub fn root(&self, prefix: &Prefix) -> Result<Prefix, KeyError> {
+        if self.is_default() {
+            Ok(prefix.clone())
+        } else {
+            Prefix::parse(&format!("{prefix}/tenants/{}", self.0))
+        }
+    }
+}
+
+impl Default for Tenant {
+    fn default() -> Self {
+        Self(Self::DEFAULT.to_owned())
+    }
+}
+
+impl TryFrom<String> for Tenant {
+    type Error = KeyError;
+    fn try_from(s: String) -> Result<Self, KeyError> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Tenant> for String {
+    fn from(t: Tenant) -> String {
+        t.0
+    }
+}
+
+impl fmt::Display for Tenant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
@@ -236,14 +308,18 @@ mod tests {
         let j = JobId::derive("u", "e", "r", "p");
         let w = Window::new(u32::MAX, u32::MAX);
         assert!(validate_key(&p.tile_key(&j, w)).is_ok());
-        assert!(
-            validate_key(&format!(
-                "{}{w}/attempt-{}.tif",
-                p.tiles_dir(&j),
-                "f".repeat(32)
-            ))
-            .is_ok()
-        );
+        assert!(validate_key(&p.attempt_key(&j, &w.to_string(), &"f".repeat(32))).is_ok());
+    }
+
+    #[test]
+    fn tenants_live_apart() {
+        let p = Prefix::parse("out").unwrap();
+        assert_eq!(Tenant::default().root(&p).unwrap(), p);
+        let acme = Tenant::parse("acme").unwrap();
+        assert_eq!(acme.root(&p).unwrap().as_str(), "out/tenants/acme");
+        for bad in ["a b", "50%", "é", "..", "", "a/b"] {
+            assert!(Tenant::parse(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     proptest! {

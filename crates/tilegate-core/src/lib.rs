@@ -10,6 +10,7 @@ pub mod fuzz;
 pub mod grid;
 pub mod id;
 pub mod keys;
+pub mod ledger;
 pub mod message;
 pub mod metrics;
 pub mod object;
@@ -23,7 +24,7 @@ pub use error::{Retry, StoreError, StoreResult};
 pub use etag::{ConditionList, ETag};
 pub use grid::{Grid, Window, WindowRect};
 pub use id::JobId;
-pub use keys::{KeyError, Prefix};
+pub use keys::{KeyError, Prefix, Tenant};
 pub use recipe::{Compression, Recipe};
 pub use source::SourceInfo;
 

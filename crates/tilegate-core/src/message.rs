@@ -3,7 +3,8 @@
 
 use crate::grid::{Grid, Window};
 use crate::id::JobId;
-use crate::keys::{KeyError, Prefix};
+use crate::keys::{KeyError, Prefix, Tenant};
+use crate::ledger::AttemptOrder;
 use crate::queue::MAX_MESSAGE_BYTES;
 use crate::recipe::Recipe;
 use crate::source::SourceInfo;
@@ -23,6 +24,12 @@ pub struct WindowMessage {
     pub grid: Grid,
     pub prefix: Prefix,
     pub window: Window,
+    #[serde(default, skip_serializing_if = "Tenant::is_default")]
+    pub tenant: Tenant,
+    /// Set for a regeneration: the window goes to this attempt's immutable key, not the tile
+    /// key. A redelivery carries the same attempt ID, so it continues the same attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<AttemptOrder>,
 }
 
 /// Why a message was refused. [`MessageError::reason_code`] is the dead-letter reason.
@@ -82,19 +89,24 @@ impl WindowMessage {
             grid,
             prefix,
             window,
+            tenant: Tenant::default(),
+            attempt: None,
         }
     }
 
     /// The message for `window` of a planned job.
     pub fn for_job(job: &JobRecord, window: Window) -> Self {
-        Self::new(
-            job.job_id.clone(),
-            job.source.clone(),
-            job.recipe.clone(),
-            job.grid,
-            job.prefix.clone(),
-            window,
-        )
+        Self {
+            tenant: job.tenant.clone(),
+            ..Self::new(
+                job.job_id.clone(),
+                job.source.clone(),
+                job.recipe.clone(),
+                job.grid,
+                job.prefix.clone(),
+                window,
+            )
+        }
     }
 
     pub fn encode(&self) -> String {
@@ -122,6 +134,9 @@ impl WindowMessage {
         if let Some(p) = value.get("prefix").and_then(|p| p.as_str()) {
             Prefix::parse(p)?;
         }
+        if let Some(t) = value.get("tenant").and_then(|t| t.as_str()) {
+            Tenant::parse(t)?;
+        }
         let msg: WindowMessage =
             serde_json::from_value(value).map_err(|e| MessageError::BadField(e.to_string()))?;
         if msg.grid.width == 0 || msg.grid.height == 0 {
@@ -139,7 +154,7 @@ impl WindowMessage {
                 cols: msg.grid.cols(),
             });
         }
-        let derived = JobId::of(&msg.source, &msg.recipe, &msg.prefix);
+        let derived = JobId::of(&msg.source, &msg.recipe, &msg.prefix, &msg.tenant);
         if derived != msg.job_id {
             return Err(MessageError::JobIdMismatch {
                 claimed: msg.job_id,
@@ -164,7 +179,7 @@ mod tests {
             stat: None,
         };
         let recipe = Recipe::copy_all();
-        let id = JobId::of(&source, &recipe, &Prefix::default());
+        let id = JobId::of(&source, &recipe, &Prefix::default(), &Tenant::default());
         WindowMessage::new(
             id,
             source,
@@ -209,6 +224,16 @@ mod tests {
         let mut w = v.clone();
         w["source"]["etag"] = "\"other\"".into();
         assert_eq!(reason(&w), "job-id-mismatch");
+        let mut w = v.clone();
+        w["tenant"] = "other".into();
+        assert_eq!(
+            reason(&w),
+            "job-id-mismatch",
+            "a tenant is part of the job's identity"
+        );
+        let mut w = v.clone();
+        w["tenant"] = "a b".into();
+        assert_eq!(reason(&w), "unsafe-key-segment");
         v.as_object_mut().unwrap().remove("recipe");
         assert_eq!(reason(&v), "malformed-message");
         let big = format!("{{\"v\":1,\"pad\":\"{}\"}}", "x".repeat(MAX_MESSAGE_BYTES));

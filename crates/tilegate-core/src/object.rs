@@ -240,6 +240,17 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Delete, optionally only if the current ETag matches.
     async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome>;
 
+    /// A URL that reads the object at `key` with no other credential until `expires` from
+    /// now. Only for keys that never change (attempt keys), since a URL is not pinned to a
+    /// version. A store that cannot sign refuses with [`crate::StoreError::NotImplemented`].
+    async fn presign_get(&self, key: &str, expires: std::time::Duration) -> StoreResult<String> {
+        let _ = (key, expires);
+        Err(crate::StoreError::NotImplemented {
+            operation: "sign a read URL",
+            implementer: self.name(),
+        })
+    }
+
     /// Every object under `prefix` (for reports and reconciliation; never to count outputs).
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>>;
 

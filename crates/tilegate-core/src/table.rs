@@ -7,7 +7,7 @@ use crate::error::StoreResult;
 use crate::etag::ETag;
 use crate::grid::{Grid, Window};
 use crate::id::JobId;
-use crate::keys::Prefix;
+use crate::keys::{Prefix, Tenant};
 use crate::recipe::Recipe;
 use crate::source::{SceneMeta, SourceInfo};
 use async_trait::async_trait;
@@ -47,7 +47,10 @@ pub struct JobRecord {
     pub source: SourceInfo,
     pub recipe: Recipe,
     pub grid: Grid,
+    /// Where the outputs go: the tenant's root under the prefix the job was planned with.
     pub prefix: Prefix,
+    #[serde(default, skip_serializing_if = "Tenant::is_default")]
+    pub tenant: Tenant,
     pub scene: SceneMeta,
     pub created_at: UnixMillis,
     /// The assembled scene, once published.

@@ -35,7 +35,8 @@ pub fn open_data_dir(data: &Path, max_receive_count: u32) -> StoreResult<Backend
         jobs: db.clone(),
         manifest: db.clone(),
         claims: db.clone(),
-        counters: db,
+        counters: db.clone(),
+        ledger: db,
         queue: Arc::new(queue),
         sources: None,
     })

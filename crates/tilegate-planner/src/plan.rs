@@ -8,13 +8,17 @@ use tilegate_core::grid::GridError;
 use tilegate_core::message::WindowMessage;
 use tilegate_core::recipe::RecipeError;
 use tilegate_core::table::{CreateOutcome, JobRecord};
-use tilegate_core::{Backends, Grid, JobId, Prefix, Recipe, StoreError, now_millis};
+use tilegate_core::{
+    Backends, Grid, JobId, KeyError, Prefix, Recipe, StoreError, Tenant, now_millis,
+};
 
 /// What to plan.
 #[derive(Debug, Clone)]
 pub struct PlanOptions {
     pub recipe: Recipe,
     pub prefix: Prefix,
+    /// Whose job it is; its outputs go under the tenant's root of `prefix`.
+    pub tenant: Tenant,
     /// Enqueue only windows that have no manifest row yet.
     pub resume: bool,
 }
@@ -57,6 +61,8 @@ pub enum PlanError {
     Grid(#[from] GridError),
     #[error("plan the recipe")]
     Recipe(#[from] RecipeError),
+    #[error("plan the output location")]
+    Key(#[from] KeyError),
     #[error("plan: storage")]
     Store(#[from] StoreError),
 }
@@ -70,6 +76,7 @@ impl PlanError {
             Self::Grid(GridError::EmptyScene { .. }) => "zero-sized-raster",
             Self::Grid(GridError::BadWindow(_)) => "bad-window",
             Self::Recipe(_) => "bad-recipe",
+            Self::Key(_) => "unsafe-key-segment",
             Self::Store(_) => "storage",
         }
     }
@@ -96,13 +103,15 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
     timings.probe_s = lap();
     opts.recipe.input_bands(scene.bands)?;
     let grid = Grid::new(scene.width, scene.height, opts.recipe.window)?;
-    let job_id = JobId::of(&resolved.info, &opts.recipe, &opts.prefix);
+    let root = opts.tenant.root(&opts.prefix)?;
+    let job_id = JobId::of(&resolved.info, &opts.recipe, &root, &opts.tenant);
     let record = JobRecord {
         job_id: job_id.clone(),
         source: resolved.info,
         recipe: opts.recipe.clone(),
         grid,
-        prefix: opts.prefix.clone(),
+        prefix: root,
+        tenant: opts.tenant.clone(),
         scene,
         created_at: now_millis(),
         scene_output: None,

@@ -3,17 +3,20 @@
 
 use crate::fault;
 use crate::pool::Shared;
+use crate::regenerate::{self, RegenerateError};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 use tilegate_cog::{CogError, EncodeRequest, ReducedWindow};
 use tilegate_core::error::chain;
+use tilegate_core::ledger::{AttemptOrder, AttemptState, Subject};
 use tilegate_core::message::WindowMessage;
 use tilegate_core::metrics as m;
 use tilegate_core::object::{ObjectMeta, ObjectStoreExt, PutOutcome};
 use tilegate_core::queue::Received;
 use tilegate_core::table::{CreateOutcome, JobRecord, ManifestEntry, TileOrigin};
 use tilegate_core::{JobId, StoreError, Window, now_millis};
+use tilegate_ledger::LedgerError;
 use tilegate_planner::SourceError;
 use tilegate_planner::source::gdal_path;
 
@@ -285,6 +288,9 @@ async fn process(
     let span = tracing::info_span!("window", job_id = %job.job_id, window = %window,
         attempt = msg.receive_count, message_id = %msg.message_id);
     let _enter = span.enter();
+    if let Some(order) = &wm.attempt {
+        return regenerate_window(shared, &job, window, order, msg.receive_count, deltas).await;
+    }
     let key = job.prefix.tile_key(&job.job_id, window);
 
     if shared.cfg.skip_existing
@@ -363,6 +369,50 @@ async fn process(
     tracing::info!(outcome = outcome.name(), size = meta.size, "tile commit");
     fault::point("before-ack", msg.receive_count);
     Ok(outcome)
+}
+
+/// A window message that carries an attempt: the window goes to the attempt's own key, under
+/// the row its sender wrote; the tile key and the manifest are left alone.
+async fn regenerate_window(
+    shared: &Shared,
+    job: &JobRecord,
+    window: Window,
+    order: &AttemptOrder,
+    receive_count: u32,
+    deltas: &mut Deltas,
+) -> Result<WindowOutcome, Failure> {
+    let subject = Subject::Window(window);
+    let row = shared
+        .b
+        .ledger
+        .get_attempt(&job.job_id, subject, &order.id)
+        .await?
+        .ok_or_else(|| {
+            Failure::permanent(
+                "unknown-attempt",
+                format!(
+                    "attempt {} of {} {window} has no ledger row",
+                    order.id, job.job_id
+                ),
+            )
+        })?;
+    // A redelivery after the upload was recorded: only what is left (publishing) remains.
+    let bytes = if row.row.state == AttemptState::Uploading {
+        verify_source(shared, job, deltas).await?;
+        let (bytes, _) = encode(shared, job, window, receive_count, deltas).await?;
+        verify_source(shared, job, deltas).await?;
+        Bytes::from(bytes)
+    } else {
+        Bytes::new()
+    };
+    match regenerate::finish(&shared.b, row, order, bytes, now_millis()).await {
+        Ok(done) => {
+            tracing::info!(attempt = %order.id, key = %done.row.row.key, published = ?done.published, "attempt uploaded");
+            Ok(WindowOutcome::Written)
+        }
+        Err(RegenerateError::Ledger(LedgerError::Store(e))) => Err(e.into()),
+        Err(e) => Err(Failure::permanent(e.reason_code(), chain(&e))),
+    }
 }
 
 /// The skip-if-present HEAD. It only saves work, so a HEAD that fails (a role without

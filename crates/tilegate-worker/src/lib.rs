@@ -7,6 +7,7 @@
 pub mod fault;
 mod handle;
 pub mod pool;
+pub mod regenerate;
 pub mod repair;
 
 pub use handle::WindowOutcome;

@@ -133,6 +133,10 @@ impl Harness for Aws {
         Arc::new(self.tables.clone())
     }
 
+    fn ledger(&self) -> Arc<dyn tilegate_core::ledger::LedgerTable> {
+        Arc::new(self.tables.clone())
+    }
+
     async fn queue(&self, name: &str, max_receive_count: u32) -> Arc<dyn WorkQueue> {
         SqsQueue::ensure(&self.sqs, name, max_receive_count)
             .await

@@ -81,6 +81,10 @@ impl Harness for Embedded {
         Arc::new(self.db.clone())
     }
 
+    fn ledger(&self) -> Arc<dyn tilegate_core::ledger::LedgerTable> {
+        Arc::new(self.db.clone())
+    }
+
     async fn queue(&self, name: &str, max_receive_count: u32) -> Arc<dyn WorkQueue> {
         Arc::new(self.db.queue(name, max_receive_count))
     }

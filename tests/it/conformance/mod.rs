@@ -16,6 +16,7 @@ mod aws;
 mod azure;
 mod embedded;
 mod gcs;
+mod ledger;
 mod objects;
 mod queue;
 mod tables;
@@ -31,6 +32,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tilegate_core::ledger::LedgerTable;
 use tilegate_core::object::ObjectStore;
 use tilegate_core::queue::WorkQueue;
 use tilegate_core::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
@@ -106,6 +108,7 @@ pub trait Harness: ObjectHarness {
     fn manifest(&self) -> Arc<dyn ManifestTable>;
     fn claims(&self) -> Arc<dyn ClaimTable>;
     fn counters(&self) -> Arc<dyn CounterTable>;
+    fn ledger(&self) -> Arc<dyn LedgerTable>;
     /// A fresh queue (the name is unique per test) with its dead-letter queue.
     async fn queue(&self, name: &str, max_receive_count: u32) -> Arc<dyn WorkQueue>;
 }
@@ -154,6 +157,14 @@ macro_rules! conformance_suite {
             claim_concurrent_acquire,
             counters_concurrent_add,
             claim_race_cross_process,
+        ]);
+        conformance_suite!(@group $harness, ledger, [
+            ledger_create_get_update,
+            ledger_publish_moves_pointer_and_retires,
+            ledger_concurrent_accepts_one_wins,
+            ledger_publishable_states,
+            ledger_due_index_pages,
+            ledger_mark_withdraws_an_expired_preview,
         ]);
         conformance_suite!(@group $harness, queue, [
             send_receive_ack,

@@ -34,6 +34,7 @@ fn job(source: &str, created_at: i64) -> JobRecord {
         recipe,
         grid: Grid::new(1024, 1536, 512).unwrap(),
         prefix: Prefix::default(),
+        tenant: tilegate_core::Tenant::default(),
         scene: SceneMeta {
             width: 1024,
             height: 1536,

@@ -11,6 +11,7 @@
 //! Durability: `synchronous=NORMAL` in WAL mode never corrupts the database and loses nothing
 //! when a process crashes; a power loss can roll back the last transactions before it.
 
+mod ledger;
 pub mod queue;
 mod tables;
 
@@ -30,7 +31,8 @@ pub use queue::SqliteQueue;
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The schema version this build writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+/// 2 added the ledger (an older build must not open a database whose ledger it ignores).
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = r"
 CREATE TABLE IF NOT EXISTS jobs (
@@ -188,6 +190,7 @@ impl SqliteBackend {
             )));
         }
         tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(ledger::SCHEMA)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()?;
         Ok(conn)

@@ -11,6 +11,7 @@
 //! | `P-manifest` | `pk` (S) = job ID, `sk` (S) = window `RRRR_CCCC` | `version` (N), `body` (S) |
 //! | `P-claims` | `resource` (S) | `owner` (S), `fencing_token` (N), `expires_at` (N), `state` (S `held`/`done`), `output` (S, JSON, once done), `version` (N) |
 //! | `P-counters` | `job_id` (S) | one numeric attribute `c_<name>` per counter, added with `ADD` |
+//! | `P-ledger` | `pk` (S), `sk` (S) | attempt rows and pointers, see [`ledger`]; GSI `due` = (`due_shard`, `gc_due`) |
 //!
 //! The manifest's partition key is a plain job ID today. DynamoDB allows about 1,000 writes/s
 //! per partition, so a very large job can later shard it as `job_id#NN` (NN = a hash of the
@@ -24,6 +25,8 @@
 //! answer was lost and which was re-sent is refused by its own earlier success; it is
 //! recognised by comparing the returned row with the one written (and, for claims, owner,
 //! token and expiry), and reported as the success it was.
+
+mod ledger;
 
 use crate::config::{dynamodb_client, load_sdk_config};
 use crate::error::{AwsError, Failure, own_error};
@@ -61,7 +64,7 @@ const COUNTER_ATTR_PREFIX: &str = "c_";
 /// How long `ensure_tables` waits for a table to become ACTIVE.
 const TABLE_READY_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The four tables under one prefix. Cheap to clone.
+/// The tables under one prefix. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct DynamoTables {
     client: aws_sdk_dynamodb::Client,
@@ -70,6 +73,7 @@ pub struct DynamoTables {
     manifest: String,
     claims: String,
     counters: String,
+    ledger: String,
     retry: RetryPolicy,
 }
 
@@ -257,7 +261,8 @@ fn key_element(name: &str, kind: KeyType) -> StoreResult<KeySchemaElement> {
 }
 
 impl DynamoTables {
-    /// The tables `{prefix}-jobs`, `-manifest`, `-claims`, `-counters`, with the given client.
+    /// The tables `{prefix}-jobs`, `-manifest`, `-claims`, `-counters`, `-ledger`, with the
+    /// given client.
     pub fn new(client: aws_sdk_dynamodb::Client, prefix: &str) -> Self {
         Self {
             client,
@@ -266,6 +271,7 @@ impl DynamoTables {
             manifest: format!("{prefix}-manifest"),
             claims: format!("{prefix}-claims"),
             counters: format!("{prefix}-counters"),
+            ledger: format!("{prefix}-ledger"),
             retry: RetryPolicy::default(),
         }
     }
@@ -287,9 +293,15 @@ impl DynamoTables {
         &self.prefix
     }
 
-    /// The four table names: jobs, manifest, claims, counters.
-    pub fn table_names(&self) -> [&str; 4] {
-        [&self.jobs, &self.manifest, &self.claims, &self.counters]
+    /// The table names: jobs, manifest, claims, counters, ledger.
+    pub fn table_names(&self) -> [&str; 5] {
+        [
+            &self.jobs,
+            &self.manifest,
+            &self.claims,
+            &self.counters,
+            &self.ledger,
+        ]
     }
 
     fn specs(&self) -> Vec<TableSpec> {
@@ -323,10 +335,17 @@ impl DynamoTables {
                 attrs: &[("job_id", S)],
                 gsi: None,
             },
+            TableSpec {
+                name: self.ledger.clone(),
+                hash: "pk",
+                range: Some("sk"),
+                attrs: &[("pk", S), ("sk", S), ("due_shard", S), ("gc_due", N)],
+                gsi: Some((ledger::DUE_INDEX, "due_shard", "gc_due")),
+            },
         ]
     }
 
-    /// Create the four tables (on-demand) where missing and wait until each is ACTIVE.
+    /// Create the tables (on-demand) where missing and wait until each is ACTIVE.
     /// Returns each table's name and whether this call created it; a table that exists
     /// already is success.
     pub async fn ensure_tables(&self) -> StoreResult<Vec<(String, bool)>> {

@@ -1,0 +1,244 @@
+//! An attempt's life up to publication: [`begin`] writes the row (`uploading`) before any
+//! byte moves, [`upload`] puts the object at the attempt's own key with create-if-absent and
+//! records it, [`accept`] moves the pointer in one conditional write.
+//!
+//! The attempt ID is the idempotency key: a transport retry (a redelivered message, a re-run
+//! command given `--attempt`) finds its row and continues; the attempt token in the object's
+//! metadata tells its own earlier write (an answer lost) from a collision.
+
+use crate::LedgerError;
+use bytes::Bytes;
+use tilegate_core::ledger::{
+    AttemptId, AttemptRow, AttemptState, Pointer, Publish, PublishOutcome, Retention, Subject,
+};
+use tilegate_core::object::{ATTEMPT_METADATA, DeleteOptions, ObjectMeta, PutOptions, PutOutcome};
+use tilegate_core::table::{CreateOutcome, JobRecord, UpdateOutcome, Versioned};
+use tilegate_core::{Backends, JobId, UnixMillis};
+
+/// A fresh attempt ID (random, 128 bits).
+pub fn new_id() -> AttemptId {
+    AttemptId::from_random(uuid::Uuid::new_v4().as_u128())
+}
+
+/// The job, or a named refusal.
+pub async fn job(b: &Backends, id: &JobId) -> Result<JobRecord, LedgerError> {
+    Ok(b.jobs
+        .get_job(id)
+        .await?
+        .ok_or_else(|| LedgerError::UnknownJob(id.clone()))?
+        .row)
+}
+
+/// Write the attempt's row before its upload starts. An existing row of the same attempt (a
+/// retry) is returned as it is.
+pub async fn begin(
+    b: &Backends,
+    job: &JobRecord,
+    subject: Subject,
+    id: AttemptId,
+    retention: Retention,
+    now: UnixMillis,
+) -> Result<Versioned<AttemptRow>, LedgerError> {
+    if let Subject::Window(w) = subject
+        && !job.grid.contains(w)
+    {
+        return Err(LedgerError::OutsideGrid {
+            job: job.job_id.clone(),
+            subject,
+        });
+    }
+    let row = AttemptRow::begin(
+        job.tenant.clone(),
+        job.job_id.clone(),
+        subject,
+        id,
+        &job.prefix,
+        retention,
+        now,
+    );
+    match b.ledger.create_attempt(&row).await? {
+        CreateOutcome::Created => {
+            tracing::info!(row = %row.shown(), key = %row.key, "attempt begun");
+            Ok(Versioned { version: 1, row })
+        }
+        CreateOutcome::AlreadyExists(existing) => Ok(existing),
+    }
+}
+
+/// The attempt's row, or a named refusal.
+pub async fn row(
+    b: &Backends,
+    job: &JobId,
+    subject: Subject,
+    attempt: &AttemptId,
+) -> Result<Versioned<AttemptRow>, LedgerError> {
+    b.ledger
+        .get_attempt(job, subject, attempt)
+        .await?
+        .ok_or_else(|| LedgerError::UnknownAttempt {
+            job: job.clone(),
+            subject,
+            attempt: attempt.clone(),
+        })
+}
+
+/// Put `bytes` at the attempt's key (create-if-absent, attempt token in the metadata) and
+/// record size and ETag on its row. A retry of an attempt whose upload was recorded returns
+/// the row; a row GC took while the upload ran makes the upload delete its own object again.
+pub async fn upload(
+    b: &Backends,
+    mut row: Versioned<AttemptRow>,
+    bytes: Bytes,
+    now: UnixMillis,
+) -> Result<Versioned<AttemptRow>, LedgerError> {
+    match row.row.state {
+        AttemptState::Uploading => {}
+        AttemptState::Uploaded | AttemptState::Accepted | AttemptState::Retired => return Ok(row),
+        state => {
+            return Err(LedgerError::NotUploading {
+                attempt: row.row.attempt.clone(),
+                state,
+            });
+        }
+    }
+    let key = row.row.key.clone();
+    let token = row.row.attempt.to_string();
+    let opts = PutOptions {
+        metadata: [(ATTEMPT_METADATA.to_owned(), token.clone())].into(),
+        ..PutOptions::create()
+    };
+    let meta = match b.objects.put_opts(&key, bytes, opts).await? {
+        PutOutcome::Written(meta) => meta,
+        PutOutcome::AlreadyPresent | PutOutcome::Superseded => own_object(b, &key, &token).await?,
+    };
+    loop {
+        let done = row.row.uploaded(meta.size, meta.e_tag.clone(), now);
+        match b.ledger.update_attempt(&done, row.version).await? {
+            UpdateOutcome::Updated { version } => {
+                tracing::info!(row = %done.shown(), size = meta.size, "attempt uploaded");
+                return Ok(Versioned { version, row: done });
+            }
+            UpdateOutcome::Superseded(None) => {
+                return Err(LedgerError::UnknownAttempt {
+                    job: done.job_id,
+                    subject: done.subject,
+                    attempt: done.attempt,
+                });
+            }
+            UpdateOutcome::Superseded(Some(current)) => match current.row.state {
+                // Something else changed the row (a hold): apply the upload to what is there.
+                AttemptState::Uploading => row = current,
+                // A duplicate delivery recorded the same object first.
+                _ if current.row.e_tag.as_ref() == Some(&meta.e_tag)
+                    && current.row.state != AttemptState::Deleted
+                    && current.row.state != AttemptState::Deleting =>
+                {
+                    return Ok(current);
+                }
+                state @ (AttemptState::Deleting | AttemptState::Deleted) => {
+                    // GC judged the upload dead (it outlived the grace). Its row no longer
+                    // vouches for the object, so the object goes too: the exact key, at the
+                    // version just written.
+                    b.objects
+                        .delete_opts(
+                            &key,
+                            DeleteOptions {
+                                if_match: Some(meta.e_tag.clone()),
+                            },
+                        )
+                        .await?;
+                    return Err(LedgerError::CollectedWhileUploading {
+                        attempt: done.attempt,
+                        state,
+                    });
+                }
+                state => {
+                    return Err(LedgerError::NotUploading {
+                        attempt: done.attempt,
+                        state,
+                    });
+                }
+            },
+        }
+    }
+}
+
+/// The object at `key` if it carries attempt token `token`; otherwise a collision.
+async fn own_object(b: &Backends, key: &str, token: &str) -> Result<ObjectMeta, LedgerError> {
+    let found = b.objects.head(key).await?;
+    match found {
+        Some(m) if m.metadata.get(ATTEMPT_METADATA).map(String::as_str) == Some(token) => {
+            tracing::info!(
+                key,
+                "attempt object already in place: this attempt's own write"
+            );
+            Ok(m)
+        }
+        other => Err(LedgerError::KeyCollision {
+            key: key.to_owned(),
+            attempt: AttemptId::parse(token).expect("attempt tokens are attempt IDs"),
+            found: other.and_then(|m| m.metadata.get(ATTEMPT_METADATA).cloned()),
+        }),
+    }
+}
+
+/// Move the pointer of `subject` from `seen` (the attempt the caller saw; `None`: no
+/// pointer) to `attempt`, retiring `seen`, in one conditional write.
+pub async fn accept(
+    b: &Backends,
+    job: &JobId,
+    subject: Subject,
+    attempt: &AttemptId,
+    seen: Option<AttemptId>,
+    now: UnixMillis,
+) -> Result<PublishOutcome, LedgerError> {
+    let out = b
+        .ledger
+        .publish(&Publish {
+            job_id: job.clone(),
+            subject,
+            attempt: attempt.clone(),
+            seen,
+            now,
+        })
+        .await?;
+    match &out {
+        PublishOutcome::Published { previous } => {
+            tracing::info!(%job, %subject, %attempt, previous = ?previous.as_ref().map(AttemptId::as_str), "pointer moved");
+        }
+        PublishOutcome::Superseded { current } => {
+            tracing::info!(%job, %subject, %attempt, current = ?current.as_ref().map(|c| c.row.attempt.as_str()), outcome = "superseded", "pointer not moved: it moved meanwhile");
+        }
+        PublishOutcome::NotPublishable(row) => {
+            tracing::info!(%job, %subject, %attempt, state = ?row.as_ref().map(|r| r.row.state), "pointer not moved: the attempt is not publishable");
+        }
+    }
+    Ok(out)
+}
+
+/// [`accept`] from wherever the pointer is now: one read, then the conditional move on what
+/// was read (a concurrent move in between still makes this `Superseded`).
+pub async fn accept_current(
+    b: &Backends,
+    job: &JobId,
+    subject: Subject,
+    attempt: &AttemptId,
+    now: UnixMillis,
+) -> Result<PublishOutcome, LedgerError> {
+    let seen = b
+        .ledger
+        .get_pointer(job, subject)
+        .await?
+        .map(|p| p.row.attempt);
+    accept(b, job, subject, attempt, seen, now).await
+}
+
+/// The accepted attempt of `subject`, if one is published: what readers use instead of the
+/// deterministic output.
+pub async fn resolve(
+    b: &Backends,
+    job: &JobId,
+    subject: Subject,
+) -> Result<Option<Pointer>, LedgerError> {
+    Ok(b.ledger.get_pointer(job, subject).await?.map(|p| p.row))
+}

@@ -1,0 +1,103 @@
+//! Regenerated outputs over the ledger (see `tilegate_core::ledger` for the rows and the
+//! invariant): [`attempt`] begins an attempt, uploads its object and publishes it by moving
+//! the pointer; [`gc`] marks due rows and sweeps their exact keys; [`reconcile`] compares a
+//! job's objects with its rows and deletes nothing; [`url`] signs a tenant's read of an
+//! accepted attempt.
+//!
+//! Every function takes the time as an argument, so retention is tested with an injected clock.
+
+pub mod attempt;
+pub mod gc;
+pub mod reconcile;
+pub mod url;
+
+use tilegate_core::ledger::{AttemptId, AttemptState, Subject};
+use tilegate_core::table::Versioned;
+use tilegate_core::{JobId, StoreError, Tenant};
+
+/// Why a ledger operation could not go on. Each names what to do next.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger: no job {0}")]
+    UnknownJob(JobId),
+    #[error("ledger: {subject} is outside job {job}'s grid")]
+    OutsideGrid { job: JobId, subject: Subject },
+    #[error("ledger: no attempt {attempt} of {job} {subject}")]
+    UnknownAttempt {
+        job: JobId,
+        subject: Subject,
+        attempt: AttemptId,
+    },
+    #[error(
+        "ledger: attempt {attempt} is {state}, not uploading: it cannot be uploaded again \
+         (regenerate makes a new attempt)"
+    )]
+    NotUploading {
+        attempt: AttemptId,
+        state: AttemptState,
+    },
+    #[error(
+        "ledger: attempt {attempt} was collected while it uploaded (its row is {state}); the \
+         object it wrote was deleted again — regenerate makes a new attempt"
+    )]
+    CollectedWhileUploading {
+        attempt: AttemptId,
+        state: AttemptState,
+    },
+    #[error(
+        "ledger: `{key}` holds an object that is not attempt {attempt}'s (its attempt token is \
+         {found:?}); nothing was overwritten"
+    )]
+    KeyCollision {
+        key: String,
+        attempt: AttemptId,
+        found: Option<String>,
+    },
+    #[error(
+        "ledger: tenant `{asked}` may not read job {job} {subject}: it belongs to another tenant"
+    )]
+    NotYourTenant {
+        asked: Tenant,
+        job: JobId,
+        subject: Subject,
+    },
+    #[error("ledger: {job} {subject} has no accepted attempt (regenerate or accept one first)")]
+    NothingAccepted { job: JobId, subject: Subject },
+    #[error("ledger: `{key}` is past its retention deadline ({deadline} ms): no URL is issued")]
+    Expired {
+        key: String,
+        deadline: tilegate_core::UnixMillis,
+    },
+    #[error("ledger: storage")]
+    Store(#[from] StoreError),
+}
+
+impl LedgerError {
+    /// A stable kebab-case name, for `--json` and exit codes.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            Self::UnknownJob(_) => "unknown-job",
+            Self::OutsideGrid { .. } => "window-outside-scene",
+            Self::UnknownAttempt { .. } => "unknown-attempt",
+            Self::NotUploading { .. } => "attempt-not-uploading",
+            Self::CollectedWhileUploading { .. } => "attempt-collected",
+            Self::KeyCollision { .. } => "attempt-key-collision",
+            Self::NotYourTenant { .. } => "not-your-tenant",
+            Self::NothingAccepted { .. } => "nothing-accepted",
+            Self::Expired { .. } => "retention-expired",
+            Self::Store(_) => "storage",
+        }
+    }
+}
+
+/// The rows of a result, by state: what `status` and `/metrics` report.
+pub fn count_by_state<'a>(
+    rows: impl IntoIterator<Item = &'a Versioned<tilegate_core::ledger::AttemptRow>>,
+) -> std::collections::BTreeMap<&'static str, u64> {
+    let mut out: std::collections::BTreeMap<_, _> =
+        AttemptState::ALL.iter().map(|s| (s.name(), 0)).collect();
+    for r in rows {
+        *out.entry(r.row.state.name()).or_default() += 1;
+    }
+    out
+}
