@@ -12,6 +12,7 @@ mod fidelity;
 mod fuzz_inputs;
 mod hardening;
 mod lambda;
+mod ledger;
 mod pipeline;
 mod scene;
 mod scripted_azure;

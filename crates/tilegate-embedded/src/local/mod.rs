@@ -553,12 +553,14 @@ impl Local {
         };
         for entry in entries {
             let entry = entry.map_err(|e| io_error("list", prefix, e))?;
+            // Names tilegate would never write (spaces, `%`, non-ASCII) are listed too, as they
+            // are: a listing is for reports and reconciliation, which must see foreign objects
+            // byte for byte. A name that is not UTF-8 cannot be a key at all and is skipped.
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                warn!(dir = %path.display(), "list: skipped a file name that is not UTF-8");
                 continue;
             };
-            if keys::validate_segment(&name).is_err()
-                || (key_dir.is_empty() && name == INTERNAL_DIR)
-            {
+            if key_dir.is_empty() && name == INTERNAL_DIR {
                 continue;
             }
             let key = if key_dir.is_empty() {

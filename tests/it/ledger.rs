@@ -1,0 +1,635 @@
+//! Regenerated outputs end to end, on the embedded backend and on AWS (the emulator the
+//! README's test command starts): attempt keys, publishing by pointer, assembly through the
+//! pointer, retention and GC with an injected clock, a re-link between mark and sweep,
+//! reconciliation on foreign keys, tenants and their URLs.
+
+use bytes::Bytes;
+use std::path::{Path, PathBuf};
+use tilegate_core::ledger::{AttemptState, DAY_MS, HOUR_MS, PublishOutcome, Retention, Subject};
+use tilegate_core::object::{ObjectStoreExt, PutOutcome};
+use tilegate_core::table::JobRecord;
+use tilegate_core::{Backends, JobId, Tenant, UnixMillis, Window, WindowRect};
+use tilegate_ledger::gc::{self, GcOptions};
+use tilegate_ledger::{LedgerError, attempt, reconcile, url};
+use tilegate_tests::{Aws, Target, sample, tempdir};
+use tilegate_worker::regenerate;
+
+fn targets(test: &str) -> Vec<Target> {
+    let mut t = vec![Target::Embedded];
+    if let Some(aws) = Aws::for_test(test) {
+        aws.json(tempdir().path(), &["init", "--create-bucket"]);
+        t.push(Target::Aws(aws));
+    }
+    t
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Runtime::new().unwrap()
+}
+
+/// A 1024² scene of `seed` in 256-pixel windows (16), run to its tiles; extra flags are
+/// passed to `run`.
+fn tiles(target: &Target, data: &Path, seed: u64, extra: &[&str]) -> (PathBuf, JobId) {
+    let src = data.join(format!("scene-{seed}.tif"));
+    sample(data, &src, 1024, seed);
+    let mut args = vec![
+        "run",
+        src.to_str().unwrap(),
+        "--window",
+        "256",
+        "--no-assemble",
+    ];
+    args.extend_from_slice(extra);
+    let run = target.json(data, &args);
+    assert_eq!(run["complete"], true, "{run}");
+    (src, JobId::parse(run["job_id"].as_str().unwrap()).unwrap())
+}
+
+async fn job(b: &Backends, id: &JobId) -> JobRecord {
+    b.jobs.get_job(id).await.unwrap().unwrap().row
+}
+
+/// Regenerate `w` of `job` with `bytes` (instead of recomputing), published if `accept`.
+async fn regen(
+    b: &Backends,
+    job: &JobRecord,
+    w: Window,
+    bytes: Bytes,
+    retention: Retention,
+    accept: bool,
+    now: UnixMillis,
+) -> regenerate::Regenerated {
+    let (row, order) = regenerate::start(b, job, w, None, retention, accept, now)
+        .await
+        .unwrap();
+    regenerate::finish(b, row, &order, bytes, now)
+        .await
+        .unwrap()
+}
+
+fn pixels(path: &Path, w: Window) -> Vec<u8> {
+    let rect = WindowRect {
+        x: w.col * 256,
+        y: w.row * 256,
+        width: 256,
+        height: 256,
+    };
+    tilegate_cog::read_raster(path.to_str().unwrap(), Some(rect), None)
+        .unwrap()
+        .bytes
+}
+
+#[test]
+fn a_regenerated_window_is_published_by_pointer_and_assembled() {
+    for target in targets("a_regenerated_window_is_published_by_pointer_and_assembled") {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let (src_a, a) = tiles(&target, data, 5, &[]);
+        // A second scene of the same shape: its tile is window 0_0 "re-rendered".
+        let (src_b, b_job) = tiles(&target, data, 9, &[]);
+        let rt = rt();
+        let b = rt.block_on(target.backends(data));
+        let job_a = rt.block_on(job(&b, &a));
+        let job_b = rt.block_on(job(&b, &b_job));
+        let w = Window::new(0, 0);
+        let s = Subject::Window(w);
+        let tile_key = job_a.prefix.tile_key(&a, w);
+        let original = rt.block_on(b.objects.get_bytes(&tile_key)).unwrap();
+        let other = rt
+            .block_on(b.objects.get_bytes(&job_b.prefix.tile_key(&b_job, w)))
+            .unwrap();
+
+        // First attempt: the same pixels, at a key of its own.
+        let first = rt.block_on(regen(
+            &b,
+            &job_a,
+            w,
+            original.bytes.clone(),
+            Retention::default(),
+            true,
+            1_000,
+        ));
+        assert_eq!(
+            first.published,
+            Some(PublishOutcome::Published { previous: None })
+        );
+        let first_row = first.row.row.clone();
+        assert_ne!(
+            first_row.key, tile_key,
+            "an attempt never takes a shared name"
+        );
+        assert!(
+            first_row
+                .key
+                .starts_with(&format!("tilegate/attempts/{a}/0000_0000/attempt-")),
+            "{}",
+            first_row.key
+        );
+        // Second attempt: other pixels. The pointer moves from the first in one write.
+        let second = rt.block_on(regen(
+            &b,
+            &job_a,
+            w,
+            other.bytes.clone(),
+            Retention::default(),
+            true,
+            2_000,
+        ));
+        assert_eq!(
+            second.published,
+            Some(PublishOutcome::Published {
+                previous: Some(first_row.attempt.clone())
+            })
+        );
+        let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
+        assert_eq!(p.row.attempt, second.row.row.attempt);
+        assert_eq!(p.row.output.e_tag, other.meta.e_tag);
+        // The previous attempt is retired, and readable until its deadline.
+        let retired = rt
+            .block_on(attempt::row(&b, &a, s, &first_row.attempt))
+            .unwrap()
+            .row;
+        assert_eq!(retired.state, AttemptState::Retired);
+        assert_eq!(retired.retired_at, Some(2_000));
+        assert_eq!(retired.delete_after, Some(2_000 + DAY_MS as i64 * 7));
+        assert_eq!(
+            rt.block_on(b.objects.get_bytes(&retired.key))
+                .unwrap()
+                .bytes,
+            original.bytes
+        );
+        // The deterministic tile and its row are untouched.
+        let row = rt.block_on(b.manifest.get_entry(&a, w)).unwrap().unwrap();
+        assert_eq!(row.row.key, tile_key);
+        assert_eq!(row.row.e_tag, original.meta.e_tag);
+
+        // A regeneration through the command line: recomputed, new key, published.
+        let out = target.json(data, &["regenerate", a.as_str(), "--window", "1_1"]);
+        assert_eq!(out["publish"]["outcome"], "published", "{out}");
+        let key = out["key"].as_str().unwrap();
+        assert!(rt.block_on(b.objects.head(key)).unwrap().is_some());
+        let listed = target.json(data, &["attempts", a.as_str()]);
+        assert_eq!(listed["pointers"].as_array().unwrap().len(), 2, "{listed}");
+        assert_eq!(listed["by_state"]["accepted"], 2);
+        assert_eq!(listed["by_state"]["retired"], 1);
+
+        // Assembly follows the pointer: window 0_0 has the second attempt's pixels.
+        let assembled = target.json(data, &["assemble", a.as_str()]);
+        assert_eq!(assembled["outcome"], "written", "{assembled}");
+        let scene = rt
+            .block_on(b.objects.get_bytes(&job_a.prefix.scene_key(&a)))
+            .unwrap();
+        let path = data.join("scene-out.tif");
+        std::fs::write(&path, &scene.bytes).unwrap();
+        assert_eq!(pixels(&path, w), pixels(&src_b, w), "{}", target.name());
+        assert_ne!(pixels(&path, w), pixels(&src_a, w));
+        assert_eq!(
+            pixels(&path, Window::new(0, 1)),
+            pixels(&src_a, Window::new(0, 1))
+        );
+        tilegate_tests::validate_cog(&path).unwrap();
+    }
+}
+
+#[test]
+fn retention_and_gc_with_an_injected_clock() {
+    for target in targets("retention_and_gc_with_an_injected_clock") {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let (_, a) = tiles(&target, data, 5, &[]);
+        let rt = rt();
+        let b = rt.block_on(target.backends(data));
+        let job_a = rt.block_on(job(&b, &a));
+        let bytes = |w: Window| {
+            rt.block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
+                .unwrap()
+                .bytes
+        };
+        let t0: UnixMillis = 1_700_000_000_000;
+        let h = HOUR_MS as i64;
+
+        // A 6-hour preview of window 0_1, published.
+        let preview = Retention {
+            preview_ms: Some(6 * HOUR_MS),
+            ..Retention::default()
+        };
+        let w1 = Window::new(0, 1);
+        let p = rt.block_on(regen(&b, &job_a, w1, bytes(w1), preview, true, t0));
+        let preview_key = p.row.row.key.clone();
+        // Window 0_2: an attempt replaced by a second one (the first retired at t0 + 1 h).
+        let w2 = Window::new(0, 2);
+        let old = rt.block_on(regen(
+            &b,
+            &job_a,
+            w2,
+            bytes(w2),
+            Retention::default(),
+            true,
+            t0,
+        ));
+        let new = rt.block_on(regen(
+            &b,
+            &job_a,
+            w2,
+            bytes(Window::new(1, 2)),
+            Retention::default(),
+            true,
+            t0 + h,
+        ));
+        // Window 0_3: a retired attempt on legal hold.
+        let w3 = Window::new(0, 3);
+        let held = rt.block_on(regen(
+            &b,
+            &job_a,
+            w3,
+            bytes(w3),
+            Retention::default(),
+            true,
+            t0,
+        ));
+        rt.block_on(regen(
+            &b,
+            &job_a,
+            w3,
+            bytes(Window::new(1, 3)),
+            Retention::default(),
+            true,
+            t0,
+        ));
+        let hr = rt
+            .block_on(attempt::row(
+                &b,
+                &a,
+                Subject::Window(w3),
+                &held.row.row.attempt,
+            ))
+            .unwrap();
+        let mut on_hold = hr.row.clone();
+        on_hold.legal_hold = true;
+        rt.block_on(b.ledger.update_attempt(&on_hold, hr.version))
+            .unwrap();
+
+        let pass = |now: UnixMillis| rt.block_on(gc::gc(&b, &GcOptions::at(now))).unwrap();
+        // A millisecond before the preview's deadline: nothing is due.
+        let r = pass(t0 + 6 * h - 1);
+        assert_eq!((r.marked, r.deleted), (0, 0), "{r:?}");
+        assert!(rt.block_on(b.objects.head(&preview_key)).unwrap().is_some());
+        // At the deadline, one pass deletes it and withdraws its pointer.
+        let r = pass(t0 + 6 * h);
+        assert_eq!(r.deleted, 1, "{r:?}");
+        assert_eq!(r.items[0].key, preview_key);
+        assert!(rt.block_on(b.objects.head(&preview_key)).unwrap().is_none());
+        let row = rt
+            .block_on(attempt::row(
+                &b,
+                &a,
+                Subject::Window(w1),
+                &p.row.row.attempt,
+            ))
+            .unwrap()
+            .row;
+        assert_eq!(row.state, AttemptState::Deleted);
+        assert_eq!(row.deletion_verified_at, Some(t0 + 6 * h));
+        assert!(
+            rt.block_on(b.ledger.get_pointer(&a, Subject::Window(w1)))
+                .unwrap()
+                .is_none()
+        );
+        // Retired attempts: kept 7 days from their retirement (t0 + 1 h), not from creation.
+        let retired_due = t0 + h + 7 * 24 * h;
+        let r = pass(retired_due - 1);
+        assert_eq!(r.deleted, 0, "{r:?}");
+        assert!(
+            rt.block_on(b.objects.head(&old.row.row.key))
+                .unwrap()
+                .is_some()
+        );
+        let r = pass(retired_due);
+        assert_eq!(r.deleted, 1, "{r:?}");
+        assert!(
+            rt.block_on(b.objects.head(&old.row.row.key))
+                .unwrap()
+                .is_none()
+        );
+        // Long after: accepted attempts and held ones are still there.
+        let r = pass(t0 + 3650 * 24 * h);
+        assert_eq!(r.deleted, 0, "{r:?}");
+        assert!(
+            rt.block_on(b.objects.head(&new.row.row.key))
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            rt.block_on(b.objects.head(&held.row.row.key))
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            rt.block_on(gc::oldest_overdue_seconds(&b, t0 + 3650 * 24 * h))
+                .unwrap(),
+            0,
+            "nothing is overdue: held rows are not due"
+        );
+        // The deterministic tiles are never the ledger's to delete.
+        for w in [w1, w2, w3] {
+            assert!(
+                rt.block_on(b.objects.head(&job_a.prefix.tile_key(&a, w)))
+                    .unwrap()
+                    .is_some()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_relink_between_mark_and_sweep_wins() {
+    for target in targets("a_relink_between_mark_and_sweep_wins") {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let (_, a) = tiles(&target, data, 5, &[]);
+        let rt = rt();
+        let b = rt.block_on(target.backends(data));
+        let job_a = rt.block_on(job(&b, &a));
+        let w = Window::new(2, 2);
+        let s = Subject::Window(w);
+        let tile = rt
+            .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
+            .unwrap()
+            .bytes;
+        let first = rt.block_on(regen(
+            &b,
+            &job_a,
+            w,
+            tile.clone(),
+            Retention::default(),
+            true,
+            0,
+        ));
+        let second = rt.block_on(regen(&b, &job_a, w, tile, Retention::default(), true, 10));
+        let due = 10 + 7 * DAY_MS as i64;
+        let opts = GcOptions::at(due);
+        let (mut report, marked) = rt.block_on(gc::mark_pass(&b, &opts)).unwrap();
+        assert_eq!(report.marked, 1);
+        // The first attempt is moved back onto between the two steps.
+        let relink = rt
+            .block_on(attempt::accept(
+                &b,
+                &a,
+                s,
+                &first.row.row.attempt,
+                Some(second.row.row.attempt.clone()),
+                due + 1,
+            ))
+            .unwrap();
+        assert_eq!(
+            relink,
+            PublishOutcome::Published {
+                previous: Some(second.row.row.attempt.clone())
+            }
+        );
+        rt.block_on(gc::sweep_pass(&b, marked, &opts, &mut report))
+            .unwrap();
+        assert_eq!(
+            (report.deleted, report.skipped_changed),
+            (0, 1),
+            "{report:?}"
+        );
+        let row = rt
+            .block_on(attempt::row(&b, &a, s, &first.row.row.attempt))
+            .unwrap()
+            .row;
+        assert_eq!(row.state, AttemptState::Accepted);
+        assert!(rt.block_on(b.objects.head(&row.key)).unwrap().is_some());
+    }
+}
+
+#[test]
+fn reconcile_reports_foreign_keys_byte_exactly_and_deletes_nothing() {
+    for target in targets("reconcile_reports_foreign_keys_byte_exactly_and_deletes_nothing") {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let (_, a) = tiles(&target, data, 5, &[]);
+        let rt = rt();
+        let b = rt.block_on(target.backends(data));
+        let job_a = rt.block_on(job(&b, &a));
+        let w = Window::new(3, 3);
+        let tile = rt
+            .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
+            .unwrap()
+            .bytes;
+        let gone = rt.block_on(regen(
+            &b,
+            &job_a,
+            w,
+            tile.clone(),
+            Retention::default(),
+            true,
+            0,
+        ));
+        rt.block_on(regen(
+            &b,
+            &job_a,
+            w,
+            tile.clone(),
+            Retention::default(),
+            true,
+            1,
+        ));
+        let clean = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
+        assert!(clean.is_clean(), "{clean:?}");
+        assert_eq!(clean.objects, 16 + 2);
+
+        // An orphan whose name tilegate would never write (space, `%`, non-ASCII, `+`), and a
+        // row whose object vanished, both injected behind tilegate's back.
+        let orphan = format!(
+            "{}0003_0003/attempt-ü 50%+x.tif",
+            job_a.prefix.attempts_dir(&a)
+        );
+        match &target {
+            Target::Embedded => {
+                let path = data.join("objects").join(&orphan);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, b"foreign").unwrap();
+                std::fs::remove_file(data.join("objects").join(&gone.row.row.key)).unwrap();
+            }
+            Target::Aws(aws) => {
+                let s3 = rt
+                    .block_on(tilegate_aws::S3Store::connect(&aws.objects))
+                    .unwrap();
+                let full = |k: &str| format!("{}/{k}", s3.prefix());
+                rt.block_on(
+                    s3.client()
+                        .put_object()
+                        .bucket(s3.bucket())
+                        .key(full(&orphan))
+                        .body(b"foreign".to_vec().into())
+                        .send(),
+                )
+                .unwrap();
+                rt.block_on(
+                    s3.client()
+                        .delete_object()
+                        .bucket(s3.bucket())
+                        .key(full(&gone.row.row.key))
+                        .send(),
+                )
+                .unwrap();
+            }
+            Target::Objects(_) => unreachable!(),
+        }
+        let r = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
+        assert_eq!(r.orphans.len(), 1, "{r:?}");
+        assert_eq!(r.orphans[0].key.as_bytes(), orphan.as_bytes());
+        assert_eq!(r.orphans[0].size, 7);
+        assert_eq!(r.missing.len(), 1, "{r:?}");
+        assert_eq!(r.missing[0].key, gone.row.row.key);
+        assert_eq!(r.missing[0].state, Some("retired"));
+        // The command: exit code 5, the same keys in --json, byte for byte; nothing deleted.
+        let out = target
+            .command(data)
+            .args(["--json", "reconcile", a.as_str()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(5));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["orphans"][0]["key"].as_str().unwrap(), orphan);
+        let after = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
+        assert_eq!(after.orphans, r.orphans, "reconcile deletes nothing");
+        assert_eq!(after.objects, r.objects);
+    }
+}
+
+#[test]
+fn tenants_are_apart_and_urls_are_theirs() {
+    for target in targets("tenants_are_apart_and_urls_are_theirs") {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let (_, a) = tiles(&target, data, 5, &["--tenant", "acme"]);
+        // The same source for another tenant is another job, with objects of its own.
+        let src = data.join("scene-5.tif");
+        let run = target.json(
+            data,
+            &[
+                "run",
+                src.to_str().unwrap(),
+                "--window",
+                "256",
+                "--no-assemble",
+                "--tenant",
+                "globex",
+            ],
+        );
+        let g = JobId::parse(run["job_id"].as_str().unwrap()).unwrap();
+        assert_ne!(a, g);
+        let rt = rt();
+        let b = rt.block_on(target.backends(data));
+        let job_a = rt.block_on(job(&b, &a));
+        assert_eq!(job_a.tenant.as_str(), "acme");
+        assert_eq!(job_a.prefix.as_str(), "tilegate/tenants/acme");
+        let w = Window::new(0, 0);
+        let s = Subject::Window(w);
+        let tile = rt
+            .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
+            .unwrap()
+            .bytes;
+        let now = tilegate_core::now_millis();
+        let preview = Retention {
+            preview_ms: Some(HOUR_MS),
+            ..Retention::default()
+        };
+        rt.block_on(regen(&b, &job_a, w, tile, preview, true, now));
+        let acme = Tenant::parse("acme").unwrap();
+        let globex = Tenant::parse("globex").unwrap();
+        let fifteen = std::time::Duration::from_secs(900);
+        // Another tenant gets a named refusal and no URL.
+        let err = rt
+            .block_on(url::grant(&b, &job_a, s, &globex, fifteen, now))
+            .unwrap_err();
+        assert!(matches!(err, LedgerError::NotYourTenant { .. }), "{err}");
+        let out = target
+            .command(data)
+            .args(["url", a.as_str(), "--window", "0_0", "--tenant", "globex"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(out.stdout.is_empty(), "no URL on a refusal");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("error[not-your-tenant]"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        match &target {
+            Target::Embedded => {
+                // The embedded store has no signer: a named refusal, after authorisation.
+                let err = rt
+                    .block_on(url::grant(&b, &job_a, s, &acme, fifteen, now))
+                    .unwrap_err();
+                assert_eq!(err.reason_code(), "storage", "{err}");
+            }
+            _ => {
+                // 15 minutes asked, well inside the hour of retention.
+                let g15 = rt
+                    .block_on(url::grant(&b, &job_a, s, &acme, fifteen, now))
+                    .unwrap();
+                assert_eq!(g15.expires_at, now + 900_000);
+                assert!(!g15.capped_by_retention);
+                assert!(g15.url.contains("X-Amz-Expires=900"), "{}", g15.url);
+                // A day asked: capped at the preview's deadline.
+                let day = std::time::Duration::from_secs(86_400);
+                let gd = rt
+                    .block_on(url::grant(&b, &job_a, s, &acme, day, now))
+                    .unwrap();
+                assert!(gd.capped_by_retention);
+                assert_eq!(gd.expires_at, now + HOUR_MS as i64);
+                assert!(gd.url.contains("X-Amz-Expires=3600"), "{}", gd.url);
+                // And the URL reads the accepted attempt's bytes.
+                let got = http_get(&gd.url);
+                let want = rt.block_on(b.objects.get_bytes(&gd.key)).unwrap().bytes;
+                assert_eq!(got, want.to_vec());
+            }
+        }
+        // Past the row's retention: no URL at all.
+        let err = rt
+            .block_on(url::grant(
+                &b,
+                &job_a,
+                s,
+                &acme,
+                fifteen,
+                now + HOUR_MS as i64,
+            ))
+            .unwrap_err();
+        assert_eq!(err.reason_code(), "retention-expired", "{err}");
+        // A create at an attempt key that holds another attempt's object is refused.
+        let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
+        assert_eq!(
+            rt.block_on(
+                b.objects
+                    .put_create(&p.row.output.key, Bytes::from_static(b"x"))
+            )
+            .unwrap(),
+            PutOutcome::AlreadyPresent
+        );
+    }
+}
+
+/// A plain HTTP/1.0 GET of an `http://host:port/path?query` URL (the emulator's), body only.
+fn http_get(url: &str) -> Vec<u8> {
+    use std::io::{Read as _, Write as _};
+    let rest = url.strip_prefix("http://").expect("an http:// URL");
+    let (host, path) = rest.split_at(rest.find('/').expect("a path"));
+    let mut conn = std::net::TcpStream::connect(host).expect("connect");
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    conn.read_to_end(&mut all).unwrap();
+    let split = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header block");
+    let head = String::from_utf8_lossy(&all[..split]);
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "GET {url}: {head}"
+    );
+    all[split + 4..].to_vec()
+}
