@@ -491,7 +491,7 @@ pub fn check_crash_payload(bytes: &[u8]) -> Result<(String, u64), String> {
 /// What a [`ScriptedStore`] does to the calls it passes on to the real store beneath it: the
 /// faults and lost answers the tests inject.
 pub trait StoreScript: Send + Sync + std::fmt::Debug {
-    /// Before a write — `put`, `create multipart`, `upload part` — reaches the store: an
+    /// Before a write — `put`, `create multipart`, `upload part`, `delete` — reaches the store: an
     /// error answers the call instead.
     fn before_write(&self, _operation: &'static str, _key: &str) -> tilegate_core::StoreResult<()> {
         Ok(())
@@ -546,6 +546,7 @@ mod scripted {
             Ok(self.script.answer_put(&mode, answer))
         }
         async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
+            self.script.before_write("delete", key)?;
             self.inner.delete_opts(key, opts).await
         }
         async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {

@@ -5,6 +5,9 @@
 
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tilegate_core::ledger::{AttemptState, DAY_MS, HOUR_MS, PublishOutcome, Retention, Subject};
 use tilegate_core::object::{ObjectStoreExt, PutOutcome};
 use tilegate_core::table::JobRecord;
@@ -540,7 +543,7 @@ fn tenants_are_apart_and_urls_are_theirs() {
         rt.block_on(regen(&b, &job_a, w, tile, preview, true, now));
         let acme = Tenant::parse("acme").unwrap();
         let globex = Tenant::parse("globex").unwrap();
-        let fifteen = std::time::Duration::from_secs(900);
+        let fifteen = Duration::from_secs(900);
         // Another tenant gets a named refusal and no URL.
         let err = rt
             .block_on(url::grant(&b, &job_a, s, &globex, fifteen, now))
@@ -575,7 +578,7 @@ fn tenants_are_apart_and_urls_are_theirs() {
                 assert!(!g15.capped_by_retention);
                 assert!(g15.url.contains("X-Amz-Expires=900"), "{}", g15.url);
                 // A day asked: capped at the preview's deadline.
-                let day = std::time::Duration::from_secs(86_400);
+                let day = Duration::from_secs(86_400);
                 let gd = rt
                     .block_on(url::grant(&b, &job_a, s, &acme, day, now))
                     .unwrap();
@@ -632,4 +635,326 @@ fn http_get(url: &str) -> Vec<u8> {
         "GET {url}: {head}"
     );
     all[split + 4..].to_vec()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chaos for the ledger.
+
+/// Every put and delete the object store receives, in order: the store's request log.
+#[derive(Debug, Clone, Default)]
+struct Requests(Arc<Mutex<Vec<(&'static str, String)>>>);
+
+impl tilegate_tests::StoreScript for Requests {
+    fn before_write(&self, operation: &'static str, key: &str) -> tilegate_core::StoreResult<()> {
+        self.0.lock().unwrap().push((operation, key.to_owned()));
+        Ok(())
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// GC passes running beside regenerations, uploads that die after their row or after their
+/// object, an upload slower than its grace, re-links onto retired and marked attempts (some
+/// landing between a mark and its sweep), and legal holds — on a virtual clock the GC task
+/// moves 30 minutes per pass. Judged by the store's request log and the final rows: no
+/// referenced or held object deleted, every due object deleted, no delete issued for a key
+/// that is not a ledger row's exact key.
+#[test]
+fn ledger_chaos() {
+    for target in targets("ledger_chaos") {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let (_, a) = tiles(&target, data, 5, &[]);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let base = rt.block_on(target.backends(data));
+        let log = Requests::default();
+        let b = Backends {
+            objects: Arc::new(tilegate_tests::ScriptedStore {
+                inner: base.objects.clone(),
+                script: log.clone(),
+            }),
+            ..base.clone()
+        };
+        let job_a = rt.block_on(job(&b, &a));
+        let windows: Vec<Window> = job_a.grid.windows().collect();
+        let tile_bytes: Vec<Bytes> = windows
+            .iter()
+            .map(|w| {
+                rt.block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, *w)))
+                    .unwrap()
+                    .bytes
+            })
+            .collect();
+        let seed = tilegate_core::now_millis().unsigned_abs() | 1;
+        println!("ledger_chaos seed {seed} on {}", target.name());
+        let clock = Arc::new(AtomicI64::new(1_700_000_000_000));
+        let done = Arc::new(AtomicBool::new(false));
+        let retention = |preview: bool| Retention {
+            preview_ms: preview.then_some(HOUR_MS),
+            retired_ms: 3 * HOUR_MS,
+            upload_grace_ms: 2 * HOUR_MS,
+        };
+        let collected = Arc::new(AtomicU64::new(0));
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for r in 0..3u64 {
+                let (b, job_a, windows, tile_bytes, clock, collected) = (
+                    b.clone(),
+                    job_a.clone(),
+                    windows.clone(),
+                    tile_bytes.clone(),
+                    clock.clone(),
+                    collected.clone(),
+                );
+                tasks.push(tokio::spawn(async move {
+                    let mut rng = Rng(seed ^ (r + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                    for _ in 0..25 {
+                        let i = rng.below(windows.len() as u64) as usize;
+                        let w = windows[i];
+                        let now = || clock.load(Ordering::SeqCst);
+                        let action = rng.below(10);
+                        let (row, order) = regenerate::start(
+                            &b,
+                            &job_a,
+                            w,
+                            None,
+                            retention(action == 9),
+                            action != 8,
+                            now(),
+                        )
+                        .await
+                        .unwrap();
+                        match action {
+                            // A worker killed after writing its row.
+                            0 => {}
+                            // A worker killed after its object, before recording it.
+                            1 => {
+                                let opts = tilegate_core::object::PutOptions {
+                                    metadata: [(
+                                        tilegate_core::object::ATTEMPT_METADATA.to_owned(),
+                                        order.id.to_string(),
+                                    )]
+                                    .into(),
+                                    ..tilegate_core::object::PutOptions::create()
+                                };
+                                b.objects
+                                    .put_opts(&row.row.key, tile_bytes[i].clone(), opts)
+                                    .await
+                                    .unwrap();
+                            }
+                            // An upload slower than its grace.
+                            2 => {
+                                let until = row.row.created_at + 3 * HOUR_MS as i64;
+                                while now() < until {
+                                    tokio::time::sleep(Duration::from_millis(5)).await;
+                                }
+                                match regenerate::finish(
+                                    &b,
+                                    row,
+                                    &order,
+                                    tile_bytes[i].clone(),
+                                    now(),
+                                )
+                                .await
+                                {
+                                    Ok(_) => {}
+                                    Err(regenerate::RegenerateError::Ledger(
+                                        LedgerError::CollectedWhileUploading { .. },
+                                    )) => {
+                                        collected.fetch_add(1, Ordering::SeqCst);
+                                    }
+                                    Err(e) => panic!("slow upload: {e}"),
+                                }
+                            }
+                            _ => {
+                                regenerate::finish(&b, row, &order, tile_bytes[i].clone(), now())
+                                    .await
+                                    .unwrap();
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(rng.below(8))).await;
+                    }
+                }));
+            }
+            // Re-links onto retired or marked attempts, and legal holds.
+            {
+                let (b, a, windows, clock, done) = (
+                    b.clone(),
+                    a.clone(),
+                    windows.clone(),
+                    clock.clone(),
+                    done.clone(),
+                );
+                tasks.push(tokio::spawn(async move {
+                    let mut rng = Rng(seed.rotate_left(17) | 1);
+                    while !done.load(Ordering::SeqCst) {
+                        let rows = b.ledger.list_attempts(&a).await.unwrap();
+                        let candidates: Vec<_> = rows
+                            .iter()
+                            .filter(|r| {
+                                r.row.publishable() && r.row.state != AttemptState::Uploaded
+                            })
+                            .collect();
+                        if !candidates.is_empty() {
+                            let r = &candidates[rng.below(candidates.len() as u64) as usize].row;
+                            if rng.below(4) == 0 {
+                                let _ =
+                                    attempt::set_hold(&b, &a, r.subject, &r.attempt, true).await;
+                            } else {
+                                attempt::accept_current(
+                                    &b,
+                                    &a,
+                                    r.subject,
+                                    &r.attempt,
+                                    clock.load(Ordering::SeqCst),
+                                )
+                                .await
+                                .unwrap();
+                            }
+                        }
+                        let _ = windows.len();
+                        tokio::time::sleep(Duration::from_millis(3)).await;
+                    }
+                }));
+            }
+            // GC: whole passes and split ones (a pause between mark and sweep).
+            let gc_task = {
+                let (b, clock, done) = (b.clone(), clock.clone(), done.clone());
+                tokio::spawn(async move {
+                    let mut passes = 0u64;
+                    while !done.load(Ordering::SeqCst) {
+                        let opts = GcOptions::at(clock.load(Ordering::SeqCst));
+                        if passes.is_multiple_of(2) {
+                            gc::gc(&b, &opts).await.unwrap();
+                        } else {
+                            let (mut r, marked) = gc::mark_pass(&b, &opts).await.unwrap();
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            gc::sweep_pass(&b, marked, &opts, &mut r).await.unwrap();
+                        }
+                        clock.fetch_add(HOUR_MS as i64 / 2, Ordering::SeqCst);
+                        passes += 1;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    passes
+                })
+            };
+            let relinker = tasks.pop().unwrap();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+            relinker.await.unwrap();
+            let passes = gc_task.await.unwrap();
+            // Far past every deadline: two passes collect everything due.
+            clock.fetch_add(100 * DAY_MS as i64, Ordering::SeqCst);
+            for _ in 0..2 {
+                gc::gc(&b, &GcOptions::at(clock.load(Ordering::SeqCst)))
+                    .await
+                    .unwrap();
+            }
+            println!("ledger_chaos: {passes} gc passes");
+        });
+
+        // Judge.
+        let rows = rt.block_on(b.ledger.list_attempts(&a)).unwrap();
+        let pointers = rt.block_on(b.ledger.list_pointers(&a)).unwrap();
+        let row_of: std::collections::HashMap<&str, &tilegate_core::ledger::AttemptRow> =
+            rows.iter().map(|r| (r.row.key.as_str(), &r.row)).collect();
+        let requests = log.0.lock().unwrap().clone();
+        let deletes: Vec<&String> = requests
+            .iter()
+            .filter(|(op, _)| *op == "delete")
+            .map(|(_, k)| k)
+            .collect();
+        let mut bad = Vec::new();
+        for k in &deletes {
+            match row_of.get(k.as_str()) {
+                None => bad.push(format!("delete of `{k}`, which is no ledger row's key")),
+                Some(r) if r.state != AttemptState::Deleted => {
+                    bad.push(format!(
+                        "delete of `{k}`, whose row is {} (hold {})",
+                        r.state, r.legal_hold
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        for p in &pointers {
+            let r = row_of[p.row.output.key.as_str()];
+            if r.state != AttemptState::Accepted {
+                bad.push(format!("pointer {} names a {} row", p.row.subject, r.state));
+            }
+            match rt.block_on(b.objects.head(&p.row.output.key)).unwrap() {
+                Some(m) if m.e_tag == p.row.output.e_tag => {}
+                other => bad.push(format!("published `{}` is {other:?}", p.row.output.key)),
+            }
+        }
+        let accepted = rows
+            .iter()
+            .filter(|r| r.row.state == AttemptState::Accepted)
+            .count();
+        if accepted != pointers.len() {
+            bad.push(format!(
+                "{accepted} accepted rows, {} pointers",
+                pointers.len()
+            ));
+        }
+        let mut held = 0;
+        for r in &rows {
+            let r = &r.row;
+            let present = rt.block_on(b.objects.head(&r.key)).unwrap().is_some();
+            if r.legal_hold {
+                held += 1;
+                if r.e_tag.is_some() && !present {
+                    bad.push(format!("held `{}` ({}) is gone", r.key, r.state));
+                }
+            } else if r.state != AttemptState::Accepted {
+                // Everything else was due long ago: deleted, verified, object gone.
+                if r.state != AttemptState::Deleted || r.deletion_verified_at.is_none() {
+                    bad.push(format!("due `{}` was left {}", r.key, r.state));
+                }
+                if present {
+                    bad.push(format!("due `{}` still has its object", r.key));
+                }
+            }
+        }
+        // The deterministic tiles: never deleted.
+        for w in &windows {
+            let k = job_a.prefix.tile_key(&a, *w);
+            if deletes.iter().any(|d| **d == k) {
+                bad.push(format!("deleted the tile `{k}`"));
+            }
+        }
+        let rec = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
+        if !rec.orphans.is_empty() || !rec.missing.is_empty() || !rec.mismatched.is_empty() {
+            bad.push(format!("reconcile: {rec:?}"));
+        }
+        println!(
+            "ledger_chaos on {}: {} rows, {} pointers, {held} held, {} deletes issued, {} slow uploads collected",
+            target.name(),
+            rows.len(),
+            pointers.len(),
+            deletes.len(),
+            collected.load(Ordering::SeqCst)
+        );
+        assert!(bad.is_empty(), "seed {seed}: {}", bad.join("\n"));
+        assert!(
+            deletes.len() > 10,
+            "GC must have deleted something: {}",
+            deletes.len()
+        );
+    }
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use std::process::ExitCode;
 use tilegate_core::ledger::{AttemptId, PublishOutcome, Retention, Subject};
 use tilegate_core::message::WindowMessage;
-use tilegate_core::table::{JobRecord, UpdateOutcome};
+use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Tenant, UnixMillis, Window, now_millis};
 use tilegate_ledger::{attempt, gc, reconcile, url};
 
@@ -226,30 +226,17 @@ pub async fn attempts(out: &Out, b: &Backends, a: AttemptsArgs) -> anyhow::Resul
 pub async fn hold(out: &Out, b: &Backends, a: HoldArgs) -> anyhow::Result<ExitCode> {
     let (job, window) = window_of(b, &a.at).await?;
     let id = attempt_id(&a.attempt)?;
-    let subject = Subject::Window(window);
-    loop {
-        let row = attempt::row(b, &job.job_id, subject, &id).await?;
-        let changed = tilegate_core::ledger::AttemptRow {
-            legal_hold: !a.release,
-            ..row.row.clone()
-        };
-        if let UpdateOutcome::Updated { .. } =
-            b.ledger.update_attempt(&changed, row.version).await?
-        {
-            let doc = json!({"attempt": id, "legal_hold": changed.legal_hold, "state": changed.state.name(), "key": changed.key});
-            out.emit(&doc, || {
-                format!(
-                    "attempt {id}: legal hold {}",
-                    if changed.legal_hold {
-                        "set"
-                    } else {
-                        "released"
-                    }
-                )
-            });
-            return Ok(ExitCode::SUCCESS);
-        }
-    }
+    let row = attempt::set_hold(b, &job.job_id, Subject::Window(window), &id, !a.release).await?;
+    let r = &row.row;
+    let doc =
+        json!({"attempt": id, "legal_hold": r.legal_hold, "state": r.state.name(), "key": r.key});
+    out.emit(&doc, || {
+        format!(
+            "attempt {id}: legal hold {}",
+            if r.legal_hold { "set" } else { "released" }
+        )
+    });
+    Ok(ExitCode::SUCCESS)
 }
 
 pub async fn gc_cmd(out: &Out, b: &Backends, a: GcArgs) -> anyhow::Result<ExitCode> {

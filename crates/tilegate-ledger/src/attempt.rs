@@ -233,6 +233,41 @@ pub async fn accept_current(
     accept(b, job, subject, attempt, seen, now).await
 }
 
+/// Set (or release) a legal hold on an attempt, by a conditional write on the version read. A
+/// hold cannot be set once a sweep has claimed the row: the sweep's claim and the hold are
+/// both conditional on the same version, so exactly one of them lands, and a held row is
+/// never deleted.
+pub async fn set_hold(
+    b: &Backends,
+    job: &JobId,
+    subject: Subject,
+    attempt: &AttemptId,
+    hold: bool,
+) -> Result<Versioned<AttemptRow>, LedgerError> {
+    loop {
+        let cur = row(b, job, subject, attempt).await?;
+        if hold && (cur.row.sweep_started_at.is_some() || cur.row.state == AttemptState::Deleted) {
+            return Err(LedgerError::BeingDeleted {
+                attempt: attempt.clone(),
+                state: cur.row.state,
+            });
+        }
+        let changed = AttemptRow {
+            legal_hold: hold,
+            ..cur.row.clone()
+        };
+        if let UpdateOutcome::Updated { version } =
+            b.ledger.update_attempt(&changed, cur.version).await?
+        {
+            tracing::info!(row = %changed.shown(), hold, "legal hold");
+            return Ok(Versioned {
+                version,
+                row: changed,
+            });
+        }
+    }
+}
+
 /// The accepted attempt of `subject`, if one is published: what readers use instead of the
 /// deterministic output.
 pub async fn resolve(

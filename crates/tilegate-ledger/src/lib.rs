@@ -44,6 +44,11 @@ pub enum LedgerError {
         attempt: AttemptId,
         state: AttemptState,
     },
+    #[error("ledger: attempt {attempt} is already being deleted ({state}); it cannot be held")]
+    BeingDeleted {
+        attempt: AttemptId,
+        state: AttemptState,
+    },
     #[error(
         "ledger: `{key}` holds an object that is not attempt {attempt}'s (its attempt token is \
          {found:?}); nothing was overwritten"
@@ -82,6 +87,7 @@ impl LedgerError {
             Self::NotUploading { .. } => "attempt-not-uploading",
             Self::CollectedWhileUploading { .. } => "attempt-collected",
             Self::KeyCollision { .. } => "attempt-key-collision",
+            Self::BeingDeleted { .. } => "attempt-being-deleted",
             Self::NotYourTenant { .. } => "not-your-tenant",
             Self::NothingAccepted { .. } => "nothing-accepted",
             Self::Expired { .. } => "retention-expired",
