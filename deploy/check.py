@@ -102,6 +102,11 @@ TABLES: dict[str, tuple[list[tuple[str, str]], dict[str, str], dict[str, list[tu
     "manifest": ([("pk", "HASH"), ("sk", "RANGE")], {"pk": "S", "sk": "S"}, {}),
     "claims": ([("resource", "HASH")], {"resource": "S"}, {}),
     "counters": ([("job_id", "HASH")], {"job_id": "S"}, {}),
+    "ledger": (
+        [("pk", "HASH"), ("sk", "RANGE")],
+        {"pk": "S", "sk": "S", "due_shard": "S", "gc_due": "N"},
+        {"due": [("due_shard", "HASH"), ("gc_due", "RANGE")]},
+    ),
 }
 
 IAM_RESOURCE_TYPES = {

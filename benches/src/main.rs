@@ -1,11 +1,13 @@
 //! tilegate's benchmarks. `tilegate-benches fanout` measures the 400-window fan-out against
 //! the tools a user would pick instead (BENCHMARKS.md has the latest table and how to read
 //! it); `tilegate-benches decode` measures how many source bytes window reads decode on
-//! sources whose blocks do not line up with the windows; the criterion micro-benchmarks of the
+//! sources whose blocks do not line up with the windows; `tilegate-benches ledger` measures GC
+//! and reconciliation over a large ledger; the criterion micro-benchmarks of the
 //! hot paths are in `benches/hot_paths.rs`.
 
 mod decode;
 mod fanout;
+mod ledger;
 mod measure;
 
 use clap::{Parser, Subcommand};
@@ -69,10 +71,34 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// GC (mark + sweep) and reconcile over one job's ledger on the embedded backend:
+    /// `attempts` attempts of each of `windows` windows, all but the last of each retired and
+    /// due. Prints rows per second.
+    Ledger {
+        #[arg(long, default_value_t = 40_000)]
+        windows: u32,
+        #[arg(long, default_value_t = 3)]
+        attempts: u32,
+        /// Scratch directory.
+        #[arg(long, default_value = ".ci-cache/bench")]
+        work: PathBuf,
+        /// Print the results as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     let command = Cli::parse().command;
+    if let Cmd::Ledger {
+        windows,
+        attempts,
+        work,
+        json,
+    } = command
+    {
+        return ledger::run(windows, attempts, &work, json);
+    }
     if let Cmd::Decode {
         size,
         window,
@@ -94,7 +120,7 @@ fn main() -> anyhow::Result<()> {
         json,
     } = command
     else {
-        unreachable!("decode returned above")
+        unreachable!("decode and ledger returned above")
     };
     let bin = match bin {
         Some(b) => b,

@@ -62,9 +62,12 @@ async fn regen(
     accept: bool,
     now: UnixMillis,
 ) -> regenerate::Regenerated {
-    let (row, order) = regenerate::start(b, job, w, None, retention, accept, now)
-        .await
-        .unwrap();
+    let req = regenerate::Request {
+        id: None,
+        retention,
+        accept,
+    };
+    let (row, order) = regenerate::start(b, job, w, req, now).await.unwrap();
     regenerate::finish(b, row, &order, bytes, now)
         .await
         .unwrap()
@@ -637,6 +640,205 @@ fn http_get(url: &str) -> Vec<u8> {
     all[split + 4..].to_vec()
 }
 
+#[test]
+fn a_scene_is_regenerated_as_an_attempt_from_the_accepted_tiles() {
+    for target in targets("a_scene_is_regenerated_as_an_attempt_from_the_accepted_tiles") {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let src_a = data.join("scene-5.tif");
+        sample(data, &src_a, 1024, 5);
+        let run = target.json(data, &["run", src_a.to_str().unwrap(), "--window", "256"]);
+        let a = JobId::parse(run["job_id"].as_str().unwrap()).unwrap();
+        let (src_b, b_job) = tiles(&target, data, 9, &[]);
+        let rt = rt();
+        let b = rt.block_on(target.backends(data));
+        let job_a = rt.block_on(job(&b, &a));
+        let scene = job_a.scene_output.clone().expect("the deterministic scene");
+        let w = Window::new(0, 0);
+        let other = rt
+            .block_on(
+                b.objects
+                    .get_bytes(&rt.block_on(job(&b, &b_job)).prefix.tile_key(&b_job, w)),
+            )
+            .unwrap();
+        rt.block_on(regen(
+            &b,
+            &job_a,
+            w,
+            other.bytes,
+            Retention::default(),
+            true,
+            1,
+        ));
+
+        let out = target.json(data, &["regenerate", a.as_str(), "--scene"]);
+        assert_eq!(out["publish"]["outcome"], "published", "{out}");
+        let key = out["key"].as_str().unwrap().to_owned();
+        assert!(
+            key.starts_with(&format!("tilegate/attempts/{a}/scene/attempt-")),
+            "{key}"
+        );
+        let p = rt
+            .block_on(b.ledger.get_pointer(&a, Subject::Scene))
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.row.output.key, key);
+        // The new scene has the accepted window; the deterministic one is as it was.
+        let got = rt.block_on(b.objects.get_bytes(&key)).unwrap();
+        assert_eq!(got.meta.e_tag, p.row.output.e_tag);
+        let path = data.join("regenerated.tif");
+        std::fs::write(&path, &got.bytes).unwrap();
+        tilegate_tests::validate_cog(&path).unwrap();
+        assert_eq!(pixels(&path, w), pixels(&src_b, w));
+        assert_eq!(
+            pixels(&path, Window::new(2, 3)),
+            pixels(&src_a, Window::new(2, 3))
+        );
+        let det = rt.block_on(b.objects.head(&scene.key)).unwrap().unwrap();
+        assert_eq!(
+            det.e_tag, scene.e_tag,
+            "the deterministic scene is never rewritten"
+        );
+        assert_eq!(rt.block_on(job(&b, &a)).scene_output, Some(scene));
+    }
+}
+
+#[test]
+fn a_regeneration_travels_in_a_message_and_a_redelivery_continues_it() {
+    let target = Target::Embedded;
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (_, a) = tiles(&target, data, 5, &[]);
+    let out = target.json(
+        data,
+        &["regenerate", a.as_str(), "--window", "1_1", "--enqueue"],
+    );
+    let id = tilegate_core::ledger::AttemptId::parse(out["attempt"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        out["state"], "uploading",
+        "the row is written before any upload: {out}"
+    );
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let job_a = rt.block_on(job(&b, &a));
+    let w = Window::new(1, 1);
+    // The same order delivered twice more (a transport retry), and one naming no attempt row.
+    let again = tilegate_core::message::WindowMessage {
+        attempt: Some(tilegate_core::ledger::AttemptOrder {
+            id: id.clone(),
+            accept: true,
+        }),
+        ..tilegate_core::message::WindowMessage::for_job(&job_a, w)
+    };
+    let stray = tilegate_core::message::WindowMessage {
+        attempt: Some(tilegate_core::ledger::AttemptOrder {
+            id: attempt::new_id(),
+            accept: true,
+        }),
+        ..tilegate_core::message::WindowMessage::for_job(&job_a, w)
+    };
+    rt.block_on(
+        b.queue
+            .send_batch(&[again.encode(), again.encode(), stray.encode()]),
+    )
+    .unwrap();
+    let work = target
+        .command(data)
+        .args(["work", "--until-empty", "--threads", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        work.status.code() == Some(0) || work.status.code() == Some(3),
+        "{}",
+        String::from_utf8_lossy(&work.stderr)
+    );
+    let rows = rt.block_on(b.ledger.list_attempts(&a)).unwrap();
+    assert_eq!(
+        rows.len(),
+        1,
+        "one attempt, however often it was delivered: {rows:?}"
+    );
+    assert_eq!(rows[0].row.attempt, id);
+    assert_eq!(rows[0].row.state, AttemptState::Accepted);
+    let p = rt
+        .block_on(b.ledger.get_pointer(&a, Subject::Window(w)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.row.attempt, id);
+    let objects = rt
+        .block_on(b.objects.list(&job_a.prefix.attempts_dir(&a)))
+        .unwrap();
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    let dead = rt.block_on(b.queue.list_dead_letters(10)).unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(
+        dead[0].reason.starts_with("unknown-attempt"),
+        "{}",
+        dead[0].reason
+    );
+}
+
+/// Embedded only: moto answers every upload's `Initiated` with a fixed placeholder, so an S3
+/// upload started by another process has no age there (`S3Store::initiated_of`; the S3
+/// cleanup path is covered in-process by the conformance suite's `list_multipart_older_than`).
+#[test]
+fn stale_uploads_are_reported_against_the_ledger() {
+    {
+        let target = Target::Embedded;
+        let tmp = tempdir();
+        let data = tmp.path();
+        let (_, a) = tiles(&target, data, 5, &[]);
+        let rt = rt();
+        let b = rt.block_on(target.backends(data));
+        let job_a = rt.block_on(job(&b, &a));
+        // A scene attempt whose assembler died mid-upload: its row and an open upload.
+        let row = rt
+            .block_on(attempt::begin(
+                &b,
+                &job_a,
+                Subject::Scene,
+                attempt::new_id(),
+                Retention::default(),
+                1,
+            ))
+            .unwrap();
+        rt.block_on(
+            b.objects
+                .create_multipart(&row.row.key, &tilegate_core::object::PutOptions::create()),
+        )
+        .unwrap();
+        // Older than a second by the store's clock (S3 reports initiation in whole seconds).
+        std::thread::sleep(Duration::from_millis(2500));
+        let out = target.json(data, &["cleanup-uploads", "--older-than-s", "1"]);
+        let ours: Vec<_> = out["uploads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|u| u["key"] == row.row.key.as_str())
+            .collect();
+        assert_eq!(ours.len(), 1, "{out}");
+        assert_eq!(ours[0]["ledger"]["state"], "uploading");
+        assert_eq!(ours[0]["ledger"]["attempt"], row.row.attempt.as_str());
+        assert!(
+            rt.block_on(b.objects.list_multipart("", None))
+                .unwrap()
+                .iter()
+                .all(|u| u.key != row.row.key),
+            "aborted"
+        );
+        // status reports the ledger: counts by state and the deletion gauge.
+        let st = target.json(data, &["status", a.as_str()]);
+        assert_eq!(st["ledger"]["attempts"], 1, "{st}");
+        assert_eq!(st["ledger"]["by_state"]["uploading"], 1);
+        assert!(
+            st["ledger"]["deletion_overdue_oldest_seconds"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Chaos for the ledger.
 
@@ -726,17 +928,13 @@ fn ledger_chaos() {
                         let w = windows[i];
                         let now = || clock.load(Ordering::SeqCst);
                         let action = rng.below(10);
-                        let (row, order) = regenerate::start(
-                            &b,
-                            &job_a,
-                            w,
-                            None,
-                            retention(action == 9),
-                            action != 8,
-                            now(),
-                        )
-                        .await
-                        .unwrap();
+                        let req = regenerate::Request {
+                            id: None,
+                            retention: retention(action == 9),
+                            accept: action != 8,
+                        };
+                        let (row, order) =
+                            regenerate::start(&b, &job_a, w, req, now()).await.unwrap();
                         match action {
                             // A worker killed after writing its row.
                             0 => {}

@@ -38,6 +38,34 @@ pub struct AssembleOptions {
     /// First-overview-level reductions the encoders of this process left behind (`run`); used
     /// only for tiles whose ETag is the one each was made for.
     pub reduced: Option<Arc<ReducedWindows>>,
+    /// Build the scene as a regeneration attempt: at this key, with this attempt token in its
+    /// metadata, claimed under the attempt key, and not recorded on the job row (the attempt's
+    /// ledger row records it). `None`: the job's deterministic scene.
+    pub attempt: Option<SceneAttempt>,
+}
+
+/// Where a regenerated scene goes.
+#[derive(Debug, Clone)]
+pub struct SceneAttempt {
+    pub key: String,
+    pub token: String,
+}
+
+impl AssembleOptions {
+    /// The write options of the scene object: create-if-absent, with the attempt token if any.
+    fn put_options(&self) -> PutOptions {
+        match &self.attempt {
+            Some(a) => PutOptions {
+                metadata: [(
+                    tilegate_core::object::ATTEMPT_METADATA.to_owned(),
+                    a.token.clone(),
+                )]
+                .into(),
+                ..PutOptions::create()
+            },
+            None => PutOptions::create(),
+        }
+    }
 }
 
 impl AssembleOptions {
@@ -50,6 +78,7 @@ impl AssembleOptions {
             resampling: Resampling::Average,
             pause_renewals_after_parts: None,
             part_delay: Duration::ZERO,
+            attempt: None,
             reduced: None,
         }
     }
@@ -180,7 +209,11 @@ pub async fn assemble(
         .await?
         .ok_or_else(|| AssembleError::UnknownJob(job_id.clone()))?
         .row;
-    let scene_key = job.prefix.scene_key(&job.job_id);
+    let scene_key = match &opts.attempt {
+        Some(a) => a.key.clone(),
+        None => job.prefix.scene_key(&job.job_id),
+    };
+    let record = opts.attempt.is_none();
     let mut report = AssembleReport {
         job_id: job.job_id.clone(),
         outcome: AssembleOutcome::AlreadyDone,
@@ -194,8 +227,12 @@ pub async fn assemble(
         upload_s: 0.0,
         reduced_windows_reused: 0,
     };
-    if job.scene_output.is_some() {
+    if job.scene_output.is_some() && record {
         return Ok(report);
+    }
+    if !record {
+        report.scene_etag = None;
+        report.scene_size = None;
     }
 
     // Count rows, never objects: a stray object under the tiles prefix must not count.
@@ -235,7 +272,9 @@ pub async fn assemble(
                 Some(o) => Some(o),
                 None => scene_in_place(b, &scene_key).await?,
             };
-            if let Some(o) = &output {
+            if let Some(o) = &output
+                && record
+            {
                 record_scene(b, &job.job_id, o.clone()).await?;
             }
             report.scene_etag = output.as_ref().map(|o| o.e_tag.clone());
@@ -251,7 +290,9 @@ pub async fn assemble(
         if gate.complete(&lease, output.clone()).await? == LeaseState::Lost {
             tracing::warn!(job_id = %job.job_id, "lease lost before completion was recorded");
         }
-        record_scene(b, &job.job_id, output.clone()).await?;
+        if record {
+            record_scene(b, &job.job_id, output.clone()).await?;
+        }
         report.outcome = AssembleOutcome::AlreadyPresent;
         report.scene_etag = Some(output.e_tag);
         report.scene_size = Some(output.size);
@@ -328,7 +369,7 @@ async fn build_and_publish(
             return Ok(());
         }
         b.objects
-            .put_create(&key, Bytes::from(cog.file.to_vec()))
+            .put_opts(&key, Bytes::from(cog.file.to_vec()), opts.put_options())
             .await?
     } else {
         report.multipart = true;
@@ -367,7 +408,9 @@ async fn build_and_publish(
     if gate.complete(lease, output.clone()).await? == LeaseState::Lost {
         tracing::warn!(job_id = %job.job_id, "lease lost before completion was recorded");
     }
-    record_scene(b, &job.job_id, output).await?;
+    if opts.attempt.is_none() {
+        record_scene(b, &job.job_id, output).await?;
+    }
     report.outcome = AssembleOutcome::Written;
     report.scene_etag = Some(meta.e_tag);
     report.scene_size = Some(meta.size);
@@ -468,10 +511,7 @@ async fn multipart(
     counters: &Counters,
     report: &mut AssembleReport,
 ) -> Result<Option<PutOutcome>, AssembleError> {
-    let upload_id = b
-        .objects
-        .create_multipart(key, &PutOptions::create())
-        .await?;
+    let upload_id = b.objects.create_multipart(key, &opts.put_options()).await?;
     // A failed part upload, renewal or completion aborts the upload at once rather than
     // leaving its parts to `cleanup-uploads` (the store refused nothing: a retry starts afresh).
     let sent = async {

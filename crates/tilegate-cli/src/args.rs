@@ -70,8 +70,8 @@ pub enum Command {
     Backfill(BackfillArgs),
     /// Abort incomplete multipart uploads older than a given age.
     CleanupUploads(CleanupArgs),
-    /// Produce a window again as a new attempt at its own immutable key, then publish it by
-    /// moving the window's pointer (the previous attempt is retired, kept until its
+    /// Produce a window (or, with --scene, the scene from the accepted tiles) again as a new
+    /// attempt at its own immutable key, then publish it by moving the pointer (the previous attempt is retired, kept until its
     /// retention ends). `assemble`, `status` and `url` follow the pointer.
     Regenerate(RegenerateArgs),
     /// Publish an attempt: move the window's pointer onto it in one conditional write.
@@ -291,14 +291,17 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
 }
 
-/// One window of a job.
+/// One window of a job, or its scene.
 #[derive(Debug, Args)]
 pub struct WindowRef {
     /// Job ID, or a unique prefix of one.
     pub job: String,
     /// The window, as ROW_COL (e.g. 3_12 or 0003_0012).
-    #[arg(long)]
-    pub window: String,
+    #[arg(long, required_unless_present = "scene")]
+    pub window: Option<String>,
+    /// The job's scene instead of a window.
+    #[arg(long, conflicts_with = "window")]
+    pub scene: bool,
 }
 
 #[derive(Debug, Args)]
@@ -321,9 +324,13 @@ pub struct RegenerateArgs {
     /// Upload only; publish later with `accept`.
     #[arg(long)]
     pub no_accept: bool,
-    /// Send the attempt to the work queue for a worker instead of producing it here.
-    #[arg(long)]
+    /// Send the attempt to the work queue for a worker instead of producing it here
+    /// (windows only).
+    #[arg(long, conflicts_with = "scene")]
     pub enqueue: bool,
+    /// How a regenerated scene is built and published.
+    #[command(flatten)]
+    pub assemble: AssembleFlags,
 }
 
 #[derive(Debug, Args)]
@@ -361,6 +368,10 @@ pub struct GcArgs {
     /// Report what would be deleted; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also print the pass's figures and `deletion_overdue_oldest_seconds` as one CloudWatch
+    /// Embedded Metric Format line on stdout (for a scheduled GC whose output CloudWatch reads).
+    #[arg(long)]
+    pub emf: bool,
     /// Test hook: judge deadlines at this time (ms since the epoch).
     #[arg(long, hide = true)]
     pub test_now_ms: Option<i64>,

@@ -266,7 +266,12 @@ async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> 
             .await
             .with_context(|| format!("listen on --metrics-addr {addr}"))?;
         tracing::info!(addr = %listener.local_addr()?, "serving /healthz and /metrics");
-        tokio::spawn(crate::http::serve(listener, counters.clone(), stop.clone()));
+        tokio::spawn(crate::http::serve(
+            listener,
+            counters.clone(),
+            b.ledger.clone(),
+            stop.clone(),
+        ));
     }
     let started = Instant::now();
     let report = worker.run(stop).await.context("work")?;
@@ -454,8 +459,27 @@ async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<ExitCo
         .into_iter()
         .filter(|d| dead_letter_job(&d.body).as_ref() == Some(&job.job_id))
         .collect();
+    let attempts = b.ledger.list_attempts(&job.job_id).await?;
+    let pointers = b.ledger.list_pointers(&job.job_id).await?;
+    let now = tilegate_core::now_millis();
+    let overdue_s = tilegate_ledger::gc::oldest_overdue_seconds(b, now).await?;
+    let job_overdue_s = attempts
+        .iter()
+        .filter(|r| r.row.in_due_index())
+        .filter_map(|r| r.row.delete_after)
+        .filter(|d| *d <= now)
+        .min()
+        .map_or(0, |d| u64::try_from((now - d) / 1000).unwrap_or(0));
     let doc = json!({
         "job_id": job.job_id,
+        "tenant": job.tenant,
+        "ledger": {
+            "attempts": attempts.len(),
+            "published": pointers.len(),
+            "by_state": tilegate_ledger::count_by_state(&attempts),
+            "deletion_overdue_oldest_seconds": job_overdue_s,
+            "deletion_overdue_oldest_seconds_all_jobs": overdue_s,
+        },
         "source": job.source.uri,
         "source_etag": job.source.etag,
         "scene": {"width": job.grid.width, "height": job.grid.height, "bands": job.scene.bands, "dtype": job.scene.dtype},
@@ -556,7 +580,9 @@ async fn demo(out: &Out, sel: &Selection, a: DemoArgs) -> anyhow::Result<ExitCod
     .await
 }
 
-fn assemble_options(f: &AssembleFlags) -> anyhow::Result<tilegate_assembler::AssembleOptions> {
+pub(crate) fn assemble_options(
+    f: &AssembleFlags,
+) -> anyhow::Result<tilegate_assembler::AssembleOptions> {
     let mut o = tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner("assemble"));
     o.multipart_threshold = f.multipart_threshold;
     o.part_size = f.part_size;
@@ -685,12 +711,40 @@ async fn backfill_cmd(out: &Out, b: &Backends, a: BackfillArgs) -> anyhow::Resul
 async fn cleanup_uploads(out: &Out, b: &Backends, a: CleanupArgs) -> anyhow::Result<ExitCode> {
     let cutoff = std::time::SystemTime::now() - Duration::from_secs(a.older_than_s);
     let stale = b.objects.list_multipart("", Some(cutoff)).await?;
+    let mut uploads = Vec::new();
     for u in &stale {
         b.objects.abort_multipart(&u.key, &u.upload_id).await?;
+        // Against the ledger: an attempt's upload names its row; anything else is a
+        // deterministic scene's (the claim gate's) or foreign.
+        let ledger = match tilegate_ledger::parse_attempt_key(&u.key) {
+            Some((job, subject, attempt)) => {
+                match b.ledger.get_attempt(&job, subject, &attempt).await? {
+                    Some(r) => json!({"attempt": attempt, "state": r.row.state.name(),
+                        "note": if r.row.state == tilegate_core::ledger::AttemptState::Uploading {
+                            "its row stays `uploading`; gc collects it after the upload grace"
+                        } else { "its row does not depend on this upload" }}),
+                    None => {
+                        json!({"attempt": attempt, "state": null, "note": "no ledger row: not tilegate's"})
+                    }
+                }
+            }
+            None => serde_json::Value::Null,
+        };
+        uploads.push(json!({"key": u.key, "upload_id": u.upload_id, "ledger": ledger}));
     }
-    let doc = json!({"aborted": stale.len(), "uploads": stale.iter().map(|u| json!({"key": u.key, "upload_id": u.upload_id})).collect::<Vec<_>>()});
+    let doc = json!({"aborted": stale.len(), "uploads": uploads});
     out.emit(&doc, || {
-        format!("aborted {} stale multipart upload(s)", stale.len())
+        let mut t = format!("aborted {} stale multipart upload(s)", stale.len());
+        for u in &uploads {
+            if let Some(state) = u["ledger"]["state"].as_str() {
+                t.push_str(&format!(
+                    "\n  {} (attempt {}, row {state})",
+                    u["key"].as_str().unwrap_or(""),
+                    u["ledger"]["attempt"].as_str().unwrap_or("")
+                ));
+            }
+        }
+        t
     });
     Ok(ExitCode::SUCCESS)
 }

@@ -25,15 +25,15 @@ fn ms(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn window_of(b: &Backends, at: &WindowRef) -> anyhow::Result<(JobRecord, Window)> {
+async fn subject_of(b: &Backends, at: &WindowRef) -> anyhow::Result<(JobRecord, Subject)> {
     let job = find_job(b, Some(&at.job)).await?;
-    let window = Window::parse(&at.window).ok_or_else(|| {
+    let Some(text) = at.window.as_deref().filter(|_| !at.scene) else {
+        return Ok((job, Subject::Scene));
+    };
+    let window = Window::parse(text).ok_or_else(|| {
         refused(
             "bad-window",
-            format!(
-                "`{}` is not a window: expected ROW_COL, e.g. 3_12",
-                at.window
-            ),
+            format!("`{text}` is not a window: expected ROW_COL, e.g. 3_12"),
         )
     })?;
     if !job.grid.contains(window) {
@@ -47,7 +47,7 @@ async fn window_of(b: &Backends, at: &WindowRef) -> anyhow::Result<(JobRecord, W
             ),
         ));
     }
-    Ok((job, window))
+    Ok((job, Subject::Window(window)))
 }
 
 fn attempt_id(s: &str) -> anyhow::Result<AttemptId> {
@@ -97,45 +97,49 @@ fn publish_code(out: Option<&PublishOutcome>) -> ExitCode {
 }
 
 pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::Result<ExitCode> {
-    let (job, window) = window_of(b, &a.at).await?;
+    let (job, subject) = subject_of(b, &a.at).await?;
     let id = a.attempt.as_deref().map(attempt_id).transpose()?;
     let retention = Retention {
         preview_ms: a.retain.map(ms),
         retired_ms: ms(a.keep_retired),
         upload_grace_ms: ms(a.upload_grace),
     };
-    let accept = !a.no_accept;
-    if a.enqueue {
-        let (row, order) = tilegate_worker::regenerate::start(
-            b,
-            &job,
-            window,
-            id,
-            retention,
-            accept,
-            now_millis(),
-        )
-        .await?;
-        let msg = WindowMessage {
-            attempt: Some(order),
-            ..WindowMessage::for_job(&job, window)
-        };
-        b.queue.send_batch(&[msg.encode()]).await?;
-        let doc = json!({"job_id": job.job_id, "window": window.to_string(), "attempt": row.row.attempt, "key": row.row.key, "state": row.row.state.name(), "enqueued": true});
-        out.emit(&doc, || {
-            format!(
-                "attempt {} of window {window} enqueued (key {})",
-                row.row.attempt, row.row.key
-            )
-        });
-        return Ok(ExitCode::SUCCESS);
-    }
-    let done = tilegate_worker::regenerate::run(b, &job, window, id, retention, accept, now_millis)
-        .await?;
+    let req = tilegate_worker::regenerate::Request {
+        id,
+        retention,
+        accept: !a.no_accept,
+    };
+    let done = match subject {
+        Subject::Scene => {
+            let opts = crate::commands::assemble_options(&a.assemble)?;
+            let counters = tilegate_core::metrics::Counters::new();
+            tilegate_worker::regenerate::scene(b, &job, req, opts, &counters, now_millis).await?
+        }
+        Subject::Window(window) if a.enqueue => {
+            let (row, order) =
+                tilegate_worker::regenerate::start(b, &job, window, req, now_millis()).await?;
+            let msg = WindowMessage {
+                attempt: Some(order),
+                ..WindowMessage::for_job(&job, window)
+            };
+            b.queue.send_batch(&[msg.encode()]).await?;
+            let doc = json!({"job_id": job.job_id, "subject": subject.to_string(), "attempt": row.row.attempt, "key": row.row.key, "state": row.row.state.name(), "enqueued": true});
+            out.emit(&doc, || {
+                format!(
+                    "attempt {} of {subject} enqueued (key {})",
+                    row.row.attempt, row.row.key
+                )
+            });
+            return Ok(ExitCode::SUCCESS);
+        }
+        Subject::Window(window) => {
+            tilegate_worker::regenerate::run(b, &job, window, req, now_millis).await?
+        }
+    };
     let r = &done.row.row;
     let doc = json!({
         "job_id": job.job_id,
-        "window": window.to_string(),
+        "subject": subject.to_string(),
         "attempt": r.attempt,
         "key": r.key,
         "size": r.size,
@@ -149,7 +153,7 @@ pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::R
             .as_ref()
             .map_or("not published (use `accept`)".to_owned(), publish_text);
         format!(
-            "attempt {} of window {window} uploaded to {}; {published}",
+            "attempt {} of {subject} uploaded to {}; {published}",
             r.attempt, r.key
         )
     });
@@ -157,9 +161,8 @@ pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::R
 }
 
 pub async fn accept(out: &Out, b: &Backends, a: AcceptArgs) -> anyhow::Result<ExitCode> {
-    let (job, window) = window_of(b, &a.at).await?;
+    let (job, subject) = subject_of(b, &a.at).await?;
     let id = attempt_id(&a.attempt)?;
-    let subject = Subject::Window(window);
     let outcome = match a.seen.as_deref() {
         None => attempt::accept_current(b, &job.job_id, subject, &id, now_millis()).await?,
         Some(seen) => {
@@ -167,7 +170,7 @@ pub async fn accept(out: &Out, b: &Backends, a: AcceptArgs) -> anyhow::Result<Ex
             attempt::accept(b, &job.job_id, subject, &id, seen, now_millis()).await?
         }
     };
-    let doc = json!({"job_id": job.job_id, "window": window.to_string(), "attempt": id, "publish": publish_doc(&outcome)});
+    let doc = json!({"job_id": job.job_id, "subject": subject.to_string(), "attempt": id, "publish": publish_doc(&outcome)});
     out.emit(&doc, || format!("attempt {id}: {}", publish_text(&outcome)));
     Ok(publish_code(Some(&outcome)))
 }
@@ -224,9 +227,9 @@ pub async fn attempts(out: &Out, b: &Backends, a: AttemptsArgs) -> anyhow::Resul
 }
 
 pub async fn hold(out: &Out, b: &Backends, a: HoldArgs) -> anyhow::Result<ExitCode> {
-    let (job, window) = window_of(b, &a.at).await?;
+    let (job, subject) = subject_of(b, &a.at).await?;
     let id = attempt_id(&a.attempt)?;
-    let row = attempt::set_hold(b, &job.job_id, Subject::Window(window), &id, !a.release).await?;
+    let row = attempt::set_hold(b, &job.job_id, subject, &id, !a.release).await?;
     let r = &row.row;
     let doc =
         json!({"attempt": id, "legal_hold": r.legal_hold, "state": r.state.name(), "key": r.key});
@@ -248,6 +251,31 @@ pub async fn gc_cmd(out: &Out, b: &Backends, a: GcArgs) -> anyhow::Result<ExitCo
     let overdue = gc::oldest_overdue_seconds(b, opts.now).await?;
     let mut doc = serde_json::to_value(&report)?;
     doc["deletion_overdue_oldest_seconds"] = overdue.into();
+    if a.emf {
+        println!(
+            "{}",
+            tilegate_core::metrics::emf_gauges(
+                "tilegate",
+                "gc",
+                &[
+                    (
+                        tilegate_core::metrics::DELETION_OVERDUE_OLDEST,
+                        "Seconds",
+                        overdue
+                    ),
+                    ("ledger_gc_due_rows", "Count", report.due),
+                    ("ledger_gc_marked_rows", "Count", report.marked),
+                    ("ledger_gc_deleted_rows", "Count", report.deleted),
+                    (
+                        "ledger_gc_skipped_rows",
+                        "Count",
+                        report.skipped_changed + report.skipped_mismatch
+                    ),
+                ],
+                opts.now,
+            )
+        );
+    }
     out.emit(&doc, || {
         if report.dry_run {
             let mut t = format!("dry run: {} due row(s) would be deleted", report.items.len());
@@ -308,17 +336,9 @@ pub async fn reconcile_cmd(out: &Out, b: &Backends, a: ReconcileArgs) -> anyhow:
 }
 
 pub async fn url_cmd(out: &Out, b: &Backends, a: UrlArgs) -> anyhow::Result<ExitCode> {
-    let (job, window) = window_of(b, &a.at).await?;
+    let (job, subject) = subject_of(b, &a.at).await?;
     let tenant = Tenant::parse(&a.tenant).context("invalid --tenant")?;
-    let g = url::grant(
-        b,
-        &job,
-        Subject::Window(window),
-        &tenant,
-        a.expires,
-        now_millis(),
-    )
-    .await?;
+    let g = url::grant(b, &job, subject, &tenant, a.expires, now_millis()).await?;
     let doc = serde_json::to_value(&g)?;
     out.emit(&doc, || g.url.clone());
     Ok(ExitCode::SUCCESS)

@@ -141,6 +141,25 @@ pub fn status_text(doc: &Value) -> String {
             if missing.len() > 10 { " …" } else { "" }
         ));
     }
+    let l = &doc["ledger"];
+    if n(l, "attempts") > 0 {
+        let states = l["by_state"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, v)| v.as_u64() != Some(0))
+                    .map(|(k, v)| format!("{} {k}", v.as_u64().unwrap_or(0)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        s.push_str(&format!(
+            "  attempts     {} ({states}); {} window(s) published by pointer; oldest overdue deletion {} s\n",
+            n(l, "attempts"),
+            n(l, "published"),
+            n(l, "deletion_overdue_oldest_seconds")
+        ));
+    }
     let q = &doc["queue"];
     s.push_str(&format!(
         "  queue        {} visible, {} in flight, {} dead ({} of this job)\n  counters\n",

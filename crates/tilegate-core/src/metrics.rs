@@ -198,6 +198,42 @@ pub fn emf_lines(
     lines
 }
 
+/// The deletion SLO gauge: the age of the oldest ledger row past its deadline and not yet
+/// deleted (0 when none is overdue). Read from the due index, never counted by a process.
+pub const DELETION_OVERDUE_OLDEST: &str = "deletion_overdue_oldest_seconds";
+
+/// One gauge in the Prometheus text format, with its HELP and TYPE lines.
+pub fn gauge_text(name: &str, help: &str, value: u64) -> String {
+    format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n")
+}
+
+/// Gauges as one CloudWatch Embedded Metric Format document (dimension `function`): `(name,
+/// unit, value)` with units `Seconds` or `Count`.
+pub fn emf_gauges(
+    namespace: &str,
+    function: &str,
+    gauges: &[(&str, &str, u64)],
+    timestamp_ms: i64,
+) -> String {
+    let mut root = serde_json::Map::new();
+    root.insert(
+        "_aws".into(),
+        serde_json::json!({
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": namespace,
+                "Dimensions": [["function"]],
+                "Metrics": gauges.iter().map(|(n, u, _)| serde_json::json!({"Name": n, "Unit": u})).collect::<Vec<_>>(),
+            }],
+        }),
+    );
+    root.insert("function".into(), function.into());
+    for (n, _, v) in gauges {
+        root.insert((*n).into(), (*v).into());
+    }
+    serde_json::Value::Object(root).to_string()
+}
+
 /// `after - before`, series by series (counters only grow).
 pub fn deltas(
     before: &BTreeMap<String, u64>,
@@ -217,6 +253,27 @@ pub fn deltas(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gauges_are_typed_as_gauges() {
+        let t = gauge_text(DELETION_OVERDUE_OLDEST, "Age.", 42);
+        assert_eq!(
+            t,
+            "# HELP deletion_overdue_oldest_seconds Age.\n# TYPE deletion_overdue_oldest_seconds gauge\ndeletion_overdue_oldest_seconds 42\n"
+        );
+        let emf: serde_json::Value = serde_json::from_str(&emf_gauges(
+            "tilegate",
+            "gc",
+            &[(DELETION_OVERDUE_OLDEST, "Seconds", 42)],
+            1,
+        ))
+        .unwrap();
+        assert_eq!(emf[DELETION_OVERDUE_OLDEST], 42);
+        assert_eq!(
+            emf["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"],
+            "Seconds"
+        );
+    }
 
     #[test]
     fn prometheus_text_names_every_counter_and_labels_dead_letters() {

@@ -87,7 +87,7 @@ pub async fn row(
 /// the row; a row GC took while the upload ran makes the upload delete its own object again.
 pub async fn upload(
     b: &Backends,
-    mut row: Versioned<AttemptRow>,
+    row: Versioned<AttemptRow>,
     bytes: Bytes,
     now: UnixMillis,
 ) -> Result<Versioned<AttemptRow>, LedgerError> {
@@ -111,11 +111,25 @@ pub async fn upload(
         PutOutcome::Written(meta) => meta,
         PutOutcome::AlreadyPresent | PutOutcome::Superseded => own_object(b, &key, &token).await?,
     };
+    record(b, row, meta.size, meta.e_tag, now).await
+}
+
+/// Record the object now at the attempt's key — written by [`upload`], or by the assembler for
+/// a scene — on the attempt's row (`uploaded`). A row GC took meanwhile makes this delete the
+/// object again, at the version given.
+pub async fn record(
+    b: &Backends,
+    mut row: Versioned<AttemptRow>,
+    size: u64,
+    e_tag: tilegate_core::ETag,
+    now: UnixMillis,
+) -> Result<Versioned<AttemptRow>, LedgerError> {
+    let key = row.row.key.clone();
     loop {
-        let done = row.row.uploaded(meta.size, meta.e_tag.clone(), now);
+        let done = row.row.uploaded(size, e_tag.clone(), now);
         match b.ledger.update_attempt(&done, row.version).await? {
             UpdateOutcome::Updated { version } => {
-                tracing::info!(row = %done.shown(), size = meta.size, "attempt uploaded");
+                tracing::info!(row = %done.shown(), size, "attempt uploaded");
                 return Ok(Versioned { version, row: done });
             }
             UpdateOutcome::Superseded(None) => {
@@ -129,7 +143,7 @@ pub async fn upload(
                 // Something else changed the row (a hold): apply the upload to what is there.
                 AttemptState::Uploading => row = current,
                 // A duplicate delivery recorded the same object first.
-                _ if current.row.e_tag.as_ref() == Some(&meta.e_tag)
+                _ if current.row.e_tag.as_ref() == Some(&e_tag)
                     && current.row.state != AttemptState::Deleted
                     && current.row.state != AttemptState::Deleting =>
                 {
@@ -143,7 +157,7 @@ pub async fn upload(
                         .delete_opts(
                             &key,
                             DeleteOptions {
-                                if_match: Some(meta.e_tag.clone()),
+                                if_match: Some(e_tag.clone()),
                             },
                         )
                         .await?;

@@ -107,3 +107,38 @@ pub fn count_by_state<'a>(
     }
     out
 }
+
+/// The job, subject and attempt of an attempt key (`…/attempts/JOB/SUBJECT/attempt-ID.tif`),
+/// for reports that start from a key (stale uploads); `None` for any other key.
+pub fn parse_attempt_key(key: &str) -> Option<(JobId, Subject, AttemptId)> {
+    let mut segs = key.rsplit('/');
+    let file = segs.next()?;
+    let subject = Subject::parse(segs.next()?)?;
+    let job = JobId::parse(segs.next()?).ok()?;
+    if segs.next()? != "attempts" {
+        return None;
+    }
+    let id = file.strip_prefix("attempt-")?.strip_suffix(".tif")?;
+    Some((job, subject, AttemptId::parse(id).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempt_keys_parse_back() {
+        let job = JobId::derive("u", "e", "r", "p");
+        let id = AttemptId::from_random(5);
+        let key = tilegate_core::Prefix::default().attempt_key(&job, "scene", id.as_str());
+        assert_eq!(
+            parse_attempt_key(&key),
+            Some((job.clone(), Subject::Scene, id))
+        );
+        assert_eq!(
+            parse_attempt_key(&format!("tilegate/tiles/{job}/0000_0000.tif")),
+            None
+        );
+        assert_eq!(parse_attempt_key("attempt-x.tif"), None);
+    }
+}

@@ -27,6 +27,13 @@ pub enum RegenerateError {
     Source(#[from] SourceError),
     #[error(transparent)]
     Encode(#[from] CogError),
+    #[error(transparent)]
+    Assemble(#[from] tilegate_assembler::AssembleError),
+    #[error(
+        "regenerate the scene: its assembly ended `{0}` (another assembler holds the attempt, or \
+         the lease lapsed); run the same attempt again with --attempt"
+    )]
+    SceneNotBuilt(&'static str),
 }
 
 impl From<tilegate_core::StoreError> for RegenerateError {
@@ -41,6 +48,8 @@ impl RegenerateError {
             Self::Ledger(e) => e.reason_code(),
             Self::Source(e) => e.reason_code(),
             Self::Encode(e) => e.reason_code(),
+            Self::Assemble(e) => e.reason_code(),
+            Self::SceneNotBuilt(_) => "scene-not-built",
         }
     }
 }
@@ -53,20 +62,41 @@ pub struct Regenerated {
     pub published: Option<PublishOutcome>,
 }
 
-/// Write the attempt's row (`uploading`) and return the order that finishes it. `id` reuses
-/// an attempt (a retry); `None` makes a new one.
+/// What a regeneration is asked for.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// Continue this attempt (a retry); `None` makes a new one.
+    pub id: Option<AttemptId>,
+    pub retention: Retention,
+    /// Publish it once uploaded.
+    pub accept: bool,
+}
+
+/// Write the attempt's row (`uploading`) and return the order that finishes it.
 pub async fn start(
     b: &Backends,
     job: &JobRecord,
     window: Window,
-    id: Option<AttemptId>,
-    retention: Retention,
-    accept: bool,
+    req: Request,
     now: UnixMillis,
 ) -> Result<(Versioned<AttemptRow>, AttemptOrder), RegenerateError> {
-    let id = id.unwrap_or_else(attempt::new_id);
-    let row = attempt::begin(b, job, Subject::Window(window), id.clone(), retention, now).await?;
-    Ok((row, AttemptOrder { id, accept }))
+    let id = req.id.unwrap_or_else(attempt::new_id);
+    let row = attempt::begin(
+        b,
+        job,
+        Subject::Window(window),
+        id.clone(),
+        req.retention,
+        now,
+    )
+    .await?;
+    Ok((
+        row,
+        AttemptOrder {
+            id,
+            accept: req.accept,
+        },
+    ))
 }
 
 /// Recompute the window of `job` (source pinned before and after the read).
@@ -114,12 +144,42 @@ pub async fn run(
     b: &Backends,
     job: &JobRecord,
     window: Window,
-    id: Option<AttemptId>,
-    retention: Retention,
-    accept: bool,
+    req: Request,
     now: impl Fn() -> UnixMillis,
 ) -> Result<Regenerated, RegenerateError> {
-    let (row, order) = start(b, job, window, id, retention, accept, now()).await?;
+    let (row, order) = start(b, job, window, req, now()).await?;
     let bytes = encode(b, job, window).await?;
     finish(b, row, &order, bytes, now()).await
+}
+
+/// Assemble the job's scene again as a new attempt (`id`: continue that one): the row first,
+/// then the scene built from the accepted tiles (through the window pointers) to the attempt's
+/// key through the claim gate, recorded on the row and — if `accept` — published by moving the
+/// scene's pointer. The deterministic scene and the job row are not touched.
+pub async fn scene(
+    b: &Backends,
+    job: &JobRecord,
+    req: Request,
+    mut opts: tilegate_assembler::AssembleOptions,
+    counters: &tilegate_core::metrics::Counters,
+    now: impl Fn() -> UnixMillis,
+) -> Result<Regenerated, RegenerateError> {
+    let id = req.id.unwrap_or_else(attempt::new_id);
+    let mut row = attempt::begin(b, job, Subject::Scene, id.clone(), req.retention, now()).await?;
+    if row.row.state == tilegate_core::ledger::AttemptState::Uploading {
+        opts.attempt = Some(tilegate_assembler::SceneAttempt {
+            key: row.row.key.clone(),
+            token: id.to_string(),
+        });
+        let report = tilegate_assembler::assemble(b, &job.job_id, &opts, counters).await?;
+        let (Some(e_tag), Some(size)) = (report.scene_etag.clone(), report.scene_size) else {
+            return Err(RegenerateError::SceneNotBuilt(report.outcome.as_str()));
+        };
+        row = attempt::record(b, row, size, e_tag, now()).await?;
+    }
+    let order = AttemptOrder {
+        id,
+        accept: req.accept,
+    };
+    finish(b, row, &order, Bytes::new(), now()).await
 }
