@@ -51,6 +51,9 @@ pub struct AzureStore {
     /// Uploads this handle and its clones started or have seen recorded (ID → key), so a
     /// part does not read the record again.
     pub(crate) live: Arc<Mutex<HashMap<String, String>>>,
+    /// The blob endpoint and account key, when the account was given by its key: what a
+    /// read URL is signed with. (A SAS or an Entra credential cannot sign one.)
+    pub(crate) signer: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for AzureStore {
@@ -206,6 +209,10 @@ impl AzureStore {
             key_prefix,
             retry: RetryPolicy::default(),
             live: Arc::default(),
+            signer: match &account.auth {
+                crate::Auth::Key(k) => Some((account.blob_endpoint.clone(), k.clone())),
+                _ => None,
+            },
         })
     }
 
@@ -545,6 +552,35 @@ impl ObjectStore for AzureStore {
         check_key(key)?;
         self.delete_full(key, &self.full(key), opts.if_match.as_ref())
             .await
+    }
+
+    /// A URL with a service SAS that reads this one blob (`sr=b`, `sp=r`), signed locally with
+    /// the account key; an account opened with a SAS or Entra ID cannot sign one.
+    async fn presign_get(&self, key: &str, expires: std::time::Duration) -> StoreResult<String> {
+        check_key(key)?;
+        let Some((endpoint, account_key)) = &self.signer else {
+            return Err(StoreError::NotImplemented {
+                operation: "sign a read URL without the account key",
+                implementer: "azure",
+            });
+        };
+        let full = self.full(key);
+        let valid = time::Duration::try_from(expires)
+            .map_err(|e| StoreError::backend("sign a read URL", &full, Retry::Permanent, e))?;
+        let sas = crate::sas::blob_read_sas(
+            &self.account,
+            account_key,
+            &self.container_name,
+            &full,
+            time::OffsetDateTime::now_utc(),
+            valid,
+        )
+        .map_err(|e| StoreError::backend("sign a read URL", &full, Retry::Permanent, e))?;
+        Ok(format!(
+            "{endpoint}/{}/{}?{sas}",
+            self.container_name,
+            crate::sas::blob_path(&full)
+        ))
     }
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {

@@ -503,6 +503,41 @@ impl ObjectStore for GcsStore {
         }
     }
 
+    /// A V4 signed URL (GET), signed by the client's credentials: a service account key
+    /// signs locally, other Google credentials through IAM `signBlob`. Anonymous clients (an
+    /// emulator) have nothing to sign with and are refused.
+    async fn presign_get(&self, key: &str, expires: std::time::Duration) -> StoreResult<String> {
+        use gcloud_storage::sign::{SignedURLMethod, SignedURLOptions};
+        check_key(key)?;
+        let full = self.full(key);
+        self.client
+            .signed_url(
+                &self.bucket,
+                &full,
+                None,
+                None,
+                SignedURLOptions {
+                    method: SignedURLMethod::GET,
+                    expires,
+                    ..SignedURLOptions::default()
+                },
+            )
+            .await
+            .map_err(|e| {
+                StoreError::backend(
+                    "sign a read URL",
+                    &full,
+                    Retry::Permanent,
+                    GcsError::Auth {
+                        detail: format!(
+                            "{e} (a V4 signature needs a service account key or a credential \
+                             that may call IAM signBlob)"
+                        ),
+                    },
+                )
+            })
+    }
+
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {
         check_list_prefix(prefix)?;
         let full = self.full(prefix);

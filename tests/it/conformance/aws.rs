@@ -174,13 +174,17 @@ mod deployment {
         let first = AwsBackends::init(Some(&objects), &tables, &queue, true, 4)
             .await
             .expect("first init");
-        assert_eq!(first.created.len(), 6, "{first:?}");
+        assert_eq!(
+            first.created.len(),
+            7,
+            "bucket, five tables, queue: {first:?}"
+        );
         assert!(first.existing.is_empty(), "{first:?}");
         let again = AwsBackends::init(Some(&objects), &tables, &queue, true, 4)
             .await
             .expect("second init");
         assert!(again.created.is_empty(), "{again:?}");
-        assert_eq!(again.existing.len(), 6, "{again:?}");
+        assert_eq!(again.existing.len(), 7, "{again:?}");
 
         let b = AwsBackends::connect(&objects, &tables, &queue, 4)
             .await
