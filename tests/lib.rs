@@ -359,6 +359,17 @@ pub enum Target {
 }
 
 impl Target {
+    /// The embedded backend, and AWS (bucket, tables and queues created) when the emulator is
+    /// there; in CI it must be.
+    pub fn embedded_and_aws(test: &str) -> Vec<Self> {
+        let mut t = vec![Self::Embedded];
+        if let Some(aws) = Aws::for_test(test) {
+            aws.json(tempdir().path(), &["init", "--create-bucket"]);
+            t.push(Self::Aws(aws));
+        }
+        t
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Self::Embedded => "embedded",

@@ -22,19 +22,12 @@ use tilegate_core::table::{ManifestEntry, OutputRef, TileOrigin};
 use tilegate_core::{
     Backends, ETag, JobId, Prefix, Recipe, Retry, StoreError, StoreResult, Window,
 };
-use tilegate_tests::{Aws, ScriptedStore, StoreScript, Target, sample, tempdir};
+use tilegate_tests::{ScriptedStore, StoreScript, Target, sample, tempdir};
 use tilegate_worker::repair::{self, RepairOutcome};
 use tilegate_worker::{StopWhen, Worker, WorkerConfig};
 
-/// Embedded, and AWS (bucket, tables and queues created) when the emulator is there; in CI it
-/// must be.
 fn targets(test: &str) -> Vec<Target> {
-    let mut t = vec![Target::Embedded];
-    if let Some(aws) = Aws::for_test(test) {
-        aws.json(tempdir().path(), &["init", "--create-bucket"]);
-        t.push(Target::Aws(aws));
-    }
-    t
+    Target::embedded_and_aws(test)
 }
 
 fn rt() -> tokio::runtime::Runtime {

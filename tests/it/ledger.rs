@@ -14,16 +14,11 @@ use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, JobId, Tenant, UnixMillis, Window, WindowRect};
 use tilegate_ledger::gc::{self, GcOptions};
 use tilegate_ledger::{LedgerError, attempt, reconcile, url};
-use tilegate_tests::{Aws, Target, sample, tempdir};
+use tilegate_tests::{Target, sample, tempdir};
 use tilegate_worker::regenerate;
 
 fn targets(test: &str) -> Vec<Target> {
-    let mut t = vec![Target::Embedded];
-    if let Some(aws) = Aws::for_test(test) {
-        aws.json(tempdir().path(), &["init", "--create-bucket"]);
-        t.push(Target::Aws(aws));
-    }
-    t
+    Target::embedded_and_aws(test)
 }
 
 fn rt() -> tokio::runtime::Runtime {

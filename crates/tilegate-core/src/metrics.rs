@@ -160,26 +160,8 @@ pub fn emf_lines(
     timestamp_ms: i64,
 ) -> Vec<String> {
     let doc = |dims: Vec<&str>, metrics: Vec<(&str, u64)>, extra: Option<(&str, &str)>| {
-        let mut root = serde_json::Map::new();
-        root.insert(
-            "_aws".into(),
-            serde_json::json!({
-                "Timestamp": timestamp_ms,
-                "CloudWatchMetrics": [{
-                    "Namespace": namespace,
-                    "Dimensions": [dims],
-                    "Metrics": metrics.iter().map(|(n, _)| serde_json::json!({"Name": n, "Unit": "Count"})).collect::<Vec<_>>(),
-                }],
-            }),
-        );
-        root.insert("function".into(), function.into());
-        if let Some((k, v)) = extra {
-            root.insert(k.into(), v.into());
-        }
-        for (n, v) in metrics {
-            root.insert(n.into(), v.into());
-        }
-        serde_json::Value::Object(root).to_string()
+        let metrics: Vec<_> = metrics.into_iter().map(|(n, v)| (n, "Count", v)).collect();
+        emf_document(namespace, function, &dims, &metrics, extra, timestamp_ms)
     };
     let all: Vec<(&str, u64)> = ALL
         .iter()
@@ -207,12 +189,14 @@ pub fn gauge_text(name: &str, help: &str, value: u64) -> String {
     format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n")
 }
 
-/// Gauges as one CloudWatch Embedded Metric Format document (dimension `function`): `(name,
-/// unit, value)` with units `Seconds` or `Count`.
-pub fn emf_gauges(
+/// One CloudWatch Embedded Metric Format document: `(name, unit, value)` metrics under
+/// `dims` (`function` always set, `extra` the one other dimension's value).
+fn emf_document(
     namespace: &str,
     function: &str,
-    gauges: &[(&str, &str, u64)],
+    dims: &[&str],
+    metrics: &[(&str, &str, u64)],
+    extra: Option<(&str, &str)>,
     timestamp_ms: i64,
 ) -> String {
     let mut root = serde_json::Map::new();
@@ -222,16 +206,37 @@ pub fn emf_gauges(
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
                 "Namespace": namespace,
-                "Dimensions": [["function"]],
-                "Metrics": gauges.iter().map(|(n, u, _)| serde_json::json!({"Name": n, "Unit": u})).collect::<Vec<_>>(),
+                "Dimensions": [dims],
+                "Metrics": metrics.iter().map(|(n, u, _)| serde_json::json!({"Name": n, "Unit": u})).collect::<Vec<_>>(),
             }],
         }),
     );
     root.insert("function".into(), function.into());
-    for (n, _, v) in gauges {
+    if let Some((k, v)) = extra {
+        root.insert(k.into(), v.into());
+    }
+    for (n, _, v) in metrics {
         root.insert((*n).into(), (*v).into());
     }
     serde_json::Value::Object(root).to_string()
+}
+
+/// Gauges as one EMF document (dimension `function`): `(name, unit, value)` with units
+/// `Seconds` or `Count`.
+pub fn emf_gauges(
+    namespace: &str,
+    function: &str,
+    gauges: &[(&str, &str, u64)],
+    timestamp_ms: i64,
+) -> String {
+    emf_document(
+        namespace,
+        function,
+        &["function"],
+        gauges,
+        None,
+        timestamp_ms,
+    )
 }
 
 /// `after - before`, series by series (counters only grow).

@@ -200,6 +200,40 @@ impl DynamoTables {
         Ok(out)
     }
 
+    /// One page of the due index's shard `shard_pk`: rows with `gc_due <= now`, in deadline
+    /// order, at most `limit`, from `start`.
+    async fn due_query(
+        &self,
+        shard_pk: &str,
+        now: UnixMillis,
+        limit: i32,
+        start: Option<Item>,
+    ) -> StoreResult<aws_sdk_dynamodb::operation::query::QueryOutput> {
+        retry::run(
+            &self.retry,
+            Idempotency::Idempotent,
+            "list due ledger rows",
+            shard_pk,
+            |_| {
+                let req = self
+                    .client
+                    .query()
+                    .table_name(&self.ledger)
+                    .index_name(DUE_INDEX)
+                    .key_condition_expression("#ds = :ds AND #due <= :now")
+                    .expression_attribute_names("#ds", "due_shard")
+                    .expression_attribute_names("#due", "gc_due")
+                    .expression_attribute_values(":ds", s(shard_pk))
+                    .expression_attribute_values(":now", n(now))
+                    .limit(limit)
+                    .set_exclusive_start_key(start.clone());
+                async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
+            },
+        )
+        .await
+        .map_err(|f| f.into_store("list due ledger rows", shard_pk))
+    }
+
     async fn put_row(
         &self,
         operation: &'static str,
@@ -474,29 +508,7 @@ impl LedgerTable for DynamoTables {
             let exclusive = start.take().map(|m| decode_start(&m));
             let room =
                 i32::try_from(limit.saturating_sub(page.rows.len()).max(1)).unwrap_or(i32::MAX);
-            let got = retry::run(
-                &self.retry,
-                Idempotency::Idempotent,
-                "list due ledger rows",
-                &shard_pk,
-                |_| {
-                    let req = self
-                        .client
-                        .query()
-                        .table_name(&self.ledger)
-                        .index_name(DUE_INDEX)
-                        .key_condition_expression("#ds = :ds AND #due <= :now")
-                        .expression_attribute_names("#ds", "due_shard")
-                        .expression_attribute_names("#due", "gc_due")
-                        .expression_attribute_values(":ds", s(&shard_pk))
-                        .expression_attribute_values(":now", n(now))
-                        .limit(room)
-                        .set_exclusive_start_key(exclusive.clone());
-                    async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-                },
-            )
-            .await
-            .map_err(|f| f.into_store("list due ledger rows", &shard_pk))?;
+            let got = self.due_query(&shard_pk, now, room, exclusive).await?;
             for item in got.items() {
                 page.rows.push(decode_body(item, ROW, &shard_pk)?);
             }
@@ -518,28 +530,7 @@ impl LedgerTable for DynamoTables {
         let mut oldest: Option<UnixMillis> = None;
         for nn in 0..SHARDS {
             let shard_pk = format!("due#{nn:02}");
-            let got = retry::run(
-                &self.retry,
-                Idempotency::Idempotent,
-                "oldest due ledger row",
-                &shard_pk,
-                |_| {
-                    let req = self
-                        .client
-                        .query()
-                        .table_name(&self.ledger)
-                        .index_name(DUE_INDEX)
-                        .key_condition_expression("#ds = :ds AND #due <= :now")
-                        .expression_attribute_names("#ds", "due_shard")
-                        .expression_attribute_names("#due", "gc_due")
-                        .expression_attribute_values(":ds", s(&shard_pk))
-                        .expression_attribute_values(":now", n(now))
-                        .limit(1);
-                    async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-                },
-            )
-            .await
-            .map_err(|f| f.into_store("oldest due ledger row", &shard_pk))?;
+            let got = self.due_query(&shard_pk, now, 1, None).await?;
             if let Some(item) = got.items().first() {
                 let due: UnixMillis = super::get_n(item, "gc_due", ROW, &shard_pk)?;
                 oldest = Some(oldest.map_or(due, |o| o.min(due)));
