@@ -924,6 +924,72 @@ fn tenant_urls_on_azure_and_gcs() {
     }
 }
 
+/// A worker process SIGKILLed between a regeneration's object and its row: the row says
+/// `uploading` and explains the object; once the upload grace has passed, GC deletes the
+/// object (it carries the row's attempt token) and marks the row deleted, and the redelivered
+/// message is refused by name instead of reviving the attempt.
+#[test]
+fn a_worker_killed_mid_upload_leaves_a_row_gc_collects() {
+    let target = Target::Embedded;
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (_, a) = tiles(&target, data, 5, &[]);
+    let out = target.json(
+        data,
+        &["regenerate", a.as_str(), "--window", "2_1", "--enqueue"],
+    );
+    let key = out["key"].as_str().unwrap().to_owned();
+    let killed = tilegate_tests::work_until_fault(data, "attempt-after-put", 0);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&killed.status),
+        Some(libc::SIGKILL),
+        "{}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let s = Subject::Window(Window::new(2, 1));
+    let id = tilegate_core::ledger::AttemptId::parse(out["attempt"].as_str().unwrap()).unwrap();
+    let row = rt.block_on(attempt::row(&b, &a, s, &id)).unwrap().row;
+    assert_eq!(row.state, AttemptState::Uploading);
+    assert_eq!(row.e_tag, None);
+    let object = rt
+        .block_on(b.objects.head(&key))
+        .unwrap()
+        .expect("the object");
+    assert_eq!(
+        object.metadata.get(tilegate_core::object::ATTEMPT_METADATA),
+        Some(&id.to_string())
+    );
+    // Before the grace has passed nothing is collected; after it, both go.
+    let soon = (row.created_at + 60_000).to_string();
+    let r = target.json(data, &["gc", "--test-now-ms", &soon]);
+    assert_eq!(r["deleted"], 0, "{r}");
+    let later = (row.created_at + 6 * HOUR_MS as i64).to_string();
+    let r = target.json(data, &["gc", "--test-now-ms", &later]);
+    assert_eq!(r["deleted"], 1, "{r}");
+    assert_eq!(r["items"][0]["key"], key.as_str());
+    assert!(rt.block_on(b.objects.head(&key)).unwrap().is_none());
+    let row = rt.block_on(attempt::row(&b, &a, s, &id)).unwrap().row;
+    assert_eq!(row.state, AttemptState::Deleted);
+    // The message comes back after its visibility; the collected attempt is not revived.
+    std::thread::sleep(Duration::from_millis(1200));
+    let _ = target
+        .command(data)
+        .args(["work", "--until-empty", "--threads", "1"])
+        .output()
+        .unwrap();
+    let dead = rt.block_on(b.queue.list_dead_letters(10)).unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(
+        dead[0].reason.starts_with("attempt-not-uploading"),
+        "{}",
+        dead[0].reason
+    );
+    assert!(rt.block_on(b.objects.head(&key)).unwrap().is_none());
+    assert!(rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().is_none());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Chaos for the ledger.
 

@@ -101,17 +101,24 @@ pub async fn upload(
             });
         }
     }
-    let key = row.row.key.clone();
-    let token = row.row.attempt.to_string();
+    let meta = put(b, &row.row, bytes).await?;
+    record(b, row, meta.size, meta.e_tag, now).await
+}
+
+/// The object step of [`upload`] alone: `bytes` at the attempt's key with create-if-absent
+/// and the attempt token; an object already there is this attempt's own (an earlier try) or a
+/// named collision. The row is not touched: [`record`] does that.
+pub async fn put(b: &Backends, row: &AttemptRow, bytes: Bytes) -> Result<ObjectMeta, LedgerError> {
+    let key = &row.key;
+    let token = row.attempt.to_string();
     let opts = PutOptions {
         metadata: [(ATTEMPT_METADATA.to_owned(), token.clone())].into(),
         ..PutOptions::create()
     };
-    let meta = match b.objects.put_opts(&key, bytes, opts).await? {
-        PutOutcome::Written(meta) => meta,
-        PutOutcome::AlreadyPresent | PutOutcome::Superseded => own_object(b, &key, &token).await?,
-    };
-    record(b, row, meta.size, meta.e_tag, now).await
+    match b.objects.put_opts(key, bytes, opts).await? {
+        PutOutcome::Written(meta) => Ok(meta),
+        PutOutcome::AlreadyPresent | PutOutcome::Superseded => own_object(b, key, &token).await,
+    }
 }
 
 /// Record the object now at the attempt's key — written by [`upload`], or by the assembler for

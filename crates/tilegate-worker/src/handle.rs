@@ -397,21 +397,39 @@ async fn regenerate_window(
             )
         })?;
     // A redelivery after the upload was recorded: only what is left (publishing) remains.
-    let bytes = if row.row.state == AttemptState::Uploading {
+    let row = if row.row.state == AttemptState::Uploading {
         verify_source(shared, job, deltas).await?;
         let (bytes, _) = encode(shared, job, window, receive_count, deltas).await?;
         verify_source(shared, job, deltas).await?;
-        Bytes::from(bytes)
+        let meta = tilegate_ledger::attempt::put(&shared.b, &row.row, Bytes::from(bytes))
+            .await
+            .map_err(attempt_failure)?;
+        // Killed here, the object is in place and the row still says `uploading`: a
+        // redelivery records it, or GC collects both after the upload grace.
+        fault::point("attempt-after-put", receive_count);
+        tilegate_ledger::attempt::record(&shared.b, row, meta.size, meta.e_tag, now_millis())
+            .await
+            .map_err(attempt_failure)?
     } else {
-        Bytes::new()
+        row
     };
+    let bytes = Bytes::new();
     match regenerate::finish(&shared.b, row, order, bytes, now_millis()).await {
         Ok(done) => {
             tracing::info!(attempt = %order.id, key = %done.row.row.key, published = ?done.published, "attempt uploaded");
             Ok(WindowOutcome::Written)
         }
-        Err(RegenerateError::Ledger(LedgerError::Store(e))) => Err(e.into()),
+        Err(RegenerateError::Ledger(e)) => Err(attempt_failure(e)),
         Err(e) => Err(Failure::permanent(e.reason_code(), chain(&e))),
+    }
+}
+
+/// A ledger failure of a regeneration: storage faults keep their classification, the rest
+/// (the attempt collected, a collision, no row) are permanent and named.
+fn attempt_failure(e: LedgerError) -> Failure {
+    match e {
+        LedgerError::Store(e) => e.into(),
+        e => Failure::permanent(e.reason_code(), chain(&e)),
     }
 }
 
