@@ -24,6 +24,13 @@ pub fn output_location(prefix: &Prefix, tenant: &Tenant) -> String {
 /// v2 added the output location, v3 the tenant.
 const JOB_ID_CONTEXT: &[u8] = b"tilegate job id v3";
 
+/// Whether `s` is 128 bits as 32 lowercase hex characters (job and attempt IDs).
+pub(crate) fn is_hex128(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// A job's identity: 32 lowercase hex characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -71,10 +78,7 @@ impl JobId {
 
     /// Parse a job ID given by a person or a message.
     pub fn parse(s: &str) -> Result<Self, JobIdError> {
-        if s.len() == 32
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        if is_hex128(s) {
             Ok(Self(s.to_owned()))
         } else {
             Err(JobIdError(s.chars().take(80).collect()))

@@ -44,10 +44,7 @@ impl AttemptId {
     }
 
     pub fn parse(s: &str) -> Result<Self, AttemptIdError> {
-        if s.len() == 32
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        if crate::id::is_hex128(s) {
             Ok(Self(s.to_owned()))
         } else {
             Err(AttemptIdError(s.chars().take(80).collect()))

@@ -9,7 +9,7 @@
 use crate::LedgerError;
 use bytes::Bytes;
 use tilegate_core::ledger::{
-    AttemptId, AttemptRow, AttemptState, Pointer, Publish, PublishOutcome, Retention, Subject,
+    AttemptId, AttemptRow, AttemptState, Publish, PublishOutcome, Retention, Subject,
 };
 use tilegate_core::object::{ATTEMPT_METADATA, DeleteOptions, ObjectMeta, PutOptions, PutOutcome};
 use tilegate_core::table::{CreateOutcome, JobRecord, UpdateOutcome, Versioned};
@@ -287,14 +287,4 @@ pub async fn set_hold(
             });
         }
     }
-}
-
-/// The accepted attempt of `subject`, if one is published: what readers use instead of the
-/// deterministic output.
-pub async fn resolve(
-    b: &Backends,
-    job: &JobId,
-    subject: Subject,
-) -> Result<Option<Pointer>, LedgerError> {
-    Ok(b.ledger.get_pointer(job, subject).await?.map(|p| p.row))
 }

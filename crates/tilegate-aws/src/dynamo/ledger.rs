@@ -17,7 +17,7 @@
 //! outcome it was (superseded, not publishable, or our own lost answer).
 
 use super::{
-    Cond, CondWrite, DynamoTables, Item, SERVICE, corrupt, decode_body, encode_body, n, s,
+    Cond, CondWrite, DynamoTables, Item, SERVICE, corrupt, decode_body, encode_body, n, names, s,
 };
 use crate::error::Failure;
 use crate::retry::{self, Idempotency};
@@ -94,13 +94,6 @@ fn pointer_item(p: &Pointer, version: u64) -> StoreResult<Item> {
     item.insert("attempt".to_owned(), s(p.attempt.as_str()));
     item.insert("body".to_owned(), s(encode_body(p, POINTER, &shown)?));
     Ok(item)
-}
-
-fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
 }
 
 fn guarded_put(

@@ -223,11 +223,16 @@ struct CondWrite<'a> {
 
 impl CondWrite<'_> {
     fn names_map(&self) -> HashMap<String, String> {
-        self.names
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
+        names(self.names)
     }
+}
+
+/// An `ExpressionAttributeNames` map from `(#placeholder, name)` pairs.
+fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 /// One table's definition for `ensure_tables`.

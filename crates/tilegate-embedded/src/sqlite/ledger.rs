@@ -270,11 +270,9 @@ impl LedgerTable for SqliteBackend {
                 debug!(store = "sqlite", row = %shown, outcome = "superseded", "publish");
                 return Ok(PublishOutcome::Superseded { current });
             }
-            let Some(new) =
-                get_row(tx, job, &subject, p.attempt.as_str())?.filter(|r| r.row.publishable())
-            else {
-                let row = get_row(tx, job, &subject, p.attempt.as_str())?;
-                return Ok(PublishOutcome::NotPublishable(row));
+            let new = match get_row(tx, job, &subject, p.attempt.as_str())? {
+                Some(r) if r.row.publishable() => r,
+                row => return Ok(PublishOutcome::NotPublishable(row)),
             };
             let output = new.row.output().ok_or_else(|| lost(ROW, shown.clone()))?;
             if let Some(seen) = &p.seen {
