@@ -109,6 +109,7 @@ fn queue_and_manifest(c: &mut Criterion) {
         e_tag: ETag::new("\"e\""),
         origin: TileOrigin::Written,
         recorded_at: now_millis(),
+        facts: Default::default(),
     };
     c.bench_function("manifest_put", |b| {
         b.iter(|| {

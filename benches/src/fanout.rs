@@ -459,6 +459,7 @@ fn prepare_manifest_count(
             e_tag: ETag::new("\"x\""),
             origin: TileOrigin::Written,
             recorded_at: now_millis(),
+            facts: Default::default(),
         });
         futures::stream::iter(entries)
             .map(|e| {

@@ -49,6 +49,8 @@ fn synthetic_job(windows: u32) -> JobRecord {
             crs_wkt: String::new(),
             geotransform: [0.0, 1.0, 0.0, 0.0, 0.0, -1.0],
             nodata: None,
+            placement: None,
+            datetime: None,
         },
         created_at: 0,
         scene_output: None,

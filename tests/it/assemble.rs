@@ -282,6 +282,8 @@ fn spec_for(scene: &Scene, window: u32) -> SceneSpec {
             crs_wkt: src.projection(),
             geotransform: src.geo_transform().unwrap(),
             nodata: scene.nodata,
+            placement: None,
+            datetime: None,
         },
     )
 }

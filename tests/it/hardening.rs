@@ -662,6 +662,7 @@ fn a_manifest_row_that_disagrees_with_its_tile_is_counted() {
         e_tag: ETag::new("\"not-the-tile\""),
         origin: TileOrigin::Written,
         recorded_at: tilegate_core::now_millis(),
+        facts: Default::default(),
     };
     rt.block_on(b.manifest.put_entry(&wrong)).unwrap();
     let counters = Arc::new(Counters::new());

@@ -275,7 +275,7 @@ pub async fn assemble(
             if let Some(o) = &output
                 && record
             {
-                record_scene(b, &job.job_id, o.clone()).await?;
+                record_scene(b, &job, o.clone(), None).await?;
             }
             report.scene_etag = output.as_ref().map(|o| o.e_tag.clone());
             report.scene_size = output.as_ref().map(|o| o.size);
@@ -291,7 +291,7 @@ pub async fn assemble(
             tracing::warn!(job_id = %job.job_id, "lease lost before completion was recorded");
         }
         if record {
-            record_scene(b, &job.job_id, output.clone()).await?;
+            record_scene(b, &job, output.clone(), None).await?;
         }
         report.outcome = AssembleOutcome::AlreadyPresent;
         report.scene_etag = Some(output.e_tag);
@@ -363,13 +363,18 @@ async fn build_and_publish(
     let key = report.scene_key.clone();
 
     let uploaded = Instant::now();
+    let mut checksum = None;
     let outcome = if size <= opts.multipart_threshold.min(SINGLE_PUT_CEILING) {
         if gate.renew(lease).await? == LeaseState::Lost {
             report.outcome = AssembleOutcome::LeaseLost;
             return Ok(());
         }
+        let bytes = cog.file.to_vec();
+        checksum = Some(tilegate_report::stac::blake3_multihash(
+            blake3::hash(&bytes).as_bytes(),
+        ));
         b.objects
-            .put_opts(&key, Bytes::from(cog.file.to_vec()), opts.put_options())
+            .put_opts(&key, Bytes::from(bytes), opts.put_options())
             .await?
     } else {
         report.multipart = true;
@@ -409,7 +414,16 @@ async fn build_and_publish(
         tracing::warn!(job_id = %job.job_id, "lease lost before completion was recorded");
     }
     if opts.attempt.is_none() {
-        record_scene(b, &job.job_id, output).await?;
+        let checksum = match checksum {
+            Some(c) => c,
+            None => {
+                let file = cog.file.clone();
+                tokio::task::spawn_blocking(move || checksum_of_laid_out(&file))
+                    .await
+                    .expect("checksum task panicked")
+            }
+        };
+        record_scene(b, job, output, Some(checksum)).await?;
     }
     report.outcome = AssembleOutcome::Written;
     report.scene_etag = Some(meta.e_tag);
@@ -576,8 +590,70 @@ async fn abort(
     Ok(None)
 }
 
-/// Record the scene on the job row under the row's version guard (re-read on a race).
-async fn record_scene(b: &Backends, job: &JobId, output: OutputRef) -> Result<(), AssembleError> {
+/// The BLAKE3 multihash of a laid-out scene, read in parts (never the whole file at once).
+fn checksum_of_laid_out(file: &LaidOut) -> String {
+    const CHUNK: u64 = 16 << 20;
+    let mut h = blake3::Hasher::new();
+    let mut at = 0;
+    while at < file.len() {
+        let n = CHUNK.min(file.len() - at);
+        h.update_rayon(&file.read(at, usize::try_from(n).unwrap_or(usize::MAX)));
+        at += n;
+    }
+    tilegate_report::stac::blake3_multihash(h.finalize().as_bytes())
+}
+
+/// Publish the scene's STAC Item beside it, with create-if-absent: the Item is a pure
+/// function of the job row and the scene's bytes, so whoever writes it writes the same bytes
+/// and a refusal is the mechanism succeeding. `checksum` is the scene's multihash when the
+/// caller has its bytes; otherwise the scene is read back to hash it (only when no Item is in
+/// place yet: an assembler that died between the scene and its Item).
+async fn publish_item(
+    b: &Backends,
+    job: &JobRecord,
+    scene: &OutputRef,
+    checksum: Option<String>,
+) -> Result<(), AssembleError> {
+    let key = tilegate_report::stac::item_key(&scene.key);
+    let checksum = match checksum {
+        Some(c) => c,
+        None => {
+            if b.objects.head(&key).await?.is_some() {
+                return Ok(());
+            }
+            let bytes = b.objects.get_bytes(&scene.key).await?.bytes;
+            tokio::task::spawn_blocking(move || {
+                let mut h = blake3::Hasher::new();
+                h.update_rayon(&bytes);
+                tilegate_report::stac::blake3_multihash(h.finalize().as_bytes())
+            })
+            .await
+            .expect("checksum task panicked")
+        }
+    };
+    let item = tilegate_report::stac::item(job, scene, &checksum);
+    let outcome = b
+        .objects
+        .put_create(&key, Bytes::from(tilegate_report::stac::to_bytes(&item)))
+        .await?;
+    let outcome = match outcome {
+        PutOutcome::Written(_) => "written",
+        PutOutcome::AlreadyPresent | PutOutcome::Superseded => "already-present",
+    };
+    tracing::info!(job_id = %job.job_id, key = %key, outcome, "STAC item");
+    Ok(())
+}
+
+/// Publish the scene's Item, then record the scene on the job row under the row's version
+/// guard (re-read on a race): a row that names its scene implies the Item is in place.
+async fn record_scene(
+    b: &Backends,
+    job_row: &JobRecord,
+    output: OutputRef,
+    checksum: Option<String>,
+) -> Result<(), AssembleError> {
+    publish_item(b, job_row, &output, checksum).await?;
+    let job = &job_row.job_id;
     for _ in 0..16 {
         let Some(row) = b.jobs.get_job(job).await? else {
             return Err(AssembleError::UnknownJob(job.clone()));

@@ -1,7 +1,9 @@
 //! SDK configuration and clients: the standard AWS configuration chain (region, credentials,
 //! profile, `AWS_ENDPOINT_URL` and `AWS_ENDPOINT_URL_<SERVICE>`), with the SDK's own retries
-//! switched off because [`crate::retry`] is the one retry policy.
+//! switched off because [`crate::retry`] is the one retry policy, and every request counted
+//! for its job ([`crate::meter`]).
 
+use crate::meter::RequestMeter;
 use aws_config::BehaviorVersion;
 use aws_config::SdkConfig;
 use aws_config::retry::RetryConfig;
@@ -26,7 +28,7 @@ fn custom_s3_endpoint(sdk: &SdkConfig) -> bool {
 /// An S3 client; path-style (`http://host/bucket/key`) when a custom endpoint is configured,
 /// because emulators do not serve virtual-hosted bucket names.
 pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
-    let mut b = aws_sdk_s3::config::Builder::from(sdk);
+    let mut b = aws_sdk_s3::config::Builder::from(sdk).interceptor(RequestMeter::new("s3"));
     if custom_s3_endpoint(sdk) {
         b = b.force_path_style(true);
     }
@@ -35,10 +37,18 @@ pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
 
 /// A DynamoDB client.
 pub fn dynamodb_client(sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
-    aws_sdk_dynamodb::Client::new(sdk)
+    aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(sdk)
+            .interceptor(RequestMeter::new("dynamodb"))
+            .build(),
+    )
 }
 
 /// An SQS client.
 pub fn sqs_client(sdk: &SdkConfig) -> aws_sdk_sqs::Client {
-    aws_sdk_sqs::Client::new(sdk)
+    aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(sdk)
+            .interceptor(RequestMeter::new("sqs"))
+            .build(),
+    )
 }

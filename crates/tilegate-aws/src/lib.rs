@@ -16,6 +16,7 @@
 pub mod config;
 pub mod dynamo;
 pub mod error;
+pub mod meter;
 pub mod retry;
 pub mod s3;
 pub mod sources;

@@ -835,6 +835,8 @@ impl WorkQueue for SqsQueue {
                 receive_count: sys_attr(m, &MessageSystemAttributeName::ApproximateReceiveCount)
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(1),
+                sent_at: sys_attr(m, &MessageSystemAttributeName::SentTimestamp)
+                    .and_then(|v| v.parse().ok()),
             });
         }
         Ok(out)

@@ -89,8 +89,16 @@ pub enum Command {
     /// A time-limited URL of a window's accepted attempt, issued only to the job's tenant
     /// and never valid past the attempt's retention (S3: SigV4 presigned).
     Url(UrlArgs),
-    /// Show a job: windows done and missing, counters, queue depth.
+    /// Show a job: windows by state (written, already present, encode skipped, dead-lettered,
+    /// missing), counters, dead letters, workers, queue depth and cost. `--watch` follows it live.
     Status(StatusArgs),
+    /// Write a job's report: one self-contained HTML page (the window grid coloured by state,
+    /// timings per step, throughput, duplicates absorbed, dead letters, a thumbnail of the
+    /// scene and the job's cost). Built from stored rows; open it in any browser, offline.
+    Report(ReportArgs),
+    /// Print the STAC Items of jobs' assembled scenes (published beside each scene as
+    /// `scenes/JOB.json`), and with --stac-collection write a STAC Collection over them.
+    Stac(StacArgs),
     /// List or redrive dead letters.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -399,6 +407,56 @@ pub struct UrlArgs {
 pub struct StatusArgs {
     /// Job ID, or a unique prefix of one (default: the newest job).
     pub job: Option<String>,
+    /// Follow the job live (windows done and missing, rate, ETA, dead letters, workers) until
+    /// it completes; plain lines when stdout is not a terminal. Exits 0 when the job is
+    /// complete, 3 when what is left can only be dead letters.
+    #[arg(long)]
+    pub watch: bool,
+    /// Seconds between refreshes with --watch.
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub interval: f64,
+    /// Show the job's requests by service and operation and their estimated cost.
+    #[arg(long)]
+    pub cost: bool,
+    #[command(flatten)]
+    pub prices: PriceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PriceArgs {
+    /// A price table (TOML) for cost estimates; default: the built-in table, whose prices and
+    /// their date are printed by `--print-prices`.
+    #[arg(long, env = "TILEGATE_PRICES", value_name = "FILE")]
+    pub prices: Option<PathBuf>,
+    /// Print the built-in price table (a starting point for --prices) and exit.
+    #[arg(long)]
+    pub print_prices: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Job ID, or a unique prefix of one (default: the newest job).
+    pub job: Option<String>,
+    /// Where to write the page.
+    #[arg(short, long, default_value = "report.html", value_name = "FILE")]
+    pub out: PathBuf,
+    /// Leave the scene's thumbnail out (it is read from the scene's smallest overview).
+    #[arg(long)]
+    pub no_thumbnail: bool,
+    #[command(flatten)]
+    pub prices: PriceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StacArgs {
+    /// Job IDs or unique prefixes (default: every job with an assembled scene, newest first).
+    pub jobs: Vec<String>,
+    /// Also write a STAC Collection linking the Items, to this file.
+    #[arg(long, value_name = "FILE")]
+    pub stac_collection: Option<PathBuf>,
+    /// The Collection's id.
+    #[arg(long, default_value = "tilegate-scenes")]
+    pub collection_id: String,
 }
 
 #[derive(Debug, Subcommand)]

@@ -61,6 +61,13 @@ impl Selection {
             Some(u) => format!("{}/", u.trim_start_matches("file://").trim_end_matches('/')),
         }
     }
+
+    /// Where GDAL reads an object of the output store: a local path, or `/vsis3/…`,
+    /// `/vsigs/…`, `/vsiaz/…`.
+    pub fn gdal_path_of_object(&self, key: &str) -> String {
+        let full = format!("{}{key}", self.objects_root());
+        tilegate_core::source::gdal_path_of(&full).unwrap_or(full)
+    }
 }
 
 impl Selection {

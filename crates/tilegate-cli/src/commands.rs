@@ -2,8 +2,7 @@
 
 use crate::args::{
     AssembleArgs, AssembleFlags, BackfillArgs, CleanupArgs, Cli, Command, DemoArgs, DlqCommand,
-    InitArgs, PlanArgs, PoolArgs, RecipeArgs, RepairArgs, RunArgs, SampleArgs, StatusArgs,
-    WorkArgs,
+    InitArgs, PlanArgs, PoolArgs, RecipeArgs, RepairArgs, RunArgs, SampleArgs, WorkArgs,
 };
 use crate::backends::{self, Selection};
 use crate::errors::refused;
@@ -29,6 +28,40 @@ pub const EXIT_INCOMPLETE: u8 = 3;
 pub const EXIT_MANIFEST_SHORT: u8 = 4;
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Requests are counted for the job they serve; a command that serves one job names it.
+    tilegate_retry::meter::scope(None, dispatch_command(cli)).await
+}
+
+/// Write what this process counted for `job` and has not written yet: the requests its stores
+/// sent (in a command that serves one job, those made before the job was known or outside
+/// any job's scope — opening the stores, planning, lease renewals — were made for it too) and
+/// the assembler's claim counters, which no worker flushes.
+async fn record_job_counts(b: &Backends, job: &JobId, counters: &Counters) {
+    use tilegate_retry::meter;
+    meter::attribute_unscoped(job);
+    let mut by_job: std::collections::BTreeMap<JobId, _> = meter::take_jobs().into_iter().collect();
+    by_job.entry(job.clone()).or_default();
+    for (j, counts) in by_job {
+        let mut list: Vec<(&str, u64)> = counts.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let assembler = [m::CLAIMS_WON, m::CLAIMS_LOST, m::MULTIPART_BYTES_UPLOADED];
+        if &j == job {
+            list.extend(
+                assembler
+                    .into_iter()
+                    .map(|n| (n, counters.get(n)))
+                    .filter(|(_, v)| *v > 0),
+            );
+        }
+        if list.is_empty() {
+            continue;
+        }
+        if let Err(e) = b.counters.add_counters(&j, &list).await {
+            tracing::warn!(job_id = %j, error = %tilegate_core::error::chain(&e), "counting the job's requests failed");
+        }
+    }
+}
+
+async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
     let sel = Selection::from_global(&cli.global)?;
     let out = Out::new(cli.global.json, sel.objects_root());
     match cli.command {
@@ -41,7 +74,11 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Repair(a) => repair_cmd(&out, &backends::open(&sel).await?, a).await,
         Command::Backfill(a) => backfill_cmd(&out, &backends::open(&sel).await?, a).await,
         Command::CleanupUploads(a) => cleanup_uploads(&out, &backends::open(&sel).await?, a).await,
-        Command::Status(a) => status(&out, &backends::open(&sel).await?, a).await,
+        Command::Status(a) => crate::look::status(&out, &backends::open(&sel).await?, a).await,
+        Command::Report(a) => {
+            crate::look::report(&out, &sel, &backends::open(&sel).await?, a).await
+        }
+        Command::Stac(a) => crate::look::stac_cmd(&out, &backends::open(&sel).await?, a).await,
         Command::Dlq(c) => dlq(&out, &backends::open(&sel).await?, c).await,
         Command::Demo(a) => demo(&out, &sel, a).await,
         Command::Regenerate(a) => ledger::regenerate(&out, &backends::open(&sel).await?, a).await,
@@ -219,6 +256,7 @@ async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCo
     )
     .await
     .with_context(|| format!("plan {}", a.source))?;
+    record_job_counts(b, &p.job.job_id, &Counters::new()).await;
     let doc = json!({
         "job_id": p.job.job_id,
         "windows": p.windows,
@@ -330,6 +368,7 @@ async fn run_source(
     .await
     .with_context(|| format!("plan {source}"))?;
     let job = p.job.clone();
+    tilegate_retry::meter::set_job(&job.job_id);
     let counters = Arc::new(Counters::new());
     let assemble_opts = assemble.map(assemble_options).transpose()?;
     let mut cfg = worker_config(pool, StopWhen::JobComplete(job.job_id.clone()));
@@ -368,6 +407,7 @@ async fn run_source(
         }
         _ => None,
     };
+    record_job_counts(b, &job.job_id, &counters).await;
     let mut doc = run_summary(
         &p.job,
         p.windows,
@@ -437,73 +477,7 @@ pub(crate) async fn find_job(b: &Backends, arg: Option<&str>) -> anyhow::Result<
     }
 }
 
-async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<ExitCode> {
-    let job = find_job(b, a.job.as_deref()).await?;
-    let entries = b.manifest.list_entries(&job.job_id).await?;
-    let done: std::collections::HashSet<_> = entries.iter().map(|e| e.row.window).collect();
-    let missing: Vec<String> = job
-        .grid
-        .windows()
-        .filter(|w| !done.contains(w))
-        .map(|w| w.to_string())
-        .collect();
-    let mut counters = b.counters.get_counters(&job.job_id).await?;
-    for name in m::ALL {
-        counters.entry(name.to_owned()).or_insert(0);
-    }
-    let depth = b.queue.depth().await?;
-    let dead: Vec<_> = b
-        .queue
-        .list_dead_letters(10_000)
-        .await?
-        .into_iter()
-        .filter(|d| dead_letter_job(&d.body).as_ref() == Some(&job.job_id))
-        .collect();
-    let attempts = b.ledger.list_attempts(&job.job_id).await?;
-    let pointers = b.ledger.list_pointers(&job.job_id).await?;
-    let now = tilegate_core::now_millis();
-    let overdue_s = tilegate_ledger::gc::oldest_overdue_seconds(b, now).await?;
-    let job_overdue_s = attempts
-        .iter()
-        .filter(|r| r.row.in_due_index())
-        .filter_map(|r| r.row.delete_after)
-        .filter(|d| *d <= now)
-        .min()
-        .map_or(0, |d| u64::try_from((now - d) / 1000).unwrap_or(0));
-    let doc = json!({
-        "job_id": job.job_id,
-        "tenant": job.tenant,
-        "ledger": {
-            "attempts": attempts.len(),
-            "published": pointers.len(),
-            "by_state": tilegate_ledger::count_by_state(&attempts),
-            "deletion_overdue_oldest_seconds": job_overdue_s,
-            "deletion_overdue_oldest_seconds_all_jobs": overdue_s,
-        },
-        "source": job.source.uri,
-        "source_etag": job.source.etag,
-        "scene": {"width": job.grid.width, "height": job.grid.height, "bands": job.scene.bands, "dtype": job.scene.dtype},
-        "window": job.grid.window,
-        "windows": job.grid.len(),
-        "manifest_rows": entries.len(),
-        "missing_windows": missing.len(),
-        "missing": missing.iter().take(50).collect::<Vec<_>>(),
-        "complete": missing.is_empty(),
-        "tiles_prefix": job.prefix.tiles_dir(&job.job_id),
-        "scene_output": job.scene_output,
-        "counters": counters,
-        "queue": {"visible": depth.visible, "in_flight": depth.in_flight, "dead": depth.dead},
-        "dead_letters_for_job": dead.len(),
-    });
-    out.emit(&doc, || output::status_text(&doc));
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The job a dead letter belonged to, if its body still parses that far.
-fn dead_letter_job(body: &str) -> Option<JobId> {
-    let v: serde_json::Value = serde_json::from_str(body).ok()?;
-    JobId::parse(v.get("job_id")?.as_str()?).ok()
-}
+use tilegate_report::status::dead_letter_job;
 
 async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode> {
     match c {
@@ -626,11 +600,13 @@ fn assemble_doc(r: &tilegate_assembler::AssembleReport, counters: &Counters) -> 
 
 async fn assemble_cmd(out: &Out, b: &Backends, a: AssembleArgs) -> anyhow::Result<ExitCode> {
     let job = find_job(b, a.job.as_deref()).await?;
+    tilegate_retry::meter::set_job(&job.job_id);
     let counters = Counters::new();
     let started = Instant::now();
-    match tilegate_assembler::assemble(b, &job.job_id, &assemble_options(&a.flags)?, &counters)
-        .await
-    {
+    let assembled =
+        tilegate_assembler::assemble(b, &job.job_id, &assemble_options(&a.flags)?, &counters).await;
+    record_job_counts(b, &job.job_id, &counters).await;
+    match assembled {
         Ok(r) => {
             let mut doc = assemble_doc(&r, &counters);
             doc["elapsed_s"] = json!(started.elapsed().as_secs_f64());

@@ -6,6 +6,7 @@ mod commands;
 mod errors;
 mod http;
 mod ledger;
+mod look;
 mod output;
 
 use clap::Parser;

@@ -5,6 +5,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use std::time::Duration;
 use tilegate_core::Backends;
+use tilegate_core::metrics as m;
 use tilegate_core::table::JobRecord;
 
 /// Where results go.
@@ -131,6 +132,33 @@ pub fn status_text(doc: &Value) -> String {
         n(doc, "windows"),
         n(doc, "missing_windows"),
     );
+    let st = &doc["window_states"];
+    s.push_str(&format!(
+        "  states       {} written, {} already present, {} encode skipped, {} dead-lettered, {} missing ({} duplicates absorbed)\n",
+        n(st, "written"),
+        n(st, "already_present"),
+        n(st, "encode_skipped"),
+        n(st, "dead_lettered"),
+        n(st, "missing"),
+        n(doc, "duplicates_absorbed"),
+    ));
+    if let Some(reasons) = doc["dead_letters_by_reason"].as_object() {
+        for (reason, count) in reasons {
+            s.push_str(&format!(
+                "  dead letters {reason}: {}\n",
+                count.as_u64().unwrap_or(0)
+            ));
+        }
+    }
+    if let Some(workers) = doc["workers"].as_array() {
+        for w in workers {
+            s.push_str(&format!(
+                "  worker       {} recorded {} window(s)\n",
+                w["worker"].as_str().unwrap_or(""),
+                n(w, "windows")
+            ));
+        }
+    }
     if let Some(missing) = doc["missing"].as_array()
         && !missing.is_empty()
     {
@@ -169,10 +197,21 @@ pub fn status_text(doc: &Value) -> String {
         n(doc, "dead_letters_for_job")
     ));
     if let Some(c) = doc["counters"].as_object() {
-        for (k, v) in c {
+        // Request and byte counts are summed here; `--cost` lists them by operation.
+        for (k, v) in c.iter().filter(|(k, _)| {
+            !k.starts_with(m::REQUESTS)
+                && !k.starts_with(m::BYTES_SENT)
+                && !k.starts_with(m::BYTES_RECEIVED)
+        }) {
             s.push_str(&format!("    {k:<46}{:>8}\n", v.as_u64().unwrap_or(0)));
         }
     }
+    s.push_str(&format!(
+        "  requests     {} counted for this job; estimated {:.6} {} (status --cost for the lines)\n",
+        n(&doc["cost"], "requests"),
+        doc["cost"]["total_usd"].as_f64().unwrap_or(0.0),
+        doc["cost"]["currency"].as_str().unwrap_or("USD"),
+    ));
     s.trim_end().to_owned()
 }
 

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tilegate_cogwrite::{ReducedWindow, Resampling, TileWriter};
 use tilegate_core::WindowRect;
 use tilegate_core::recipe::{Operation, Recipe};
@@ -81,6 +82,7 @@ fn encode(
     reduce: Option<Resampling>,
 ) -> Result<(Vec<u8>, Option<ReducedWindow>), CogError> {
     let _gdal_log = ffi::ErrorScope::new();
+    LAST_STEP_TIMES.with(|c| c.set(StepTimes::default()));
     let rect = req.rect;
     let _span = tracing::debug_span!(
         "encode_window",
@@ -99,12 +101,15 @@ fn encode(
             None,
         ));
     }
+    let started = Instant::now();
     let tile = with_source(req, |src| match &req.recipe.operation {
         Operation::Copy { .. } => read_copy(src, req, &bands),
         Operation::Ndvi { .. } => read_ndvi(src, req, &bands),
         Operation::Noop => unreachable!("a noop window reads nothing"),
     })
     .and_then(|pixels| {
+        let read = started.elapsed();
+        let _times = StepTimesGuard { read, started };
         if native && let Some(writer) = tile_writer(req, &pixels)? {
             match writer.encode(
                 &pixels.bytes,
@@ -128,6 +133,41 @@ fn encode(
     })?;
     tracing::debug!(bytes = tile.0.len(), "encoded tile");
     Ok(tile)
+}
+
+/// Where one window's encoding spent its time: reading the source, then writing the tile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepTimes {
+    pub read: Duration,
+    pub encode: Duration,
+}
+
+thread_local! {
+    static LAST_STEP_TIMES: std::cell::Cell<StepTimes> = const {
+        std::cell::Cell::new(StepTimes { read: Duration::ZERO, encode: Duration::ZERO })
+    };
+}
+
+/// The step times of the last window this thread encoded (read them on the same thread,
+/// right after [`encode_window`] or [`encode_window_reducing`] returns).
+pub fn last_step_times() -> StepTimes {
+    LAST_STEP_TIMES.with(std::cell::Cell::get)
+}
+
+/// Records the step times when the tile is written (or its writing fails).
+struct StepTimesGuard {
+    read: Duration,
+    started: Instant,
+}
+
+impl Drop for StepTimesGuard {
+    fn drop(&mut self) {
+        let times = StepTimes {
+            read: self.read,
+            encode: self.started.elapsed().saturating_sub(self.read),
+        };
+        LAST_STEP_TIMES.with(|c| c.set(times));
+    }
 }
 
 /// A small per-thread cache by key, most recently used last; when it holds [`CACHE_CAPACITY`]

@@ -12,21 +12,25 @@ mod dtype;
 mod encode;
 mod error;
 mod ffi;
+mod place;
 mod probe;
 mod read;
 mod sample;
 mod semantics;
+mod thumb;
 
 pub use dtype::Dtype;
 pub use encode::{
-    EncodeRequest, NDVI_NODATA, clear_thread_cache, encode_window, encode_window_reducing,
-    encode_window_with_gdal, encode_windows_parallel, ndvi, shifted_geotransform, source_opens,
-    vsimem_leftovers,
+    EncodeRequest, NDVI_NODATA, StepTimes, clear_thread_cache, encode_window,
+    encode_window_reducing, encode_window_with_gdal, encode_windows_parallel, last_step_times,
+    ndvi, shifted_geotransform, source_opens, vsimem_leftovers,
 };
 pub use error::{CogError, RectDisplay};
+pub use place::{placement, tiff_datetime_rfc3339};
 pub use probe::probe;
 pub use read::{RasterData, TiffLayout, read_raster, tiff_layout};
 pub use sample::{SAMPLE_BLOCK, SAMPLE_EPSG, SAMPLE_GEOTRANSFORM, SampleOptions, sample_scene};
+pub use thumb::thumbnail_png;
 pub use tilegate_cogwrite::{ReducedWindow, ReducedWindows, Resampling};
 
 /// Set process-wide GDAL configuration options (how `/vsis3/` reaches S3, say); one that

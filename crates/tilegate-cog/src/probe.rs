@@ -5,6 +5,7 @@ use crate::dtype::Dtype;
 use crate::error::CogError;
 use crate::ffi;
 use gdal::Dataset;
+use gdal::Metadata as _;
 use tilegate_core::source::SceneMeta;
 
 /// The identity geotransform GDAL reports for a raster without georeferencing.
@@ -60,14 +61,21 @@ pub(crate) fn scene_meta(ds: &Dataset, path: &str) -> Result<SceneMeta, CogError
         },
     };
     let nodata = band_nodata(ds, path)?.first().copied().flatten();
+    let crs_wkt = ds.projection();
+    let placement = crate::place::placement(&crs_wkt, &geotransform, width, height);
+    let datetime = ds
+        .metadata_item("TIFFTAG_DATETIME", "")
+        .and_then(|t| crate::place::tiff_datetime_rfc3339(&t));
     Ok(SceneMeta {
         width,
         height,
         bands,
         dtype: dtype.name().to_owned(),
-        crs_wkt: ds.projection(),
+        crs_wkt,
         geotransform,
         nodata,
+        placement,
+        datetime,
     })
 }
 

@@ -315,6 +315,7 @@ fn write_scene<T: Sample>(
         write_ms = write_time.as_millis() as u64,
         "sample scene timings"
     );
+    let placement = crate::place::placement(&wkt, &SAMPLE_GEOTRANSFORM, w, h);
     Ok(SceneMeta {
         width: w,
         height: h,
@@ -323,6 +324,8 @@ fn write_scene<T: Sample>(
         crs_wkt: wkt,
         geotransform: SAMPLE_GEOTRANSFORM,
         nodata: opts.nodata,
+        placement,
+        datetime: None,
     })
 }
 

@@ -35,6 +35,45 @@ pub fn dead_lettered_by(reason: &str) -> String {
     format!("{DEAD_LETTERED}{{reason=\"{reason}\"}}")
 }
 
+/// Requests a job's stores sent, by provider service and operation.
+pub const REQUESTS: &str = "requests_total";
+/// Bytes of request bodies a job's stores sent, by service.
+pub const BYTES_SENT: &str = "bytes_sent_total";
+/// Bytes of response bodies a job's stores received, by service.
+pub const BYTES_RECEIVED: &str = "bytes_received_total";
+
+/// `requests_total{service="s3",op="PutObject"}`.
+pub fn requests_by(service: &str, op: &str) -> String {
+    format!("{REQUESTS}{{service=\"{service}\",op=\"{op}\"}}")
+}
+
+/// `bytes_sent_total{service="s3"}`.
+pub fn bytes_sent_by(service: &str) -> String {
+    format!("{BYTES_SENT}{{service=\"{service}\"}}")
+}
+
+/// `bytes_received_total{service="s3"}`.
+pub fn bytes_received_by(service: &str) -> String {
+    format!("{BYTES_RECEIVED}{{service=\"{service}\"}}")
+}
+
+/// A labelled counter's base name and labels: `requests_total{service="s3",op="Put"}` →
+/// (`requests_total`, [(service, s3), (op, Put)]); a plain name has no labels.
+pub fn split_labels(name: &str) -> (&str, Vec<(&str, &str)>) {
+    let Some((base, rest)) = name.split_once('{') else {
+        return (name, Vec::new());
+    };
+    let labels = rest
+        .trim_end_matches('}')
+        .split(',')
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k, v.trim_matches('"')))
+        })
+        .collect();
+    (base, labels)
+}
+
 /// A process's counters. Cheap to bump from any thread.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -114,6 +153,9 @@ pub fn help(name: &str) -> &'static str {
             "Manifest rows found disagreeing (size or ETag) with the tile in place when a \
              worker recorded its window; assembly refuses such a job until it is repaired."
         }
+        REQUESTS => "Requests the job's stores sent, by provider service and operation.",
+        BYTES_SENT => "Bytes of request bodies the job's stores sent, by service.",
+        BYTES_RECEIVED => "Bytes of response bodies the job's stores received, by service.",
         _ => "A tilegate counter.",
     }
 }

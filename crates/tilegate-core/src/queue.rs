@@ -20,6 +20,8 @@ pub struct Received {
     pub body: String,
     /// How many times it has been received, this time included.
     pub receive_count: u32,
+    /// When the message was (last) sent to the queue, if the queue says.
+    pub sent_at: Option<UnixMillis>,
 }
 
 /// Receive parameters.

@@ -41,6 +41,26 @@ pub struct SceneMeta {
     pub geotransform: [f64; 6],
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodata: Option<f64>,
+    /// Where the scene lies on the Earth (for catalogues), when it has a CRS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    /// The source's own timestamp (`TIFFTAG_DATETIME`) as RFC 3339 UTC, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datetime: Option<String>,
+}
+
+/// A scene's place on the Earth, computed once when planning so that everything built from
+/// the job row (a STAC Item) is a pure function of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The CRS's EPSG code, where it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epsg: Option<u32>,
+    /// The scene's outline in WGS84 longitude/latitude: its edges, densified, as a closed
+    /// ring (first point repeated last).
+    pub footprint: Vec<[f64; 2]>,
+    /// West, south, east, north of the footprint.
+    pub bbox: [f64; 4],
 }
 
 impl SourceInfo {

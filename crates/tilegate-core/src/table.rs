@@ -88,6 +88,48 @@ pub struct ManifestEntry {
     pub e_tag: ETag,
     pub origin: TileOrigin,
     pub recorded_at: UnixMillis,
+    /// What happened to the window and where its time went, for reports (empty on rows
+    /// written before these were recorded, and on repairs).
+    #[serde(default, skip_serializing_if = "WindowFacts::is_empty")]
+    pub facts: WindowFacts,
+}
+
+/// What one window's worker saw, recorded on its manifest row so that a report is built from
+/// rows, never from logs. Small on purpose: a few numbers and the worker's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowFacts {
+    /// The receive of the message that recorded the row (1 on a first delivery).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub attempt: u32,
+    /// The worker that recorded the row (`host:pid`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub worker: String,
+    /// The tile was found in place before encoding, so encoding was skipped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encode_skipped: bool,
+    /// Milliseconds from the message's enqueueing to its receive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Milliseconds reading the window from the source (the pin checks included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_ms: Option<u64>,
+    /// Milliseconds encoding the tile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encode_ms: Option<u64>,
+    /// Milliseconds committing the tile (the create-if-absent write, and the HEAD after a
+    /// refusal or before a skip).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_ms: Option<u64>,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl WindowFacts {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Whether a claim's work is finished.

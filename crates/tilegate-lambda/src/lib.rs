@@ -158,5 +158,9 @@ pub fn received(record: SqsMessage) -> Received {
         receipt: record.receipt_handle.unwrap_or_default(),
         body: record.body.unwrap_or_default(),
         receive_count,
+        sent_at: record
+            .attributes
+            .get("SentTimestamp")
+            .and_then(|t| t.parse().ok()),
     }
 }

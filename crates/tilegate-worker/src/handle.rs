@@ -6,15 +6,15 @@ use crate::pool::Shared;
 use crate::regenerate::{self, RegenerateError};
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::Duration;
-use tilegate_cog::{CogError, EncodeRequest, ReducedWindow};
+use std::time::{Duration, Instant};
+use tilegate_cog::{CogError, EncodeRequest, ReducedWindow, StepTimes};
 use tilegate_core::error::chain;
 use tilegate_core::ledger::{AttemptOrder, AttemptState, Subject};
 use tilegate_core::message::WindowMessage;
 use tilegate_core::metrics as m;
 use tilegate_core::object::{ObjectMeta, ObjectStoreExt, PutOutcome};
 use tilegate_core::queue::Received;
-use tilegate_core::table::{CreateOutcome, JobRecord, ManifestEntry, TileOrigin};
+use tilegate_core::table::{CreateOutcome, JobRecord, ManifestEntry, TileOrigin, WindowFacts};
 use tilegate_core::{JobId, StoreError, Window, now_millis};
 use tilegate_ledger::LedgerError;
 use tilegate_planner::SourceError;
@@ -134,9 +134,13 @@ impl Deltas {
 /// so one poison message cannot take down the process or the windows beside it.
 pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
     use futures::FutureExt as _;
-    let caught = std::panic::AssertUnwindSafe(handle(&shared, &msg))
-        .catch_unwind()
-        .await;
+    // The message's requests (its heartbeat's included) are charged to its job.
+    let job = WindowMessage::decode(&msg.body).ok().map(|w| w.job_id);
+    let caught = tilegate_retry::meter::scope(
+        job,
+        std::panic::AssertUnwindSafe(handle(&shared, &msg)).catch_unwind(),
+    )
+    .await;
     match caught {
         Ok(outcome) => outcome,
         Err(payload) => {
@@ -249,7 +253,7 @@ fn spawn_heartbeat(shared: &Arc<Shared>, msg: &Received) -> Heartbeat {
     let queue = shared.b.queue.clone();
     let receipt = msg.receipt.clone();
     let visibility = shared.cfg.visibility;
-    Heartbeat(tokio::spawn(async move {
+    Heartbeat(tokio::spawn(tilegate_retry::meter::inherit(async move {
         let period = (visibility / 3).max(Duration::from_millis(200));
         loop {
             tokio::time::sleep(period).await;
@@ -257,7 +261,7 @@ fn spawn_heartbeat(shared: &Arc<Shared>, msg: &Received) -> Heartbeat {
                 tracing::warn!(error = %chain(&e), "visibility heartbeat failed");
             }
         }
-    }))
+    })))
 }
 
 async fn process(
@@ -266,6 +270,7 @@ async fn process(
     deltas: &mut Deltas,
     job_for_counters: &mut Option<JobId>,
 ) -> Result<WindowOutcome, Failure> {
+    let received_at = now_millis();
     let wm = WindowMessage::decode(&msg.body)
         .map_err(|e| Failure::permanent(e.reason_code(), e.to_string()))?;
     let job = shared.job(&wm.job_id).await?.ok_or_else(|| {
@@ -292,32 +297,49 @@ async fn process(
         return regenerate_window(shared, &job, window, order, msg.receive_count, deltas).await;
     }
     let key = job.prefix.tile_key(&job.job_id, window);
+    let mut facts = WindowFacts {
+        attempt: msg.receive_count,
+        worker: shared.worker_name.clone(),
+        wait_ms: msg
+            .sent_at
+            .map(|sent| u64::try_from(received_at - sent).unwrap_or(0)),
+        ..WindowFacts::default()
+    };
 
+    let head_started = Instant::now();
     if shared.cfg.skip_existing
         && let Some(meta) = head_if_allowed(shared, &key).await
     {
         // An optimisation only: the Create below would refuse the copy anyway.
         deltas.bump(shared, m::DUPLICATE_ENCODES_SKIPPED);
+        facts.encode_skipped = true;
+        facts.commit_ms = Some(millis(head_started.elapsed()));
         record(
             shared,
             &job,
             window,
             &meta,
             TileOrigin::AlreadyPresent,
+            facts,
             deltas,
-            msg.receive_count,
         )
         .await?;
         tracing::info!(outcome = "skipped", "tile already present; encode skipped");
         return Ok(WindowOutcome::Skipped);
     }
 
+    let pin_started = Instant::now();
     verify_source(shared, &job, deltas).await?;
+    let pin_before = pin_started.elapsed();
     fault::point("before-encode", msg.receive_count);
-    let (bytes, reduced) = encode(shared, &job, window, msg.receive_count, deltas).await?;
+    let (bytes, reduced, times) = encode(shared, &job, window, msg.receive_count, deltas).await?;
     // Pinned before and after the read: a source that changed mid-read is not committed.
+    let pin_started = Instant::now();
     verify_source(shared, &job, deltas).await?;
+    facts.read_ms = Some(millis(pin_before + times.read + pin_started.elapsed()));
+    facts.encode_ms = Some(millis(times.encode));
 
+    let commit_started = Instant::now();
     let (meta, origin, outcome) = match shared
         .b
         .objects
@@ -355,17 +377,9 @@ async fn process(
             ));
         }
     };
+    facts.commit_ms = Some(millis(commit_started.elapsed()));
     fault::point("after-commit", msg.receive_count);
-    record(
-        shared,
-        &job,
-        window,
-        &meta,
-        origin,
-        deltas,
-        msg.receive_count,
-    )
-    .await?;
+    record(shared, &job, window, &meta, origin, facts, deltas).await?;
     tracing::info!(outcome = outcome.name(), size = meta.size, "tile commit");
     fault::point("before-ack", msg.receive_count);
     Ok(outcome)
@@ -399,7 +413,7 @@ async fn regenerate_window(
     // A redelivery after the upload was recorded: only what is left (publishing) remains.
     let row = if row.row.state == AttemptState::Uploading {
         verify_source(shared, job, deltas).await?;
-        let (bytes, _) = encode(shared, job, window, receive_count, deltas).await?;
+        let (bytes, _, _) = encode(shared, job, window, receive_count, deltas).await?;
         verify_source(shared, job, deltas).await?;
         let meta = tilegate_ledger::attempt::put(&shared.b, &row.row, Bytes::from(bytes))
             .await
@@ -431,6 +445,10 @@ fn attempt_failure(e: LedgerError) -> Failure {
         LedgerError::Store(e) => e.into(),
         e => Failure::permanent(e.reason_code(), chain(&e)),
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The skip-if-present HEAD. It only saves work, so a HEAD that fails (a role without
@@ -470,7 +488,7 @@ async fn encode(
     window: Window,
     attempt: u32,
     deltas: &mut Deltas,
-) -> Result<(Vec<u8>, Option<ReducedWindow>), Failure> {
+) -> Result<(Vec<u8>, Option<ReducedWindow>, StepTimes), Failure> {
     let req = encode_request(job, window)?;
     let reduce = (shared.cfg.reduce_into.as_ref())
         .filter(|r| r.job() == &job.job_id)
@@ -480,6 +498,7 @@ async fn encode(
         let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             fault::encoder_panic(&window.to_string(), attempt);
             tilegate_cog::encode_window_reducing(&req, reduce)
+                .map(|(tile, reduced)| (tile, reduced, tilegate_cog::last_step_times()))
         }));
         let _ = tx.send(encoded);
     });
@@ -524,9 +543,10 @@ async fn record(
     window: Window,
     meta: &ObjectMeta,
     origin: TileOrigin,
+    facts: WindowFacts,
     deltas: &mut Deltas,
-    attempt: u32,
 ) -> Result<(), Failure> {
+    let attempt = facts.attempt;
     let entry = ManifestEntry {
         job_id: job.job_id.clone(),
         window,
@@ -535,6 +555,7 @@ async fn record(
         e_tag: meta.e_tag.clone(),
         origin,
         recorded_at: now_millis(),
+        facts,
     };
     match shared.b.manifest.put_entry(&entry).await? {
         CreateOutcome::Created => deltas.bump(shared, m::MANIFEST_ROWS_WRITTEN),

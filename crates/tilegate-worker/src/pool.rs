@@ -273,6 +273,8 @@ pub(crate) struct Shared {
     pub(crate) guard: SourceGuard,
     pub(crate) pool: rayon::ThreadPool,
     pub(crate) pending: PendingCounters,
+    /// This process's name on the manifest rows it records (`host:pid`).
+    pub(crate) worker_name: String,
     jobs: Mutex<HashMap<JobId, Arc<JobRecord>>>,
 }
 
@@ -281,11 +283,16 @@ pub(crate) struct Shared {
 /// A killed process loses at most its last second of counts; counters are observability, never
 /// the proof of completion (that is the manifest).
 #[derive(Default)]
-pub(crate) struct PendingCounters(std::sync::Mutex<HashMap<JobId, HashMap<&'static str, u64>>>);
+pub(crate) struct PendingCounters(std::sync::Mutex<HashMap<JobId, HashMap<String, u64>>>);
 
 impl PendingCounters {
     pub(crate) fn add(&self, job: JobId, deltas: Vec<(&'static str, u64)>) {
-        if deltas.is_empty() {
+        self.add_owned(job, deltas.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    }
+
+    fn add_owned(&self, job: JobId, deltas: impl IntoIterator<Item = (String, u64)>) {
+        let mut deltas = deltas.into_iter().peekable();
+        if deltas.peek().is_none() {
             return;
         }
         let mut m = self.0.lock().expect("pending counters lock");
@@ -295,18 +302,30 @@ impl PendingCounters {
         }
     }
 
-    fn take(&self) -> HashMap<JobId, HashMap<&'static str, u64>> {
+    fn take(&self) -> HashMap<JobId, HashMap<String, u64>> {
         std::mem::take(&mut *self.0.lock().expect("pending counters lock"))
     }
 }
 
-/// Write pending counter deltas to the counter table; failed flushes are put back.
+/// This process's name on manifest rows: the host and the process ID.
+pub fn worker_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into());
+    format!("{host}:{}", std::process::id())
+}
+
+/// Write pending counter deltas, and the requests counted for each job since the last flush,
+/// to the counter table; failed flushes are put back.
 async fn flush_counters(shared: &Shared) {
+    for (job, counts) in tilegate_retry::meter::take_jobs() {
+        shared.pending.add_owned(job, counts);
+    }
     for (job, deltas) in shared.pending.take() {
-        let list: Vec<(&str, u64)> = deltas.iter().map(|(k, v)| (*k, *v)).collect();
+        let list: Vec<(&str, u64)> = deltas.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         if let Err(e) = shared.b.counters.add_counters(&job, &list).await {
             tracing::warn!(job_id = %job, error = %tilegate_core::error::chain(&e), "counter flush failed; will retry");
-            shared.pending.add(job, deltas.into_iter().collect());
+            shared.pending.add_owned(job, deltas);
         }
     }
 }
@@ -359,6 +378,7 @@ impl Worker {
                 guard: SourceGuard::new(),
                 pool,
                 pending: PendingCounters::default(),
+                worker_name: worker_name(),
                 jobs: Mutex::new(HashMap::new()),
             }),
         }

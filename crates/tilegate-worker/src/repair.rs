@@ -132,6 +132,7 @@ pub async fn commit(b: &Backends, p: Prepared) -> Result<RepairOutcome, RepairEr
         e_tag: meta.e_tag.clone(),
         origin: TileOrigin::Repaired,
         recorded_at: now_millis(),
+        facts: Default::default(),
     };
     loop {
         match b.manifest.get_entry(&p.job.job_id, p.window).await? {

@@ -43,6 +43,8 @@ fn job(source: &str, created_at: i64) -> JobRecord {
             crs_wkt: String::new(),
             geotransform: [0.0, 10.0, 0.0, 0.0, 0.0, -10.0],
             nodata: None,
+            placement: None,
+            datetime: None,
         },
         created_at,
         scene_output: None,
@@ -62,6 +64,7 @@ fn entry(job: &JobId, w: Window, size: u64) -> ManifestEntry {
         e_tag: ETag::new(format!("\"etag-{w}\"")),
         origin: TileOrigin::Written,
         recorded_at: now_millis(),
+        facts: Default::default(),
     }
 }
 

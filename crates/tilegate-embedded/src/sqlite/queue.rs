@@ -95,22 +95,22 @@ impl SqliteQueue {
                 let mut out = Vec::with_capacity(want);
                 let mut after = i64::MIN;
                 while out.len() < want {
-                    let batch: Vec<(i64, String, String, i64)> = {
+                    let batch: Vec<(i64, String, String, i64, i64)> = {
                         let mut stmt = tx.prepare_cached(
-                            "SELECT seq, message_id, body, receive_count FROM queue_messages
+                            "SELECT seq, message_id, body, receive_count, sent_at FROM queue_messages
                              WHERE queue = ?1 AND visible_at <= ?2 AND seq > ?3
                              ORDER BY seq LIMIT ?4",
                         )?;
                         let rows = stmt.query_map(
                             params![queue, now, after, (want - out.len()) as i64],
-                            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
                         )?;
                         rows.collect::<Result<_, _>>()?
                     };
                     if batch.is_empty() {
                         break;
                     }
-                    for (seq, message_id, body, count) in batch {
+                    for (seq, message_id, body, count, sent_at) in batch {
                         after = seq;
                         if count >= max_rc {
                             // SQS's redrive policy: a message already received
@@ -135,6 +135,7 @@ impl SqliteQueue {
                             receipt,
                             body,
                             receive_count: u32::try_from(count + 1).unwrap_or(u32::MAX),
+                            sent_at: Some(sent_at),
                         });
                     }
                 }

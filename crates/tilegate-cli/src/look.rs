@@ -1,0 +1,313 @@
+//! What a person looks at: `status` (once, or live with `--watch`), `report` (the HTML page)
+//! and `stac` (the scenes' Items and a Collection). Every view reads one
+//! [`tilegate_report::Gathered`] job, so they agree on every count.
+
+use crate::args::{PriceArgs, ReportArgs, StacArgs, StatusArgs};
+use crate::backends::Selection;
+use crate::commands::{EXIT_INCOMPLETE, find_job};
+use crate::output::{self, Out};
+use anyhow::Context;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tilegate_core::Backends;
+use tilegate_core::object::ObjectStoreExt as _;
+use tilegate_report::html::{self, Extras};
+use tilegate_report::{JobStatus, PriceTable, stac, status};
+
+/// The price table the flags name (the built-in one by default).
+fn prices(a: &PriceArgs) -> anyhow::Result<PriceTable> {
+    match &a.prices {
+        None => Ok(PriceTable::default()),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read the price table {}", path.display()))?;
+            PriceTable::parse(&text).with_context(|| format!("parse {}", path.display()))
+        }
+    }
+}
+
+/// `--print-prices`: the built-in table, to copy and edit.
+fn printed_prices(a: &PriceArgs) -> Option<ExitCode> {
+    a.print_prices.then(|| {
+        print!("{}", tilegate_report::cost::DEFAULT_PRICES);
+        ExitCode::SUCCESS
+    })
+}
+
+pub async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<ExitCode> {
+    if let Some(code) = printed_prices(&a.prices) {
+        return Ok(code);
+    }
+    let prices = prices(&a.prices)?;
+    let job = find_job(b, a.job.as_deref()).await?;
+    if a.watch {
+        return watch(out, b, job, &prices, a.interval).await;
+    }
+    let g = status::gather(b, job, tilegate_core::now_millis()).await?;
+    let st = g.status(&prices);
+    let doc = serde_json::to_value(&st).expect("the status serialises");
+    out.emit(&doc, || {
+        let mut s = output::status_text(&doc);
+        if a.cost {
+            s.push('\n');
+            s.push_str(&cost_text(&st));
+        }
+        s
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The cost section of `status --cost`.
+fn cost_text(st: &JobStatus) -> String {
+    let c = &st.cost;
+    let mut s = format!(
+        "cost (prices of {}, {})\n  {:<10} {:<28} {:>10} {:>14}\n",
+        c.price_table_date, c.currency, "service", "operation", "requests", "estimate"
+    );
+    for l in &c.lines {
+        let usd = l
+            .usd_per_request
+            .map_or_else(|| "not priced".to_owned(), |_| format!("{:.6}", l.usd));
+        s.push_str(&format!(
+            "  {:<10} {:<28} {:>10} {:>14}\n",
+            l.service, l.op, l.requests, usd
+        ));
+    }
+    if c.lines.is_empty() {
+        s.push_str("  no billed requests counted (the embedded backend's stores are local)\n");
+    }
+    s.push_str(&format!(
+        "  {} requests, {} bytes sent, {} bytes received\n  total {:.6} {cur} ({:.8} {cur} per window), storage {:.6} {cur} per month for {} bytes",
+        c.requests,
+        c.bytes_sent,
+        c.bytes_received,
+        c.total_usd,
+        c.per_window_usd,
+        c.storage_usd_per_month,
+        c.stored_bytes,
+        cur = c.currency
+    ));
+    s
+}
+
+/// `status --watch`: refresh until the job completes (exit 0), or until every window left
+/// is dead-lettered (exit 3).
+async fn watch(
+    out: &Out,
+    b: &Backends,
+    job: tilegate_core::table::JobRecord,
+    prices: &PriceTable,
+    interval: f64,
+) -> anyhow::Result<ExitCode> {
+    let interval = Duration::from_secs_f64(interval.clamp(0.1, 3600.0));
+    let tty = std::io::stdout().is_terminal() && !out.json;
+    let started = Instant::now();
+    let mut first: Option<(Instant, u64)> = None;
+    let mut previous: Option<(Instant, u64, BTreeMap<String, u64>)> = None;
+    let mut drawn_lines = 0usize;
+    loop {
+        let g = status::gather(b, job.clone(), tilegate_core::now_millis()).await?;
+        let st = g.status(prices);
+        let now = Instant::now();
+        let done = st.manifest_rows;
+        let (t0, d0) = *first.get_or_insert((now, done));
+        let per_worker: BTreeMap<String, u64> = st
+            .workers
+            .iter()
+            .map(|w| (w.worker.clone(), w.windows))
+            .collect();
+        let elapsed = now.duration_since(t0).as_secs_f64();
+        let rate = if elapsed > 0.0 {
+            (done - d0) as f64 / elapsed
+        } else {
+            0.0
+        };
+        let left = st.windows - done;
+        let eta = (rate > 0.0).then(|| left as f64 / rate);
+        let finished = st.complete || st.window_states.missing == 0;
+        let mut lines = vec![format!(
+            "job {}  {done}/{} windows ({:.0}%)  {} dead-lettered  {} missing  {:.1} windows/s  ETA {}  [{:.0} s]",
+            &st.job_id.as_str()[..12],
+            st.windows,
+            100.0 * done as f64 / st.windows.max(1) as f64,
+            st.window_states.dead_lettered,
+            st.window_states.missing,
+            rate,
+            eta.map_or_else(|| "—".to_owned(), |s| format!("{s:.0} s")),
+            started.elapsed().as_secs_f64(),
+        )];
+        if tty {
+            lines.push(format!(
+                "  written {}  already present {}  encode skipped {}  queue: {} visible, {} in flight",
+                st.window_states.written,
+                st.window_states.already_present,
+                st.window_states.encode_skipped,
+                st.queue.visible,
+                st.queue.in_flight
+            ));
+            for (reason, n) in &st.dead_letters_by_reason {
+                lines.push(format!("  dead letters {reason}: {n}"));
+            }
+            for (w, n) in &per_worker {
+                let recent = previous
+                    .as_ref()
+                    .map_or(0, |(_, _, p)| n - p.get(w).copied().unwrap_or(0));
+                lines.push(format!("  worker {w}: {n} windows (+{recent})"));
+            }
+        }
+        if out.json {
+            let mut doc = serde_json::to_value(&st).expect("the status serialises");
+            doc["rate_windows_per_s"] = rate.into();
+            doc["eta_s"] = eta.map_or(Value::Null, Value::from);
+            println!("{}", serde_json::to_string(&doc).expect("serialises"));
+        } else {
+            let mut stdout = std::io::stdout().lock();
+            if tty && drawn_lines > 0 {
+                // Back over the previous frame, then clear to the end of the screen.
+                write!(stdout, "\x1b[{drawn_lines}A\x1b[J")?;
+            }
+            for l in &lines {
+                writeln!(stdout, "{l}")?;
+            }
+            stdout.flush()?;
+            drawn_lines = lines.len();
+        }
+        if finished {
+            return Ok(if st.complete {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_INCOMPLETE)
+            });
+        }
+        previous = Some((now, done, per_worker));
+        tokio::time::sleep(interval).await;
+    }
+}
+
+pub async fn report(
+    out: &Out,
+    sel: &Selection,
+    b: &Backends,
+    a: ReportArgs,
+) -> anyhow::Result<ExitCode> {
+    if let Some(code) = printed_prices(&a.prices) {
+        return Ok(code);
+    }
+    let prices = prices(&a.prices)?;
+    let job = find_job(b, a.job.as_deref()).await?;
+    let now = tilegate_core::now_millis();
+    let g = status::gather(b, job, now).await?;
+    let thumbnail_png = match (&g.job.scene_output, a.no_thumbnail) {
+        (Some(scene), false) => {
+            let path = sel.gdal_path_of_object(&scene.key);
+            match tokio::task::spawn_blocking(move || tilegate_cog::thumbnail_png(&path, 256))
+                .await
+                .expect("thumbnail task panicked")
+            {
+                Ok(png) => Some(png),
+                Err(e) => {
+                    tracing::warn!(error = %tilegate_core::error::chain(&e), "no thumbnail of the scene");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let page = html::render(
+        &g,
+        &prices,
+        &Extras {
+            thumbnail_png,
+            generated_at: Some(now),
+        },
+    );
+    std::fs::write(&a.out, &page).with_context(|| format!("write {}", a.out.display()))?;
+    let st = g.status(&prices);
+    let doc = serde_json::json!({
+        "job_id": st.job_id,
+        "report": a.out,
+        "bytes": page.len(),
+        "windows": st.windows,
+        "window_states": st.window_states,
+        "complete": st.complete,
+    });
+    out.emit(&doc, || {
+        format!(
+            "wrote {} ({} bytes): {} windows, {} written, {} already present, {} encode skipped, {} dead-lettered, {} missing",
+            a.out.display(),
+            page.len(),
+            st.windows,
+            st.window_states.written,
+            st.window_states.already_present,
+            st.window_states.encode_skipped,
+            st.window_states.dead_lettered,
+            st.window_states.missing
+        )
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn stac_cmd(out: &Out, b: &Backends, a: StacArgs) -> anyhow::Result<ExitCode> {
+    let jobs = if a.jobs.is_empty() {
+        b.jobs
+            .list_jobs(10_000)
+            .await?
+            .into_iter()
+            .map(|v| v.row)
+            .filter(|j| j.scene_output.is_some())
+            .collect()
+    } else {
+        let mut v = Vec::new();
+        for j in &a.jobs {
+            v.push(find_job(b, Some(j)).await?);
+        }
+        v
+    };
+    let mut items = Vec::new();
+    for job in &jobs {
+        let Some(scene) = &job.scene_output else {
+            anyhow::bail!(
+                "job {} has no assembled scene (run `tilegate assemble`)",
+                job.job_id
+            );
+        };
+        let key = stac::item_key(&scene.key);
+        let bytes = b
+            .objects
+            .get_bytes(&key)
+            .await
+            .with_context(|| format!("read the STAC Item {key}"))?
+            .bytes;
+        let item: Value =
+            serde_json::from_slice(&bytes).with_context(|| format!("parse the STAC Item {key}"))?;
+        items.push((item, format!("{}{key}", out.objects_root)));
+    }
+    if let Some(path) = &a.stac_collection {
+        let c = stac::collection(
+            &a.collection_id,
+            "Scenes assembled by tilegate, one Item per job.",
+            &items,
+        );
+        std::fs::write(path, stac::to_bytes(&c))
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    let doc = serde_json::json!({
+        "items": items.iter().map(|(i, _)| i).collect::<Vec<_>>(),
+        "hrefs": items.iter().map(|(_, h)| h).collect::<Vec<_>>(),
+        "collection": a.stac_collection,
+    });
+    out.emit(&doc, || {
+        let mut s = String::new();
+        for (_, href) in &items {
+            s.push_str(&format!("{href}\n"));
+        }
+        if let Some(p) = &a.stac_collection {
+            s.push_str(&format!("wrote the Collection {}", p.display()));
+        }
+        s.trim_end().to_owned()
+    });
+    Ok(ExitCode::SUCCESS)
+}

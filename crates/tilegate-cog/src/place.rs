@@ -1,0 +1,156 @@
+//! Where a scene lies on the Earth (its outline in WGS84 and its EPSG code) and when it was
+//! made, read once when planning for the catalogue entries built from the job row.
+
+use gdal::spatial_ref::{AxisMappingStrategy, CoordTransform, SpatialRef};
+use tilegate_core::source::Placement;
+
+/// Points per edge of the outline: enough for a projected scene's curved edges in WGS84.
+const POINTS_PER_EDGE: u32 = 16;
+
+/// The scene's outline in WGS84 (longitude, latitude), or `None` without a CRS or where PROJ
+/// cannot transform it. The outline follows the pixel grid's edges (rotated and south-up
+/// geotransforms included), densified so that curved edges stay close; a scene that crosses
+/// the antimeridian is not split (its bbox then spans the globe the long way).
+pub fn placement(crs_wkt: &str, gt: &[f64; 6], width: u32, height: u32) -> Option<Placement> {
+    if crs_wkt.is_empty() {
+        return None;
+    }
+    let mut src = SpatialRef::from_wkt(crs_wkt).ok()?;
+    src.set_axis_mapping_strategy(AxisMappingStrategy::TraditionalGisOrder);
+    let epsg = epsg_of(&src);
+    let mut wgs84 = SpatialRef::from_epsg(4326).ok()?;
+    wgs84.set_axis_mapping_strategy(AxisMappingStrategy::TraditionalGisOrder);
+    let transform = CoordTransform::new(&src, &wgs84).ok()?;
+    let (w, h) = (f64::from(width), f64::from(height));
+    let n = POINTS_PER_EDGE;
+    let t = |i: u32| f64::from(i) / f64::from(n);
+    // Counter-clockwise on the map for a north-up grid: down the left edge, along the bottom,
+    // up the right edge, back along the top.
+    let mut pixels: Vec<(f64, f64)> = Vec::with_capacity(4 * n as usize + 1);
+    pixels.extend((0..n).map(|i| (0.0, h * t(i))));
+    pixels.extend((0..n).map(|i| (w * t(i), h)));
+    pixels.extend((0..n).map(|i| (w, h * (1.0 - t(i)))));
+    pixels.extend((0..n).map(|i| (w * (1.0 - t(i)), 0.0)));
+    let (mut xs, mut ys): (Vec<f64>, Vec<f64>) = pixels
+        .iter()
+        .map(|&(px, py)| {
+            (
+                gt[0] + px * gt[1] + py * gt[2],
+                gt[3] + px * gt[4] + py * gt[5],
+            )
+        })
+        .unzip();
+    let mut zs = vec![0.0; xs.len()];
+    transform.transform_coords(&mut xs, &mut ys, &mut zs).ok()?;
+    let mut footprint: Vec<[f64; 2]> = xs
+        .iter()
+        .zip(&ys)
+        .map(|(&x, &y)| [round9(x), round9(y)])
+        .collect();
+    if footprint.iter().flatten().any(|v| !v.is_finite()) {
+        return None;
+    }
+    footprint.push(footprint[0]);
+    let fold = |pick: fn(&[f64; 2]) -> f64, max: bool| {
+        footprint
+            .iter()
+            .map(pick)
+            .fold(if max { f64::MIN } else { f64::MAX }, |a, b| {
+                if max { a.max(b) } else { a.min(b) }
+            })
+    };
+    let bbox = [
+        fold(|p| p[0], false),
+        fold(|p| p[1], false),
+        fold(|p| p[0], true),
+        fold(|p| p[1], true),
+    ];
+    Some(Placement {
+        epsg,
+        footprint,
+        bbox,
+    })
+}
+
+/// The EPSG code of a CRS, where it is (or is recognisably) one.
+fn epsg_of(srs: &SpatialRef) -> Option<u32> {
+    let code = |s: &SpatialRef| {
+        (s.auth_name().as_deref() == Some("EPSG"))
+            .then(|| s.auth_code().ok())
+            .flatten()
+            .and_then(|c| u32::try_from(c).ok())
+    };
+    code(srs).or_else(|| {
+        let mut guess = srs.clone();
+        guess.auto_identify_epsg().ok()?;
+        code(&guess)
+    })
+}
+
+/// Coordinates rounded to 1e-9 degrees (about 0.1 mm): stable across PROJ's last bits.
+fn round9(v: f64) -> f64 {
+    (v * 1e9).round() / 1e9
+}
+
+/// A TIFF `DateTime` (`YYYY:MM:DD HH:MM:SS`, local time of unknown zone, taken as UTC) as
+/// RFC 3339; `None` if it is not one.
+pub fn tiff_datetime_rfc3339(t: &str) -> Option<String> {
+    let t = t.trim();
+    let b = t.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
+    let shape = b.len() == 19
+        && digits(0..4)
+        && b[4] == b':'
+        && digits(5..7)
+        && b[7] == b':'
+        && digits(8..10)
+        && b[10] == b' '
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    let num = |r: std::ops::Range<usize>| t[r].parse::<u32>().ok();
+    let valid = shape
+        && (1..=12).contains(&num(5..7)?)
+        && (1..=31).contains(&num(8..10)?)
+        && num(11..13)? < 24
+        && num(14..16)? < 60
+        && num(17..19)? < 61;
+    valid.then(|| format!("{}-{}-{}T{}Z", &t[0..4], &t[5..7], &t[8..10], &t[11..19]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiff_datetimes_become_rfc3339_and_others_are_refused() {
+        assert_eq!(
+            tiff_datetime_rfc3339("2024:06:30 10:15:00").as_deref(),
+            Some("2024-06-30T10:15:00Z")
+        );
+        assert_eq!(tiff_datetime_rfc3339("2024-06-30 10:15:00"), None);
+        assert_eq!(tiff_datetime_rfc3339("2024:13:30 10:15:00"), None);
+        assert_eq!(tiff_datetime_rfc3339("    :  :     :  :  "), None);
+        assert_eq!(tiff_datetime_rfc3339(""), None);
+    }
+
+    #[test]
+    fn a_utm_scene_is_placed_in_wgs84_with_its_epsg_code() {
+        let wkt = SpatialRef::from_epsg(32633).unwrap().to_wkt().unwrap();
+        // 10 km × 10 km at 10 m, west edge at 500 km easting (the zone's central meridian,
+        // 15° E), north edge at 5,000 km northing (about 45.1° N).
+        let gt = [500_000.0, 10.0, 0.0, 5_000_000.0, 0.0, -10.0];
+        let p = placement(&wkt, &gt, 1000, 1000).expect("placed");
+        assert_eq!(p.epsg, Some(32633));
+        assert_eq!(p.footprint.first(), p.footprint.last());
+        assert_eq!(p.footprint.len(), 4 * POINTS_PER_EDGE as usize + 1);
+        let [w, s, e, n] = p.bbox;
+        assert!((w - 15.0).abs() < 1e-6, "west {w}");
+        assert!(e > 15.12 && e < 15.13, "east {e}");
+        assert!(s > 45.0 && n < 45.2 && s < n, "south {s} north {n}");
+        assert_eq!(placement("", &gt, 10, 10), None);
+    }
+}

@@ -1,0 +1,208 @@
+//! The STAC Item of a job's assembled scene: a pure function of the job row, the published
+//! scene and its checksum, so that the same job always writes the same bytes (the Item is
+//! published next to the scene with create-if-absent). STAC 1.0.0 with the projection
+//! (v2.0.0), raster (v1.1.0) and file (v2.1.0) extensions; an optional Collection over a set
+//! of jobs' Items.
+
+use serde_json::{Value, json};
+use tilegate_core::recipe::Operation;
+use tilegate_core::table::{JobRecord, OutputRef};
+
+pub const STAC_VERSION: &str = "1.0.0";
+pub const PROJECTION: &str = "https://stac-extensions.github.io/projection/v2.0.0/schema.json";
+pub const RASTER: &str = "https://stac-extensions.github.io/raster/v1.1.0/schema.json";
+pub const FILE: &str = "https://stac-extensions.github.io/file/v2.1.0/schema.json";
+/// The media type of a Cloud Optimized GeoTIFF.
+pub const COG_MEDIA_TYPE: &str = "image/tiff; application=geotiff; profile=cloud-optimized";
+/// NDVI's nodata value (as the encoder writes it).
+const NDVI_NODATA: f64 = -9999.0;
+
+/// A BLAKE3-256 digest as a multihash (`file:checksum`): code 0x1e, length 0x20, the digest.
+pub fn blake3_multihash(digest: &[u8; 32]) -> String {
+    let mut s = String::with_capacity(68);
+    s.push_str("1e20");
+    for b in digest {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// The STAC data type of a GDAL data type name.
+pub fn stac_data_type(gdal: &str) -> &'static str {
+    match gdal {
+        "Byte" => "uint8",
+        "Int8" => "int8",
+        "UInt16" => "uint16",
+        "Int16" => "int16",
+        "UInt32" => "uint32",
+        "Int32" => "int32",
+        "UInt64" => "uint64",
+        "Int64" => "int64",
+        "Float32" => "float32",
+        "Float64" => "float64",
+        "CInt16" => "cint16",
+        "CInt32" => "cint32",
+        "CFloat32" => "cfloat32",
+        "CFloat64" => "cfloat64",
+        _ => "other",
+    }
+}
+
+/// The key of a scene's Item: beside the scene, `.json` for `.tif`.
+pub fn item_key(scene_key: &str) -> String {
+    let stem = scene_key.strip_suffix(".tif").unwrap_or(scene_key);
+    format!("{stem}.json")
+}
+
+/// A JSON number for `v` (nodata may be NaN or infinite, which JSON cannot hold: STAC writes
+/// those as the strings "nan", "inf", "-inf").
+fn nodata_value(v: f64) -> Value {
+    if v.is_nan() {
+        json!("nan")
+    } else if v.is_infinite() {
+        json!(if v > 0.0 { "inf" } else { "-inf" })
+    } else {
+        json!(v)
+    }
+}
+
+/// The bands of the scene a job's recipe writes: (count, GDAL type, nodata).
+fn output_bands(job: &JobRecord) -> (u32, String, Option<f64>) {
+    match &job.recipe.operation {
+        Operation::Ndvi { .. } => (1, "Float32".to_owned(), Some(NDVI_NODATA)),
+        Operation::Copy { bands: Some(b) } => (
+            u32::try_from(b.len()).unwrap_or(u32::MAX),
+            job.scene.dtype.clone(),
+            job.scene.nodata,
+        ),
+        Operation::Copy { bands: None } | Operation::Noop => {
+            (job.scene.bands, job.scene.dtype.clone(), job.scene.nodata)
+        }
+    }
+}
+
+/// The Item of `job`'s scene published as `scene`, whose bytes hash to `checksum` (a
+/// multihash, [`blake3_multihash`]). Keys are sorted (`serde_json`'s map), so the bytes depend
+/// on the inputs alone.
+pub fn item(job: &JobRecord, scene: &OutputRef, checksum: &str) -> Value {
+    let gt = job.scene.geotransform;
+    let (w, h) = (f64::from(job.grid.width), f64::from(job.grid.height));
+    let corners = [(0.0, 0.0), (w, 0.0), (0.0, h), (w, h)].map(|(px, py)| {
+        (
+            gt[0] + px * gt[1] + py * gt[2],
+            gt[3] + px * gt[4] + py * gt[5],
+        )
+    });
+    let min = |f: fn(&(f64, f64)) -> f64| corners.iter().map(f).fold(f64::MAX, f64::min);
+    let max = |f: fn(&(f64, f64)) -> f64| corners.iter().map(f).fold(f64::MIN, f64::max);
+    let proj_bbox = [min(|c| c.0), min(|c| c.1), max(|c| c.0), max(|c| c.1)];
+    let placement = job.scene.placement.as_ref();
+    let datetime = job
+        .scene
+        .datetime
+        .clone()
+        .unwrap_or_else(|| crate::time::rfc3339(job.created_at));
+    let (bands, dtype, nodata) = output_bands(job);
+    let raster_bands: Vec<Value> = (0..bands)
+        .map(|_| {
+            let mut b = json!({ "data_type": stac_data_type(&dtype) });
+            if let Some(nd) = nodata {
+                b["nodata"] = nodata_value(nd);
+            }
+            b
+        })
+        .collect();
+    let scene_file = scene.key.rsplit('/').next().unwrap_or(&scene.key);
+    let mut properties = json!({
+        "datetime": datetime,
+        "created": crate::time::rfc3339(job.created_at),
+        "proj:code": placement.and_then(|p| p.epsg).map(|c| format!("EPSG:{c}")),
+        "proj:shape": [job.grid.height, job.grid.width],
+        "proj:transform": [gt[1], gt[2], gt[0], gt[4], gt[5], gt[3]],
+        "proj:bbox": proj_bbox,
+        "tilegate:job_id": job.job_id,
+        "tilegate:source": job.source.uri,
+        "tilegate:source_etag": job.source.etag,
+        "tilegate:recipe": job.recipe.fingerprint(),
+    });
+    if placement.and_then(|p| p.epsg).is_none() && !job.scene.crs_wkt.is_empty() {
+        properties["proj:wkt2"] = json!(job.scene.crs_wkt);
+    }
+    let mut item = json!({
+        "type": "Feature",
+        "stac_version": STAC_VERSION,
+        "stac_extensions": [PROJECTION, RASTER, FILE],
+        "id": job.job_id,
+        "geometry": Value::Null,
+        "properties": properties,
+        "links": [
+            { "rel": "derived_from", "href": job.source.uri, "title": "the source scene" },
+        ],
+        "assets": {
+            "data": {
+                "href": format!("./{scene_file}"),
+                "type": COG_MEDIA_TYPE,
+                "title": "scene (Cloud Optimized GeoTIFF)",
+                "roles": ["data"],
+                "raster:bands": raster_bands,
+                "file:size": scene.size,
+                "file:checksum": checksum,
+            }
+        },
+    });
+    if let Some(p) = placement {
+        item["geometry"] = json!({ "type": "Polygon", "coordinates": [p.footprint] });
+        item["bbox"] = json!(p.bbox);
+    }
+    item
+}
+
+/// The bytes an Item is stored as: pretty JSON and a final newline.
+pub fn to_bytes(v: &Value) -> Vec<u8> {
+    let mut b = serde_json::to_vec_pretty(v).expect("a JSON value serialises");
+    b.push(b'\n');
+    b
+}
+
+/// A Collection over Items (`id`, their bboxes and datetimes), linking each by `hrefs`.
+pub fn collection(id: &str, description: &str, items: &[(Value, String)]) -> Value {
+    let bboxes: Vec<Value> = items
+        .iter()
+        .filter_map(|(i, _)| i.get("bbox").cloned())
+        .collect();
+    let union = bboxes.iter().filter_map(|b| {
+        let v: Vec<f64> = b.as_array()?.iter().filter_map(Value::as_f64).collect();
+        (v.len() == 4).then(|| [v[0], v[1], v[2], v[3]])
+    });
+    let bbox = union.fold(None, |acc: Option<[f64; 4]>, b| {
+        Some(acc.map_or(b, |a| {
+            [
+                a[0].min(b[0]),
+                a[1].min(b[1]),
+                a[2].max(b[2]),
+                a[3].max(b[3]),
+            ]
+        }))
+    });
+    let mut times: Vec<&str> = items
+        .iter()
+        .filter_map(|(i, _)| i["properties"]["datetime"].as_str())
+        .collect();
+    times.sort_unstable();
+    let mut links = vec![];
+    for (_, href) in items {
+        links.push(json!({ "rel": "item", "href": href, "type": "application/geo+json" }));
+    }
+    json!({
+        "type": "Collection",
+        "stac_version": STAC_VERSION,
+        "id": id,
+        "description": description,
+        "license": "various",
+        "extent": {
+            "spatial": { "bbox": [bbox.unwrap_or([-180.0, -90.0, 180.0, 90.0])] },
+            "temporal": { "interval": [[times.first(), times.last()]] },
+        },
+        "links": links,
+    })
+}

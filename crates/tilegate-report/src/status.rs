@@ -1,0 +1,394 @@
+//! A job's status: gathered once from its stored rows ([`gather`]), then read as one model
+//! ([`JobStatus`]) by `status --json`, `status --watch` and the report, so that they agree on
+//! every count.
+
+use crate::cost::{self, CostEstimate, PriceTable};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use tilegate_core::message::WindowMessage;
+use tilegate_core::metrics as m;
+use tilegate_core::queue::QueueDepth;
+use tilegate_core::table::{JobRecord, ManifestEntry, OutputRef, TileOrigin};
+use tilegate_core::{Backends, JobId, StoreResult, UnixMillis, Window};
+
+/// Dead letters read per status (the queue's oldest first).
+const DEAD_LETTERS_READ: usize = 10_000;
+
+/// What became of one window, as the report colours it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WindowState {
+    /// A worker's Create wrote the tile (or a repair rewrote it).
+    Written,
+    /// The tile was encoded, and the store refused the Create: a duplicate had written it
+    /// first (a duplicate absorbed).
+    AlreadyPresent,
+    /// The tile was found in place before encoding; encoding was skipped.
+    EncodeSkipped,
+    /// No manifest row, and the window's message is in the dead-letter queue.
+    DeadLettered,
+    /// No manifest row, and no dead letter: still queued, in flight, or lost.
+    Missing,
+}
+
+impl WindowState {
+    pub const ALL: [Self; 5] = [
+        Self::Written,
+        Self::AlreadyPresent,
+        Self::EncodeSkipped,
+        Self::DeadLettered,
+        Self::Missing,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Written => "written",
+            Self::AlreadyPresent => "already-present",
+            Self::EncodeSkipped => "encode-skipped",
+            Self::DeadLettered => "dead-lettered",
+            Self::Missing => "missing",
+        }
+    }
+
+    /// The state of a window that has a manifest row.
+    pub fn of_row(row: &ManifestEntry) -> Self {
+        match row.origin {
+            TileOrigin::Written | TileOrigin::Repaired => Self::Written,
+            TileOrigin::AlreadyPresent if row.facts.encode_skipped => Self::EncodeSkipped,
+            TileOrigin::AlreadyPresent => Self::AlreadyPresent,
+        }
+    }
+}
+
+/// Windows by state; they add up to the job's window count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StateCounts {
+    pub written: u64,
+    pub already_present: u64,
+    pub encode_skipped: u64,
+    pub dead_lettered: u64,
+    pub missing: u64,
+}
+
+impl StateCounts {
+    pub fn get(&self, s: WindowState) -> u64 {
+        match s {
+            WindowState::Written => self.written,
+            WindowState::AlreadyPresent => self.already_present,
+            WindowState::EncodeSkipped => self.encode_skipped,
+            WindowState::DeadLettered => self.dead_lettered,
+            WindowState::Missing => self.missing,
+        }
+    }
+
+    fn bump(&mut self, s: WindowState) {
+        *match s {
+            WindowState::Written => &mut self.written,
+            WindowState::AlreadyPresent => &mut self.already_present,
+            WindowState::EncodeSkipped => &mut self.encode_skipped,
+            WindowState::DeadLettered => &mut self.dead_lettered,
+            WindowState::Missing => &mut self.missing,
+        } += 1;
+    }
+}
+
+/// A dead letter of the job, with its window where its body still says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobDeadLetter {
+    pub message_id: String,
+    pub window: Option<Window>,
+    pub reason: String,
+    pub receive_count: u32,
+    pub dead_at_ms: UnixMillis,
+}
+
+impl JobDeadLetter {
+    /// The reason's code (`source-changed`), without its detail.
+    pub fn code(&self) -> &str {
+        self.reason.split(':').next().unwrap_or("").trim()
+    }
+}
+
+/// The job's ledger of regenerated outputs, in brief.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LedgerSummary {
+    pub attempts: u64,
+    pub published: u64,
+    pub by_state: BTreeMap<&'static str, u64>,
+    pub deletion_overdue_oldest_seconds: u64,
+    pub deletion_overdue_oldest_seconds_all_jobs: u64,
+}
+
+/// Everything stored about a job, read once.
+#[derive(Debug, Clone)]
+pub struct Gathered {
+    pub job: JobRecord,
+    /// Manifest rows, ordered by window.
+    pub rows: Vec<ManifestEntry>,
+    pub dead: Vec<JobDeadLetter>,
+    pub counters: BTreeMap<String, u64>,
+    pub queue: QueueDepth,
+    pub ledger: LedgerSummary,
+    /// When it was read.
+    pub at: UnixMillis,
+}
+
+/// The job a dead letter belonged to, if its body still parses that far.
+pub fn dead_letter_job(body: &str) -> Option<JobId> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    JobId::parse(v.get("job_id")?.as_str()?).ok()
+}
+
+/// Read a job's rows, counters, dead letters, queue depth and ledger.
+pub async fn gather(b: &Backends, job: JobRecord, now: UnixMillis) -> StoreResult<Gathered> {
+    let rows = b
+        .manifest
+        .list_entries(&job.job_id)
+        .await?
+        .into_iter()
+        .map(|v| v.row)
+        .collect();
+    let mut counters = b.counters.get_counters(&job.job_id).await?;
+    for name in m::ALL {
+        counters.entry(name.to_owned()).or_insert(0);
+    }
+    let queue = b.queue.depth().await?;
+    let dead = b
+        .queue
+        .list_dead_letters(DEAD_LETTERS_READ)
+        .await?
+        .into_iter()
+        .filter(|d| dead_letter_job(&d.body).as_ref() == Some(&job.job_id))
+        .map(|d| JobDeadLetter {
+            window: WindowMessage::decode(&d.body)
+                .ok()
+                .map(|w| w.window)
+                .or_else(|| window_of(&d.body)),
+            message_id: d.message_id,
+            reason: d.reason,
+            receive_count: d.receive_count,
+            dead_at_ms: d.dead_at,
+        })
+        .collect();
+    let attempts = b.ledger.list_attempts(&job.job_id).await?;
+    let pointers = b.ledger.list_pointers(&job.job_id).await?;
+    let overdue_all = tilegate_ledger::gc::oldest_overdue_seconds(b, now)
+        .await
+        .unwrap_or(0);
+    let overdue_job = attempts
+        .iter()
+        .filter(|r| r.row.in_due_index())
+        .filter_map(|r| r.row.delete_after)
+        .filter(|d| *d <= now)
+        .min()
+        .map_or(0, |d| u64::try_from((now - d) / 1000).unwrap_or(0));
+    let ledger = LedgerSummary {
+        attempts: attempts.len() as u64,
+        published: pointers.len() as u64,
+        by_state: tilegate_ledger::count_by_state(&attempts),
+        deletion_overdue_oldest_seconds: overdue_job,
+        deletion_overdue_oldest_seconds_all_jobs: overdue_all,
+    };
+    Ok(Gathered {
+        job,
+        rows,
+        dead,
+        counters,
+        queue,
+        ledger,
+        at: now,
+    })
+}
+
+/// The window a message body names, read leniently (a dead letter's body may be one the
+/// worker refused to decode).
+fn window_of(body: &str) -> Option<Window> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    serde_json::from_value(v.get("window")?.clone()).ok()
+}
+
+impl Gathered {
+    /// Every window of the grid in grid order, with its state, its row (if any) and its dead
+    /// letter (if it has no row).
+    pub fn windows(
+        &self,
+    ) -> Vec<(
+        Window,
+        WindowState,
+        Option<&ManifestEntry>,
+        Option<&JobDeadLetter>,
+    )> {
+        let rows: HashMap<Window, &ManifestEntry> =
+            self.rows.iter().map(|r| (r.window, r)).collect();
+        let mut dead: HashMap<Window, &JobDeadLetter> = HashMap::new();
+        for d in &self.dead {
+            if let Some(w) = d.window {
+                dead.entry(w).or_insert(d);
+            }
+        }
+        self.job
+            .grid
+            .windows()
+            .map(|w| match rows.get(&w) {
+                Some(r) => (w, WindowState::of_row(r), Some(*r), None),
+                None => match dead.get(&w) {
+                    Some(d) => (w, WindowState::DeadLettered, None, Some(*d)),
+                    None => (w, WindowState::Missing, None, None),
+                },
+            })
+            .collect()
+    }
+
+    /// Windows by state.
+    pub fn state_counts(&self) -> StateCounts {
+        let mut c = StateCounts::default();
+        for (_, s, _, _) in self.windows() {
+            c.bump(s);
+        }
+        c
+    }
+
+    /// Bytes of the job's outputs: the tiles its rows name and the scene.
+    pub fn stored_bytes(&self) -> u64 {
+        self.rows.iter().map(|r| r.size).sum::<u64>()
+            + self.job.scene_output.as_ref().map_or(0, |o| o.size)
+    }
+
+    /// The status model.
+    pub fn status(&self, prices: &PriceTable) -> JobStatus {
+        let job = &self.job;
+        let windows = self.windows();
+        let states = self.state_counts();
+        let missing: Vec<String> = windows
+            .iter()
+            .filter(|(_, _, row, _)| row.is_none())
+            .map(|(w, ..)| w.to_string())
+            .collect();
+        let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
+        for d in &self.dead {
+            *by_reason.entry(d.code().to_owned()).or_default() += 1;
+        }
+        let mut workers: BTreeMap<&str, WorkerActivity> = BTreeMap::new();
+        for r in &self.rows {
+            let name = if r.facts.worker.is_empty() {
+                "unrecorded"
+            } else {
+                r.facts.worker.as_str()
+            };
+            let a = workers.entry(name).or_insert_with(|| WorkerActivity {
+                worker: name.to_owned(),
+                windows: 0,
+                first_recorded_at: r.recorded_at,
+                last_recorded_at: r.recorded_at,
+            });
+            a.windows += 1;
+            a.first_recorded_at = a.first_recorded_at.min(r.recorded_at);
+            a.last_recorded_at = a.last_recorded_at.max(r.recorded_at);
+        }
+        let windows_total = job.grid.len();
+        let manifest_rows = self.rows.len() as u64;
+        let first = self.rows.iter().map(|r| r.recorded_at).min();
+        let last = self.rows.iter().map(|r| r.recorded_at).max();
+        JobStatus {
+            job_id: job.job_id.clone(),
+            tenant: job.tenant.to_string(),
+            source: job.source.uri.clone(),
+            source_etag: job.source.etag.to_string(),
+            recipe: job.recipe.fingerprint(),
+            prefix: job.prefix.to_string(),
+            created_at: job.created_at,
+            scene: SceneBrief {
+                width: job.grid.width,
+                height: job.grid.height,
+                bands: job.scene.bands,
+                dtype: job.scene.dtype.clone(),
+            },
+            window: job.grid.window,
+            windows: windows_total,
+            manifest_rows,
+            missing_windows: windows_total.saturating_sub(manifest_rows),
+            missing: missing.iter().take(50).cloned().collect(),
+            complete: manifest_rows == windows_total,
+            window_states: states,
+            duplicates_absorbed: states.already_present + states.encode_skipped,
+            tiles_prefix: job.prefix.tiles_dir(&job.job_id),
+            scene_output: job.scene_output.clone(),
+            counters: self.counters.clone(),
+            queue: QueueBrief {
+                visible: self.queue.visible,
+                in_flight: self.queue.in_flight,
+                dead: self.queue.dead,
+            },
+            dead_letters_for_job: self.dead.len() as u64,
+            dead_letters_by_reason: by_reason,
+            dead_letters: self.dead.iter().take(50).cloned().collect(),
+            workers: workers.into_values().collect(),
+            first_recorded_at: first,
+            last_recorded_at: last,
+            ledger: self.ledger.clone(),
+            cost: cost::estimate(&self.counters, self.stored_bytes(), windows_total, prices),
+        }
+    }
+}
+
+/// One worker's share of a job, from the rows it recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerActivity {
+    pub worker: String,
+    pub windows: u64,
+    pub first_recorded_at: UnixMillis,
+    pub last_recorded_at: UnixMillis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SceneBrief {
+    pub width: u32,
+    pub height: u32,
+    pub bands: u32,
+    pub dtype: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct QueueBrief {
+    pub visible: u64,
+    pub in_flight: u64,
+    pub dead: u64,
+}
+
+/// A job's status: what `status --json` prints and the report shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobStatus {
+    pub job_id: JobId,
+    pub tenant: String,
+    pub source: String,
+    pub source_etag: String,
+    /// The recipe's fingerprint (part of the job ID).
+    pub recipe: String,
+    pub prefix: String,
+    pub created_at: UnixMillis,
+    pub scene: SceneBrief,
+    pub window: u32,
+    pub windows: u64,
+    pub manifest_rows: u64,
+    /// Windows without a manifest row (dead-lettered or missing).
+    pub missing_windows: u64,
+    /// The first 50 of them.
+    pub missing: Vec<String>,
+    pub complete: bool,
+    pub window_states: StateCounts,
+    /// Windows whose tile a duplicate had written (already present, or encode skipped).
+    pub duplicates_absorbed: u64,
+    pub tiles_prefix: String,
+    pub scene_output: Option<OutputRef>,
+    pub counters: BTreeMap<String, u64>,
+    pub queue: QueueBrief,
+    pub dead_letters_for_job: u64,
+    pub dead_letters_by_reason: BTreeMap<String, u64>,
+    /// The first 50 of the job's dead letters.
+    pub dead_letters: Vec<JobDeadLetter>,
+    pub workers: Vec<WorkerActivity>,
+    pub first_recorded_at: Option<UnixMillis>,
+    pub last_recorded_at: Option<UnixMillis>,
+    pub ledger: LedgerSummary,
+    pub cost: CostEstimate,
+}
