@@ -2,7 +2,9 @@
 //! told to lose is forwarded, its answer read in full (so the server applied it), and the
 //! client's connection closed without a byte — the "timeout after the write landed" every
 //! cloud client meets. One request per client connection; the client is told
-//! `Connection: close`, and request bodies sent chunked are forwarded with a length.
+//! `Connection: close`, and request bodies sent chunked are forwarded with a length. It also
+//! counts: every request it forwards is recorded, so a test can compare what a store says it
+//! sent with what reached the emulator.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,6 +26,8 @@ struct State {
     lost: AtomicU32,
     /// The request lines seen, for failure messages.
     seen: Mutex<Vec<String>>,
+    /// Each request's line and `X-Amz-Target` (the operation of AWS's JSON protocols).
+    requests: Mutex<Vec<(String, Option<String>)>>,
 }
 
 impl Drop for LossyProxy {
@@ -64,6 +68,15 @@ impl LossyProxy {
     /// How many answers were lost so far.
     pub fn lost(&self) -> u32 {
         self.state.lost.load(Ordering::SeqCst)
+    }
+
+    /// Every request forwarded so far: its request line and its `X-Amz-Target` header.
+    pub fn requests(&self) -> Vec<(String, Option<String>)> {
+        self.state
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The request lines forwarded so far.
@@ -113,6 +126,10 @@ async fn serve(conn: TcpStream, upstream: &str, st: &State) -> std::io::Result<(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(request_line.clone());
+    st.requests
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push((request_line.clone(), header("x-amz-target")));
     let mut out = format!("{request_line}\r\n");
     for h in head.iter().skip(1).filter(|h| !h.is_empty()) {
         let name = h

@@ -1,0 +1,584 @@
+//! What a person looks at, checked as they would see it: the job report rendered by headless
+//! Chromium (one cell per window, colours and legend counts equal to the manifest's, a dead
+//! letter and a missing window shown as such, the same counts as `status --json`), the scene's
+//! STAC Item validated by `stac-validator` on both backends and left alone by a second run,
+//! and `status --cost` equal to the requests that reached the AWS emulator.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+use tilegate_core::object::ObjectStoreExt as _;
+use tilegate_core::queue::ReceiveOptions;
+use tilegate_core::table::TileOrigin;
+use tilegate_core::{JobId, Window};
+use tilegate_report::WindowState;
+use tilegate_report::html::colour;
+use tilegate_tests::lossy::LossyProxy;
+use tilegate_tests::{
+    Aws, Target, artifacts_dir, chromium, elements, render_in_chromium, sample, tempdir, tg,
+    tg_json, validate_stac,
+};
+
+/// Windows by state as the manifest (and dead-letter queue) of the data directory say,
+/// read through the stores, not through `tilegate`.
+async fn states_from_rows(data: &Path, job: &JobId) -> BTreeMap<Window, &'static str> {
+    let b = tilegate_embedded::open_data_dir(data, 3).expect("open data dir");
+    let job_row = b.jobs.get_job(job).await.unwrap().unwrap().row;
+    let rows: BTreeMap<Window, _> = b
+        .manifest
+        .list_entries(job)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|v| (v.row.window, v.row))
+        .collect();
+    let dead: Vec<Window> = b
+        .queue
+        .list_dead_letters(1000)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|d| tilegate_core::message::WindowMessage::decode(&d.body).ok())
+        .filter(|m| &m.job_id == job)
+        .map(|m| m.window)
+        .collect();
+    job_row
+        .grid
+        .windows()
+        .map(|w| {
+            let state = match rows.get(&w) {
+                Some(r) if r.origin == TileOrigin::AlreadyPresent && r.facts.encode_skipped => {
+                    "encode-skipped"
+                }
+                Some(r) if r.origin == TileOrigin::AlreadyPresent => "already-present",
+                Some(_) => "written",
+                None if dead.contains(&w) => "dead-lettered",
+                None => "missing",
+            };
+            (w, state)
+        })
+        .collect()
+}
+
+/// What Chromium rendered: each cell's state and fill, and the legend's counts.
+struct Rendered {
+    cells: BTreeMap<String, (String, String)>,
+    legend: BTreeMap<String, u64>,
+    status: Value,
+}
+
+fn rendered(test: &str, page: &Path, name: &str) -> Option<Rendered> {
+    let bin = chromium(test)?;
+    let shot = artifacts_dir().join(format!("{name}.png"));
+    let _ = std::fs::remove_file(&shot);
+    let dom = render_in_chromium(&bin, page, &shot, (1200, 2400));
+    check_screenshot(&shot);
+    let cells = elements(&dom, "rect", "class=\"cell\"")
+        .into_iter()
+        .map(|a| {
+            (
+                a["data-window"].clone(),
+                (a["data-state"].clone(), a["fill"].clone()),
+            )
+        })
+        .collect();
+    let legend = elements(&dom, "li", "data-count=")
+        .into_iter()
+        .map(|a| (a["data-state"].clone(), a["data-count"].parse().unwrap()))
+        .collect();
+    let open = "<script type=\"application/json\" id=\"tilegate-status\">";
+    let at = dom.find(open).expect("the page embeds its status") + open.len();
+    let json = &dom[at..at + dom[at..].find("</script>").unwrap()];
+    let status = serde_json::from_str(&json.replace("<\\/", "</")).expect("status JSON");
+    Some(Rendered {
+        cells,
+        legend,
+        status,
+    })
+}
+
+/// The screenshot is a real picture of the page: the written colour is on it.
+fn check_screenshot(shot: &Path) {
+    let ds = gdal::Dataset::open(shot).expect("open the screenshot");
+    let (w, h) = ds.raster_size();
+    let band = |i| -> Vec<u8> {
+        ds.rasterband(i)
+            .unwrap()
+            .read_as::<u8>((0, 0), (w, h), (w, h), None)
+            .unwrap()
+            .data()
+            .to_vec()
+    };
+    let (r, g, b) = (band(1), band(2), band(3));
+    let green = (0..w * h)
+        .filter(|&i| (r[i], g[i], b[i]) == (0x2e, 0x7d, 0x32))
+        .count();
+    assert!(
+        green > 1000,
+        "the screenshot {} shows {green} pixels of the written colour",
+        shot.display()
+    );
+}
+
+/// Chromium's DOM agrees with the manifest cell by cell, and the legend and the embedded
+/// status with both.
+fn assert_page_matches(r: &Rendered, want: &BTreeMap<Window, &'static str>) {
+    assert_eq!(r.cells.len(), want.len(), "one cell per window");
+    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+    for (w, state) in want {
+        let (got, fill) = &r.cells[&w.to_string()];
+        assert_eq!(got, state, "window {w}");
+        let s = WindowState::ALL
+            .into_iter()
+            .find(|s| s.name() == *state)
+            .unwrap();
+        assert_eq!(fill, colour(s), "colour of window {w}");
+        *counts.entry(state).or_default() += 1;
+    }
+    for s in WindowState::ALL {
+        let n = counts.get(s.name()).copied().unwrap_or(0);
+        assert_eq!(r.legend[s.name()], n, "legend count of {}", s.name());
+        let key = s.name().replace('-', "_");
+        assert_eq!(r.status["window_states"][&key], n, "embedded status, {key}");
+    }
+}
+
+/// The counts `status --json` and the report's embedded status must share.
+fn assert_same_counts(report: &Value, status: &Value) {
+    for key in [
+        "windows",
+        "manifest_rows",
+        "missing_windows",
+        "complete",
+        "window_states",
+        "duplicates_absorbed",
+        "dead_letters_for_job",
+        "dead_letters_by_reason",
+        "counters",
+        "workers",
+        "scene_output",
+        "job_id",
+    ] {
+        assert_eq!(
+            report[key], status[key],
+            "report and status --json disagree on {key}"
+        );
+    }
+}
+
+fn work(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut args = vec![
+        "work",
+        "--until-empty",
+        "--threads",
+        "1",
+        "--concurrency",
+        "1",
+        "--visibility",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    tg(data, &args, env)
+}
+
+/// A 400-window job whose windows came to be in place three ways: a worker killed after its
+/// Create (the tile in place, no row) leaves one window for a worker that encodes anyway (its
+/// Create is refused: already present) and one for a worker that finds the tile first (encode
+/// skipped). The report shows 400 cells coloured as the manifest says.
+#[test]
+fn report_of_a_400_window_job_matches_its_manifest_in_chromium() {
+    let test = "report_of_a_400_window_job_matches_its_manifest_in_chromium";
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 2560, 3);
+    let plan = tg_json(data, &["plan", scene.to_str().unwrap(), "--window", "128"]);
+    assert_eq!(plan["windows"], 400);
+    let job = JobId::parse(plan["job_id"].as_str().unwrap()).unwrap();
+    // Killed after the 4th window's Create: its tile is in place, its row is not.
+    let first = work(
+        data,
+        &[],
+        &[
+            ("TILEGATE_FAULT", "after-commit"),
+            ("TILEGATE_FAULT_SKIP", "3"),
+        ],
+    );
+    assert!(!first.status.success(), "the first worker was to be killed");
+    std::thread::sleep(Duration::from_millis(1500));
+    // Encodes even when the tile exists: the stranded window's Create is refused (already
+    // present); killed after its next window's Create.
+    let second = work(
+        data,
+        &["--no-skip-existing"],
+        &[
+            ("TILEGATE_FAULT", "after-commit"),
+            ("TILEGATE_FAULT_SKIP", "1"),
+        ],
+    );
+    assert!(
+        !second.status.success(),
+        "the second worker was to be killed"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let third = work(data, &[], &[]);
+    assert!(
+        third.status.success(),
+        "{}",
+        String::from_utf8_lossy(&third.stderr)
+    );
+    tg_json(data, &["assemble", job.as_str()]);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let want = rt.block_on(states_from_rows(data, &job));
+    let count = |s: &str| want.values().filter(|v| **v == s).count();
+    assert_eq!(want.len(), 400);
+    assert_eq!(count("already-present"), 1, "{want:?}");
+    assert_eq!(count("encode-skipped"), 1, "{want:?}");
+    assert_eq!(count("written"), 398);
+
+    let page = data.join("report.html");
+    let made = tg_json(
+        data,
+        &["report", job.as_str(), "-o", page.to_str().unwrap()],
+    );
+    assert_eq!(made["window_states"]["written"], 398);
+    let html = std::fs::read_to_string(&page).unwrap();
+    for needle in ["<script src", "<link", "@import", "url(http", "src=\"http"] {
+        assert!(
+            !html.contains(needle),
+            "the page is not self-contained: {needle}"
+        );
+    }
+    assert!(
+        html.contains("id=\"thumbnail\""),
+        "the scene's thumbnail is embedded"
+    );
+    let Some(r) = rendered(test, &page, "report-400-windows") else {
+        return;
+    };
+    assert_page_matches(&r, &want);
+    let status = tg_json(data, &["status", job.as_str()]);
+    assert_same_counts(&r.status, &status);
+    assert_eq!(status["duplicates_absorbed"], 2);
+    let watched = tg(data, &["status", job.as_str(), "--watch"], &[]);
+    assert!(
+        watched.status.success(),
+        "a complete job ends the watch at once"
+    );
+    assert!(String::from_utf8_lossy(&watched.stdout).contains("400/400 windows"));
+    assert_eq!(status["window_states"]["encode_skipped"], 1);
+    // Every row says who recorded it and where its time went.
+    let b = tilegate_embedded::open_data_dir(data, 3).unwrap();
+    let rows = rt.block_on(b.manifest.list_entries(&job)).unwrap();
+    assert_eq!(status["workers"].as_array().unwrap().len(), 3);
+    for r in rows.iter().map(|v| &v.row) {
+        assert!(r.facts.attempt >= 1 && !r.facts.worker.is_empty(), "{r:?}");
+        assert!(
+            r.facts.wait_ms.is_some() && r.facts.commit_ms.is_some(),
+            "{r:?}"
+        );
+        if !r.facts.encode_skipped {
+            assert!(
+                r.facts.read_ms.is_some() && r.facts.encode_ms.is_some(),
+                "{r:?}"
+            );
+        }
+    }
+}
+
+/// A poison window is dead-lettered after its receives and a lost message leaves its window
+/// missing: the report shows both as such, the dead letter with its reason on hover.
+#[test]
+fn report_shows_a_dead_lettered_and_a_missing_window() {
+    let test = "report_shows_a_dead_lettered_and_a_missing_window";
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 2048, 4);
+    let plan = tg_json(data, &["plan", scene.to_str().unwrap(), "--window", "256"]);
+    assert_eq!(plan["windows"], 64);
+    let job = JobId::parse(plan["job_id"].as_str().unwrap()).unwrap();
+    // Lose one message: received and deleted without any work (the first, window 0000_0000).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let b = tilegate_embedded::open_data_dir(data, 3).unwrap();
+        let got = b
+            .queue
+            .receive(ReceiveOptions {
+                max: 1,
+                wait: Duration::ZERO,
+                visibility: Duration::from_secs(60),
+            })
+            .await
+            .unwrap();
+        b.queue.ack(&got[0].receipt).await.unwrap();
+    });
+    let out = work(data, &[], &[("TILEGATE_PANIC_WINDOWS", "0003_0005")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = rt.block_on(states_from_rows(data, &job));
+    assert_eq!(want[&Window::new(0, 0)], "missing");
+    assert_eq!(want[&Window::new(3, 5)], "dead-lettered");
+    assert_eq!(want.values().filter(|s| **s == "written").count(), 62);
+
+    let page = data.join("report.html");
+    tg_json(
+        data,
+        &["report", job.as_str(), "-o", page.to_str().unwrap()],
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("0003_0005 dead-lettered"),
+        "the dead letter's cell names it"
+    );
+    assert!(html.contains("encoder-panicked"), "its reason is on hover");
+    assert!(html.contains("Not assembled yet"));
+    let Some(r) = rendered(test, &page, "report-dead-letter-and-missing") else {
+        return;
+    };
+    assert_page_matches(&r, &want);
+    assert_eq!(r.cells["0003_0005"].0, "dead-lettered");
+    assert_eq!(r.cells["0000_0000"].0, "missing");
+    let status = tg_json(data, &["status", job.as_str()]);
+    assert_same_counts(&r.status, &status);
+    assert_eq!(status["dead_letters_by_reason"]["encoder-panicked"], 1);
+    assert_eq!(status["window_states"]["missing"], 1);
+    assert_eq!(status["complete"], false);
+
+    // The live view follows a resumed job (the lost window and the poison one enqueued again)
+    // and ends by itself once nothing is left but a dead letter: exit 3, plain lines on a pipe.
+    let resumed = tg_json(
+        data,
+        &[
+            "plan",
+            scene.to_str().unwrap(),
+            "--window",
+            "256",
+            "--resume",
+        ],
+    );
+    assert_eq!(resumed["enqueued"], 2);
+    let watch = std::process::Command::new(tilegate_tests::tilegate_bin())
+        .arg("--data")
+        .arg(data)
+        .args(["status", job.as_str(), "--watch", "--interval", "0.2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = work(data, &[], &[("TILEGATE_PANIC_WINDOWS", "0003_0005")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let watched = watch.wait_with_output().unwrap();
+    assert_eq!(watched.status.code(), Some(3), "the watch ends incomplete");
+    let lines = String::from_utf8(watched.stdout).unwrap();
+    let last = lines.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("63/64 windows") && last.contains("1 dead-lettered"),
+        "{lines}"
+    );
+    assert!(
+        !lines.contains('\x1b'),
+        "no terminal control on a pipe: {lines}"
+    );
+}
+
+/// The scene's STAC Item, on each backend: published beside the scene, valid for
+/// `stac-validator` (core, projection, raster and file extensions), its size and checksum the
+/// scene's, and untouched by a second run of the same job (same ETag and LastModified).
+#[test]
+fn the_scene_stac_item_validates_and_a_second_run_leaves_it() {
+    let test = "the_scene_stac_item_validates_and_a_second_run_leaves_it";
+    for target in Target::embedded_and_aws(test) {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let scene = data.join("scene.tif");
+        sample(data, &scene, 1024, 5);
+        let src = scene.to_str().unwrap();
+        let first = target.json(data, &["run", src, "--window", "256"]);
+        let job = first["job_id"].as_str().unwrap().to_owned();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let b = rt.block_on(target.backends(data));
+        let row = rt
+            .block_on(b.jobs.get_job(&JobId::parse(&job).unwrap()))
+            .unwrap()
+            .unwrap()
+            .row;
+        let scene_ref = row.scene_output.expect("the scene is recorded");
+        let item_key = tilegate_report::stac::item_key(&scene_ref.key);
+        let item_bytes = rt.block_on(b.objects.get_bytes(&item_key)).unwrap().bytes;
+        let path = data.join("item.json");
+        std::fs::write(&path, &item_bytes).unwrap();
+        validate_stac(&path).unwrap_or_else(|e| panic!("{}: {e}", target.name()));
+
+        let item: Value = serde_json::from_slice(&item_bytes).unwrap();
+        let scene_bytes = rt
+            .block_on(b.objects.get_bytes(&scene_ref.key))
+            .unwrap()
+            .bytes;
+        let asset = &item["assets"]["data"];
+        assert_eq!(asset["file:size"], scene_bytes.len() as u64);
+        assert_eq!(
+            asset["file:checksum"],
+            tilegate_report::stac::blake3_multihash(blake3::hash(&scene_bytes).as_bytes())
+        );
+        assert_eq!(asset["type"], tilegate_report::stac::COG_MEDIA_TYPE);
+        assert_eq!(asset["raster:bands"][0]["data_type"], "uint16");
+        assert_eq!(item["id"], job.as_str());
+        assert_eq!(item["properties"]["proj:code"], "EPSG:32633");
+        assert_eq!(
+            item["properties"]["proj:shape"],
+            serde_json::json!([1024, 1024])
+        );
+        let bbox: Vec<f64> = serde_json::from_value(item["bbox"].clone()).unwrap();
+        assert!(
+            bbox[0] >= 14.9 && bbox[2] <= 15.2 && bbox[1] > 44.0 && bbox[3] < 46.0,
+            "{bbox:?}"
+        );
+
+        let before = rt.block_on(b.objects.head(&item_key)).unwrap().unwrap();
+        std::thread::sleep(Duration::from_millis(1100));
+        let second = target.json(data, &["run", src, "--window", "256"]);
+        assert_eq!(second["job_id"], job.as_str());
+        let after = rt.block_on(b.objects.head(&item_key)).unwrap().unwrap();
+        assert_eq!(
+            (&after.e_tag, after.last_modified),
+            (&before.e_tag, before.last_modified),
+            "{}: a second run touched the Item",
+            target.name()
+        );
+
+        // A Collection over the job's Item validates too.
+        let collection = data.join("collection.json");
+        target.json(
+            data,
+            &[
+                "stac",
+                &job,
+                "--stac-collection",
+                collection.to_str().unwrap(),
+            ],
+        );
+        validate_stac(&collection).unwrap_or_else(|e| panic!("{}: {e}", target.name()));
+    }
+}
+
+/// The operation of one request that reached the emulator, as the SDK names it: the
+/// `X-Amz-Target` of DynamoDB's and SQS's JSON protocols, S3's method (compared by method).
+fn operation(line: &str, target: Option<&str>) -> (String, String) {
+    if let Some(t) = target {
+        let (prefix, op) = t.split_once('.').unwrap_or(("", t));
+        let service = if prefix.starts_with("DynamoDB") {
+            "dynamodb"
+        } else {
+            "sqs"
+        };
+        return (service.to_owned(), op.to_owned());
+    }
+    let method = line.split(' ').next().unwrap_or("");
+    ("s3".to_owned(), method.to_owned())
+}
+
+/// The HTTP method of an S3 operation tilegate sends.
+fn s3_method(op: &str) -> &'static str {
+    match op {
+        "PutObject" | "UploadPart" | "CreateBucket" => "PUT",
+        "GetObject" | "ListObjectsV2" | "ListMultipartUploads" | "ListParts" => "GET",
+        "HeadObject" | "HeadBucket" => "HEAD",
+        "CreateMultipartUpload" | "CompleteMultipartUpload" => "POST",
+        "DeleteObject" | "AbortMultipartUpload" => "DELETE",
+        other => panic!("an S3 operation this test does not know: {other}"),
+    }
+}
+
+/// `status --cost` after a run on the AWS emulator reports, operation by operation, exactly
+/// the requests that reached the emulator (counted by a proxy in front of it), and prices them
+/// from the default table.
+#[test]
+fn status_cost_equals_the_requests_the_emulator_saw() {
+    let test = "status_cost_equals_the_requests_the_emulator_saw";
+    let Some(aws) = Aws::for_test(test) else {
+        return;
+    };
+    let tmp = tempdir();
+    let data = tmp.path();
+    aws.json(data, &["init", "--create-bucket"]);
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 1024, 6);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let s3_and_dynamo = std::env::var("AWS_ENDPOINT_URL").expect("the emulator's endpoint");
+    let sqs = std::env::var("AWS_ENDPOINT_URL_SQS").unwrap_or_else(|_| s3_and_dynamo.clone());
+    let (p1, p2) = rt.block_on(async {
+        (
+            LossyProxy::start(&s3_and_dynamo).await,
+            LossyProxy::start(&sqs).await,
+        )
+    });
+    let out = aws.run(
+        data,
+        &["--json", "run", scene.to_str().unwrap(), "--window", "256"],
+        &[
+            ("AWS_ENDPOINT_URL", &p1.url),
+            ("AWS_ENDPOINT_URL_SQS", &p2.url),
+        ],
+    );
+    let run: Value = tilegate_tests::json_of(&["run"], &out);
+    assert_eq!(run["complete"], true);
+    let job = run["job_id"].as_str().unwrap();
+    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for (line, target) in p1.requests().iter().chain(&p2.requests()) {
+        *seen.entry(operation(line, target.as_deref())).or_default() += 1;
+    }
+    drop((p1, p2));
+
+    let status = aws.json(data, &["status", job, "--cost"]);
+    let mut counted: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for l in status["cost"]["lines"].as_array().unwrap() {
+        let service = l["service"].as_str().unwrap().to_owned();
+        let op = l["op"].as_str().unwrap();
+        let key = if service == "s3" {
+            s3_method(op).to_owned()
+        } else {
+            op.to_owned()
+        };
+        *counted.entry((service, key)).or_default() += l["requests"].as_u64().unwrap();
+    }
+    assert_eq!(
+        counted, seen,
+        "requests counted for the job (left) and seen by the emulator (right)"
+    );
+    let total: u64 = seen.values().sum();
+    assert_eq!(status["cost"]["requests"], total);
+    assert!(seen[&("s3".to_owned(), "PUT".to_owned())] >= 16, "{seen:?}");
+    assert!(
+        seen[&("sqs".to_owned(), "SendMessageBatch".to_owned())] >= 2,
+        "{seen:?}"
+    );
+    // Priced from the default table: every line has a price, the total is their sum.
+    let lines = status["cost"]["lines"].as_array().unwrap();
+    let sum: f64 = lines.iter().map(|l| l["usd"].as_f64().unwrap()).sum();
+    assert!(
+        lines.iter().all(|l| l["usd_per_request"].is_f64()),
+        "{lines:?}"
+    );
+    assert!(sum > 0.0);
+    assert!((status["cost"]["total_usd"].as_f64().unwrap() - sum).abs() < 1e-12);
+    assert_eq!(status["cost"]["price_table_date"], "2026-12-03");
+    let text = aws.run(data, &["status", job, "--cost"], &[]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("PutObject") && text.contains("total"),
+        "{text}"
+    );
+}
