@@ -17,7 +17,7 @@ use tilegate_report::html::colour;
 use tilegate_tests::lossy::LossyProxy;
 use tilegate_tests::{
     Aws, Target, artifacts_dir, chromium, elements, render_in_chromium, sample, tempdir, tg,
-    tg_json, validate_stac,
+    tg_json, validate_stac, work_one_at_a_time,
 };
 
 /// Windows by state as the manifest (and dead-letter queue) of the data directory say,
@@ -167,21 +167,6 @@ fn assert_same_counts(report: &Value, status: &Value) {
     }
 }
 
-fn work(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut args = vec![
-        "work",
-        "--until-empty",
-        "--threads",
-        "1",
-        "--concurrency",
-        "1",
-        "--visibility",
-        "1",
-    ];
-    args.extend_from_slice(extra);
-    tg(data, &args, env)
-}
-
 /// A 400-window job whose windows came to be in place three ways: a worker killed after its
 /// Create (the tile in place, no row) leaves one window for a worker that encodes anyway (its
 /// Create is refused: already present) and one for a worker that finds the tile first (encode
@@ -197,7 +182,7 @@ fn report_of_a_400_window_job_matches_its_manifest_in_chromium() {
     assert_eq!(plan["windows"], 400);
     let job = JobId::parse(plan["job_id"].as_str().unwrap()).unwrap();
     // Killed after the 4th window's Create: its tile is in place, its row is not.
-    let first = work(
+    let first = work_one_at_a_time(
         data,
         &[],
         &[
@@ -209,7 +194,7 @@ fn report_of_a_400_window_job_matches_its_manifest_in_chromium() {
     std::thread::sleep(Duration::from_millis(1500));
     // Encodes even when the tile exists: the stranded window's Create is refused (already
     // present); killed after its next window's Create.
-    let second = work(
+    let second = work_one_at_a_time(
         data,
         &["--no-skip-existing"],
         &[
@@ -222,7 +207,7 @@ fn report_of_a_400_window_job_matches_its_manifest_in_chromium() {
         "the second worker was to be killed"
     );
     std::thread::sleep(Duration::from_millis(1500));
-    let third = work(data, &[], &[]);
+    let third = work_one_at_a_time(data, &[], &[]);
     assert!(
         third.status.success(),
         "{}",
@@ -315,7 +300,7 @@ fn report_shows_a_dead_lettered_and_a_missing_window() {
             .unwrap();
         b.queue.ack(&got[0].receipt).await.unwrap();
     });
-    let out = work(data, &[], &[("TILEGATE_PANIC_WINDOWS", "0003_0005")]);
+    let out = work_one_at_a_time(data, &[], &[("TILEGATE_PANIC_WINDOWS", "0003_0005")]);
     assert!(
         out.status.success(),
         "{}",
@@ -370,7 +355,7 @@ fn report_shows_a_dead_lettered_and_a_missing_window() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let out = work(data, &[], &[("TILEGATE_PANIC_WINDOWS", "0003_0005")]);
+    let out = work_one_at_a_time(data, &[], &[("TILEGATE_PANIC_WINDOWS", "0003_0005")]);
     assert!(
         out.status.success(),
         "{}",
@@ -402,6 +387,16 @@ fn the_scene_stac_item_validates_and_a_second_run_leaves_it() {
         let scene = data.join("scene.tif");
         sample(data, &scene, 1024, 5);
         let src = scene.to_str().unwrap();
+        // The source says when it was made: the Item's datetime.
+        let edit = std::process::Command::new("gdal_edit.py")
+            .args(["-mo", "TIFFTAG_DATETIME=2024:06:30 10:15:00", src])
+            .output()
+            .expect("run gdal_edit.py (gdal-bin)");
+        assert!(
+            edit.status.success(),
+            "{}",
+            String::from_utf8_lossy(&edit.stderr)
+        );
         let first = target.json(data, &["run", src, "--window", "256"]);
         let job = first["job_id"].as_str().unwrap().to_owned();
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -433,6 +428,7 @@ fn the_scene_stac_item_validates_and_a_second_run_leaves_it() {
         assert_eq!(asset["raster:bands"][0]["data_type"], "uint16");
         assert_eq!(item["id"], job.as_str());
         assert_eq!(item["properties"]["proj:code"], "EPSG:32633");
+        assert_eq!(item["properties"]["datetime"], "2024-06-30T10:15:00Z");
         assert_eq!(
             item["properties"]["proj:shape"],
             serde_json::json!([1024, 1024])
@@ -581,4 +577,69 @@ fn status_cost_equals_the_requests_the_emulator_saw() {
         text.contains("PutObject") && text.contains("total"),
         "{text}"
     );
+}
+
+/// The GCS and Azure stores count their requests for the job too (a middleware of each
+/// client's HTTP stack): one upload per tile at least, priced from the default table.
+#[test]
+fn gcs_and_azure_requests_are_counted_for_the_job() {
+    let _ = crate::conformance::gcs_emulator();
+    let account = crate::conformance::azure_emulator();
+    let targets = [
+        (
+            "gcs",
+            "insert",
+            format!("gs://{}/cost", crate::conformance::unique("tg-cost")),
+        ),
+        (
+            "azure",
+            "PutBlob",
+            format!(
+                "az://{}/{}/cost",
+                account.name,
+                crate::conformance::azure_container()
+            ),
+        ),
+    ];
+    for (service, upload, url) in targets {
+        let target = Target::Objects(url);
+        let tmp = tempdir();
+        let data = tmp.path();
+        target.json(data, &["init", "--create-bucket"]);
+        let scene = data.join("scene.tif");
+        sample(data, &scene, 1024, 7);
+        let run = target.json(data, &["run", scene.to_str().unwrap(), "--window", "256"]);
+        assert_eq!(run["windows"], 16);
+        let status = target.json(data, &["status", run["job_id"].as_str().unwrap(), "--cost"]);
+        let lines = status["cost"]["lines"].as_array().unwrap();
+        let uploads: u64 = lines
+            .iter()
+            .filter(|l| l["service"] == service && l["op"] == upload)
+            .map(|l| l["requests"].as_u64().unwrap())
+            .sum();
+        // 16 tiles, the scene and its Item, each one single-request upload.
+        assert!(
+            uploads >= 18,
+            "{service}: {uploads} uploads counted: {lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .filter(|l| l["service"] == service)
+                .all(|l| l["usd_per_request"].is_f64()),
+            "{service}: every line priced: {lines:?}"
+        );
+        // GCS's single-request uploads are multipart streams whose length the client's
+        // middleware cannot see; Azure's bodies are counted.
+        if service == "azure" {
+            assert!(
+                status["cost"]["bytes_sent"].as_u64().unwrap() > 0,
+                "{service}"
+            );
+        }
+        assert!(
+            status["cost"]["bytes_received"].as_u64().unwrap() > 0,
+            "{service}"
+        );
+    }
 }

@@ -29,6 +29,7 @@
 mod blocks;
 pub mod entra;
 pub mod error;
+mod meter;
 mod sas;
 mod sources;
 mod store;

@@ -86,6 +86,8 @@ pub(crate) fn container_client(
     let options = BlobContainerClientOptions {
         client_options: ClientOptions {
             retry: RetryOptions::none(),
+            // Counts every transmission for the job it serves (`tilegate_retry::meter`).
+            per_try_policies: vec![Arc::new(crate::meter::RequestMeter)],
             ..ClientOptions::default()
         },
         ..BlobContainerClientOptions::default()

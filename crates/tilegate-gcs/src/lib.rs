@@ -28,6 +28,7 @@
 //! against a scripted responder.
 
 pub mod error;
+mod meter;
 mod sources;
 mod store;
 mod upload;

@@ -83,6 +83,8 @@ pub(crate) async fn client_for(
 ) -> Result<(Client, Option<String>), GcsError> {
     let config = ClientConfig {
         storage_endpoint: endpoint.trim_end_matches('/').to_owned(),
+        // Counts every transmission for the job it serves (`tilegate_retry::meter`).
+        http: Some(crate::meter::http_client()),
         ..ClientConfig::default()
     };
     let config = if anonymous {
