@@ -208,22 +208,30 @@ pub fn sample(data: &Path, path: &Path, size: u32, seed: u64) {
     );
 }
 
-/// Run one `work --until-empty` process that handles one message at a time (visibility 1 s)
-/// with the fault hook armed at `point` after `skip` passes; it is expected to die there.
+/// Run one `work --until-empty` process that handles one message at a time (visibility 1 s),
+/// with `extra` flags and `env`.
+pub fn work_one_at_a_time(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut args = vec![
+        "work",
+        "--until-empty",
+        "--threads",
+        "1",
+        "--concurrency",
+        "1",
+        "--visibility",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    tg(data, &args, env)
+}
+
+/// [`work_one_at_a_time`] with the fault hook armed at `point` after `skip` passes; it is
+/// expected to die there.
 pub fn work_until_fault(data: &Path, point: &str, skip: u32) -> Output {
     let skip = skip.to_string();
-    tg(
+    work_one_at_a_time(
         data,
-        &[
-            "work",
-            "--until-empty",
-            "--threads",
-            "1",
-            "--concurrency",
-            "1",
-            "--visibility",
-            "1",
-        ],
+        &[],
         &[("TILEGATE_FAULT", point), ("TILEGATE_FAULT_SKIP", &skip)],
     )
 }

@@ -53,6 +53,13 @@ enum Cmd {
         /// Print the results as JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Run only this contender (e.g. `tilegate_manifest_count_many`).
+        #[arg(long)]
+        only: Option<String>,
+        /// Count manifest rows written without window facts (rows as they were before they
+        /// carried them), to compare the count's cost on one machine.
+        #[arg(long)]
+        bare_manifest_rows: bool,
     },
     /// Source bytes read (and so decoded) per window, against each window's share of the
     /// source, on a strip-organised and a 256-pixel-block copy of the benchmark scene: every
@@ -118,6 +125,8 @@ fn main() -> anyhow::Result<()> {
         no_python,
         smoke,
         json,
+        only,
+        bare_manifest_rows,
     } = command
     else {
         unreachable!("decode and ledger returned above")
@@ -140,6 +149,8 @@ fn main() -> anyhow::Result<()> {
             work: work.join("smoke"),
             python: false,
             cores,
+            only,
+            bare_rows: bare_manifest_rows,
         }
     } else {
         fanout::Config {
@@ -149,8 +160,10 @@ fn main() -> anyhow::Result<()> {
             plan_window,
             bin,
             work,
-            python: !no_python,
+            python: !no_python && only.is_none(),
             cores,
+            only,
+            bare_rows: bare_manifest_rows,
         }
     };
     let results = fanout::run_benchmark(&cfg)?;

@@ -459,6 +459,8 @@ fn chaos(target: Target) {
         .map(|w| format!("{tiles_prefix}{:04}_{:04}.tif", w.row, w.col))
         .collect();
     expected_keys.push(scene_key.clone());
+    // The scene's STAC Item, written once beside it like the scene.
+    expected_keys.push(tilegate_report::stac::item_key(&scene_key));
     for key in &expected_keys {
         let seen_writes = writes.get(key).map_or(&[][..], Vec::as_slice);
         if seen_writes.len() != 1 {

@@ -30,8 +30,13 @@ async fn snapshot(s: &dyn ObjectStore) -> Snapshot {
 }
 
 /// The hashes alone, for comparing two stores.
+/// The tiles' and the scene's hashes by key. STAC Items are left out: an Item names when its
+/// job was planned, and two runs on two backends are two plannings.
 fn contents(s: &Snapshot) -> BTreeMap<String, String> {
-    s.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect()
+    s.iter()
+        .filter(|(k, _)| !k.ends_with(".json"))
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
 }
 
 fn run(data: &Path, objects: Option<&str>, src: &Path) -> serde_json::Value {
@@ -91,8 +96,8 @@ fn same_tiles_as_embedded(objects: &str) {
     let reference = rt.block_on(snapshot(&*embedded));
     assert_eq!(
         before.len(),
-        17,
-        "16 tiles and the scene: {:?}",
+        18,
+        "16 tiles, the scene and its STAC Item: {:?}",
         before.keys()
     );
     assert_eq!(
@@ -127,6 +132,7 @@ async fn outputs(s: &dyn ObjectStore) -> BTreeMap<String, String> {
     snapshot(s)
         .await
         .into_iter()
+        .filter(|(k, _)| !k.ends_with(".json"))
         .map(|(k, v)| {
             let name = if k.contains("/scenes/") {
                 "scene"

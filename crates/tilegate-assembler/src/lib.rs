@@ -227,7 +227,9 @@ pub async fn assemble(
         upload_s: 0.0,
         reduced_windows_reused: 0,
     };
-    if job.scene_output.is_some() && record {
+    if let (Some(scene), true) = (&job.scene_output, record) {
+        // A job assembled before scenes had Items gets its Item now (one HEAD otherwise).
+        publish_item(b, &job, scene, None).await?;
         return Ok(report);
     }
     if !record {
