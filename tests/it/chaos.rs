@@ -1013,14 +1013,8 @@ impl WriteLog {
                     .collect();
                 Self::Inotify(inotify::Watch::start(&dirs))
             }
-            Target::Aws(aws) => Self::Versions(
-                aws.clone(),
-                vec![tiles_prefix.to_owned(), scene_key.to_owned()],
-            ),
-            Target::Objects(_) => Self::Listed(
-                objects.clone(),
-                vec![tiles_prefix.to_owned(), scene_key.to_owned()],
-            ),
+            Target::Aws(aws) => Self::Versions(aws.clone(), watched(tiles_prefix, scene_key)),
+            Target::Objects(_) => Self::Listed(objects.clone(), watched(tiles_prefix, scene_key)),
         }
     }
 
@@ -1039,6 +1033,15 @@ impl WriteLog {
             }),
         }
     }
+}
+
+/// The prefixes a cloud write log reads: the tiles, the scene and the scene's STAC Item.
+fn watched(tiles_prefix: &str, scene_key: &str) -> Vec<String> {
+    vec![
+        tiles_prefix.to_owned(),
+        scene_key.to_owned(),
+        tilegate_report::stac::item_key(scene_key),
+    ]
 }
 
 /// Every version and delete marker under `prefixes`, by key (without the store's prefix).
