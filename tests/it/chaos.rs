@@ -460,7 +460,7 @@ fn chaos(target: Target) {
         .collect();
     expected_keys.push(scene_key.clone());
     // The scene's STAC Item, written once beside it like the scene.
-    expected_keys.push(tilegate_report::stac::item_key(&scene_key));
+    expected_keys.push(tilegate_stac::item_key(&scene_key));
     for key in &expected_keys {
         let seen_writes = writes.get(key).map_or(&[][..], Vec::as_slice);
         if seen_writes.len() != 1 {
@@ -1040,7 +1040,7 @@ fn watched(tiles_prefix: &str, scene_key: &str) -> Vec<String> {
     vec![
         tiles_prefix.to_owned(),
         scene_key.to_owned(),
-        tilegate_report::stac::item_key(scene_key),
+        tilegate_stac::item_key(scene_key),
     ]
 }
 

@@ -372,7 +372,7 @@ async fn build_and_publish(
             return Ok(());
         }
         let bytes = cog.file.to_vec();
-        checksum = Some(tilegate_report::stac::blake3_multihash(
+        checksum = Some(tilegate_stac::blake3_multihash(
             blake3::hash(&bytes).as_bytes(),
         ));
         b.objects
@@ -602,7 +602,7 @@ fn checksum_of_laid_out(file: &LaidOut) -> String {
         h.update_rayon(&file.read(at, usize::try_from(n).unwrap_or(usize::MAX)));
         at += n;
     }
-    tilegate_report::stac::blake3_multihash(h.finalize().as_bytes())
+    tilegate_stac::blake3_multihash(h.finalize().as_bytes())
 }
 
 /// Publish the scene's STAC Item beside it, with create-if-absent: the Item is a pure
@@ -616,27 +616,46 @@ async fn publish_item(
     scene: &OutputRef,
     checksum: Option<String>,
 ) -> Result<(), AssembleError> {
-    let key = tilegate_report::stac::item_key(&scene.key);
+    let key = tilegate_stac::item_key(&scene.key);
     let checksum = match checksum {
         Some(c) => c,
         None => {
             if b.objects.head(&key).await?.is_some() {
                 return Ok(());
             }
-            let bytes = b.objects.get_bytes(&scene.key).await?.bytes;
-            tokio::task::spawn_blocking(move || {
-                let mut h = blake3::Hasher::new();
-                h.update_rayon(&bytes);
-                tilegate_report::stac::blake3_multihash(h.finalize().as_bytes())
-            })
-            .await
-            .expect("checksum task panicked")
+            // In ranges, pinned to the version recorded: never the whole scene in memory.
+            const CHUNK: u64 = 16 << 20;
+            let mut h = blake3::Hasher::new();
+            let mut at = 0;
+            while at < scene.size {
+                let range = at..(at + CHUNK).min(scene.size);
+                let opts = tilegate_core::object::GetOptions {
+                    range: Some(range.clone()),
+                    if_match: Some(tilegate_core::ConditionList::one(scene.e_tag.clone())),
+                    ..Default::default()
+                };
+                let part = match b.objects.get_opts(&scene.key, opts).await? {
+                    tilegate_core::object::GetOutcome::Found(r) => r.bytes,
+                    _ => {
+                        return Err(StoreError::backend(
+                            "hash the scene for its STAC Item",
+                            &scene.key,
+                            tilegate_core::Retry::Permanent,
+                            "the scene is no longer the version recorded",
+                        )
+                        .into());
+                    }
+                };
+                h.update(&part);
+                at = range.end;
+            }
+            tilegate_stac::blake3_multihash(h.finalize().as_bytes())
         }
     };
-    let item = tilegate_report::stac::item(job, scene, &checksum);
+    let item = tilegate_stac::item(job, scene, &checksum);
     let outcome = b
         .objects
-        .put_create(&key, Bytes::from(tilegate_report::stac::to_bytes(&item)))
+        .put_create(&key, Bytes::from(tilegate_stac::to_bytes(&item)))
         .await?;
     let outcome = match outcome {
         PutOutcome::Written(_) => "written",

@@ -43,8 +43,15 @@ impl Intercept for RequestMeter {
         &self,
         context: &BeforeDeserializationInterceptorContextRef<'_>,
         _: &RuntimeComponents,
-        _: &mut ConfigBag,
+        cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        // A HEAD's Content-Length is the object's size, not bytes that crossed the wire.
+        if cfg
+            .load::<Metadata>()
+            .is_some_and(|m| m.name().starts_with("Head"))
+        {
+            return Ok(());
+        }
         let received = context
             .response()
             .headers()

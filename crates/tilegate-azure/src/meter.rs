@@ -41,9 +41,11 @@ impl Policy for RequestMeter {
     ) -> PolicyResult {
         let op = operation(request.method(), request.url().query());
         let sent = request.body().len().unwrap_or(0);
+        // A HEAD's Content-Length is the blob's size, not bytes that crossed the wire.
+        let head = request.method() == Method::Head;
         meter::record("azure", op, sent, 0);
         let answer = next[0].send(ctx, request, &next[1..]).await;
-        if let Ok(r) = &answer {
+        if let (Ok(r), false) = (&answer, head) {
             let received = r
                 .headers()
                 .get_optional_str(&CONTENT_LENGTH)

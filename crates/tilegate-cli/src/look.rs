@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use tilegate_core::Backends;
 use tilegate_core::object::ObjectStoreExt as _;
 use tilegate_report::html::{self, Extras};
-use tilegate_report::{JobStatus, PriceTable, stac, status};
+use tilegate_report::{JobStatus, PriceTable, status};
+use tilegate_stac as stac;
 
 /// The price table the flags name (the built-in one by default).
 fn prices(a: &PriceArgs) -> anyhow::Result<PriceTable> {
@@ -102,6 +103,9 @@ async fn watch(
     prices: &PriceTable,
     interval: f64,
 ) -> anyhow::Result<ExitCode> {
+    if !interval.is_finite() {
+        anyhow::bail!("--interval must be a number of seconds, not {interval}");
+    }
     let interval = Duration::from_secs_f64(interval.clamp(0.1, 3600.0));
     let tty = std::io::stdout().is_terminal() && !out.json;
     let started = Instant::now();
@@ -121,11 +125,11 @@ async fn watch(
             .collect();
         let elapsed = now.duration_since(t0).as_secs_f64();
         let rate = if elapsed > 0.0 {
-            (done - d0) as f64 / elapsed
+            done.saturating_sub(d0) as f64 / elapsed
         } else {
             0.0
         };
-        let left = st.windows - done;
+        let left = st.windows.saturating_sub(done);
         let eta = (rate > 0.0).then(|| left as f64 / rate);
         let finished = st.complete || st.window_states.missing == 0;
         let mut lines = vec![format!(
@@ -152,9 +156,9 @@ async fn watch(
                 lines.push(format!("  dead letters {reason}: {n}"));
             }
             for (w, n) in &per_worker {
-                let recent = previous
-                    .as_ref()
-                    .map_or(0, |(_, _, p)| n - p.get(w).copied().unwrap_or(0));
+                let recent = previous.as_ref().map_or(0, |(_, _, p)| {
+                    n.saturating_sub(p.get(w).copied().unwrap_or(0))
+                });
                 lines.push(format!("  worker {w}: {n} windows (+{recent})"));
             }
         }
@@ -209,7 +213,8 @@ pub async fn report(
             {
                 Ok(png) => Some(png),
                 Err(e) => {
-                    tracing::warn!(error = %tilegate_core::error::chain(&e), "no thumbnail of the scene");
+                    tracing::warn!(job_id = %g.job.job_id, key = %scene.key,
+                        error = %tilegate_core::error::chain(&e), "no thumbnail of the scene");
                     None
                 }
             }
@@ -275,6 +280,14 @@ pub async fn stac_cmd(out: &Out, b: &Backends, a: StacArgs) -> anyhow::Result<Ex
             );
         };
         let key = stac::item_key(&scene.key);
+        // A scene assembled before scenes had Items has none until its next `assemble`.
+        if a.jobs.is_empty() && b.objects.head(&key).await?.is_none() {
+            eprintln!(
+                "tilegate: job {} has no STAC Item yet; `tilegate assemble {}` publishes it",
+                job.job_id, job.job_id
+            );
+            continue;
+        }
         let bytes = b
             .objects
             .get_bytes(&key)

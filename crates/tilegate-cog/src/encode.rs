@@ -24,7 +24,7 @@ use tilegate_core::source::SceneMeta;
 
 /// The nodata value of an NDVI tile: written where either input is nodata (or NaN) or where
 /// `nir + red == 0`.
-pub const NDVI_NODATA: f64 = -9999.0;
+pub use tilegate_core::recipe::NDVI_NODATA;
 
 /// Below this block size GDAL's COG option list warns (it still writes a valid COG).
 const COG_LISTED_MIN_BLOCK: u32 = 128;

@@ -50,6 +50,17 @@ pub fn placement(crs_wkt: &str, gt: &[f64; 6], width: u32, height: u32) -> Optio
     if footprint.iter().flatten().any(|v| !v.is_finite()) {
         return None;
     }
+    // RFC 7946: exterior rings counter-clockwise. A south-up or mirrored grid walks its edges
+    // the other way round.
+    let twice_area: f64 = (0..footprint.len())
+        .map(|i| {
+            let (a, b) = (footprint[i], footprint[(i + 1) % footprint.len()]);
+            a[0] * b[1] - b[0] * a[1]
+        })
+        .sum();
+    if twice_area < 0.0 {
+        footprint.reverse();
+    }
     footprint.push(footprint[0]);
     let fold = |pick: fn(&[f64; 2]) -> f64, max: bool| {
         footprint
@@ -65,10 +76,12 @@ pub fn placement(crs_wkt: &str, gt: &[f64; 6], width: u32, height: u32) -> Optio
         fold(|p| p[0], true),
         fold(|p| p[1], true),
     ];
+    let projjson = epsg.is_none().then(|| src.to_projjson().ok()).flatten();
     Some(Placement {
         epsg,
         footprint,
         bbox,
+        projjson,
     })
 }
 
@@ -112,9 +125,19 @@ pub fn tiff_datetime_rfc3339(t: &str) -> Option<String> {
         && b[16] == b':'
         && digits(17..19);
     let num = |r: std::ops::Range<usize>| t[r].parse::<u32>().ok();
-    let valid = shape
-        && (1..=12).contains(&num(5..7)?)
-        && (1..=31).contains(&num(8..10)?)
+    if !shape {
+        return None;
+    }
+    let (year, month) = (num(0..4)?, num(5..7)?);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    let valid = (1..=days).contains(&num(8..10)?)
         && num(11..13)? < 24
         && num(14..16)? < 60
         && num(17..19)? < 61;
@@ -133,6 +156,11 @@ mod tests {
         );
         assert_eq!(tiff_datetime_rfc3339("2024-06-30 10:15:00"), None);
         assert_eq!(tiff_datetime_rfc3339("2024:13:30 10:15:00"), None);
+        assert_eq!(tiff_datetime_rfc3339("2023:02:29 10:15:00"), None);
+        assert_eq!(
+            tiff_datetime_rfc3339("2024:02:29 23:59:59").as_deref(),
+            Some("2024-02-29T23:59:59Z")
+        );
         assert_eq!(tiff_datetime_rfc3339("    :  :     :  :  "), None);
         assert_eq!(tiff_datetime_rfc3339(""), None);
     }
@@ -152,5 +180,17 @@ mod tests {
         assert!(e > 15.12 && e < 15.13, "east {e}");
         assert!(s > 45.0 && n < 45.2 && s < n, "south {s} north {n}");
         assert_eq!(placement("", &gt, 10, 10), None);
+        let ccw = |ring: &[[f64; 2]]| {
+            ring.windows(2)
+                .map(|w| w[0][0] * w[1][1] - w[1][0] * w[0][1])
+                .sum::<f64>()
+                > 0.0
+        };
+        assert!(ccw(&p.footprint), "north-up: counter-clockwise");
+        // South-up: the same ground, the grid upside down.
+        let south_up = [500_000.0, 10.0, 0.0, 4_990_000.0, 0.0, 10.0];
+        let q = placement(&wkt, &south_up, 1000, 1000).expect("placed");
+        assert!(ccw(&q.footprint), "south-up: counter-clockwise too");
+        assert_eq!(p.projjson, None, "an EPSG CRS is named by its code");
     }
 }

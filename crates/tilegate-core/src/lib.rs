@@ -18,6 +18,7 @@ pub mod queue;
 pub mod recipe;
 pub mod source;
 pub mod table;
+pub mod time;
 
 pub use backends::Backends;
 pub use error::{Retry, StoreError, StoreResult};

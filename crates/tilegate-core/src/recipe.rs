@@ -9,6 +9,9 @@ use std::fmt::Write as _;
 /// tilegate's output-format version. Bump it whenever the bytes a recipe produces change.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// The nodata value of the `ndvi` recipe's Float32 output.
+pub const NDVI_NODATA: f64 = -9999.0;
+
 /// The computation applied to a window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

@@ -61,6 +61,9 @@ pub struct Placement {
     pub footprint: Vec<[f64; 2]>,
     /// West, south, east, north of the footprint.
     pub bbox: [f64; 4],
+    /// The CRS as PROJJSON, for a CRS without an EPSG code (catalogues name it so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projjson: Option<String>,
 }
 
 impl SourceInfo {

@@ -113,9 +113,13 @@ pub fn render(g: &Gathered, prices: &PriceTable, extras: &Extras) -> String {
     workers(&mut h, &st);
     scene(&mut h, &st, extras);
     cost(&mut h, &st);
+    // `<`, `>` and `&` only occur inside JSON strings: as escapes there, no text in the data
+    // (a URI, a dead letter's reason) can end the block or open a comment in it.
     let json = serde_json::to_string(&st)
         .expect("the status serialises")
-        .replace("</", "<\\/");
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026");
     let _ = write!(
         h,
         "<script type=\"application/json\" id=\"tilegate-status\">{json}</script>\n</body></html>\n"
@@ -138,12 +142,12 @@ fn identity(h: &mut String, st: &JobStatus, extras: &Extras) {
                 st.scene.width, st.scene.height, st.scene.bands, st.scene.dtype, st.window
             ),
         ),
-        ("planned", crate::time::rfc3339(st.created_at)),
+        ("planned", tilegate_core::time::rfc3339(st.created_at)),
         (
             "report made",
             extras
                 .generated_at
-                .map_or_else(|| "—".to_owned(), crate::time::rfc3339),
+                .map_or_else(|| "—".to_owned(), tilegate_core::time::rfc3339),
         ),
     ];
     h.push_str("<section id=\"identity\"><h2>Job</h2><table class=\"kv\">");
@@ -411,8 +415,8 @@ fn workers(h: &mut String, st: &JobStatus) {
             "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
             escape(&w.worker),
             w.windows,
-            crate::time::rfc3339(w.first_recorded_at),
-            crate::time::rfc3339(w.last_recorded_at)
+            tilegate_core::time::rfc3339(w.first_recorded_at),
+            tilegate_core::time::rfc3339(w.last_recorded_at)
         );
     }
     h.push_str("</table></section>\n");

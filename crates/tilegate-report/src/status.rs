@@ -174,7 +174,15 @@ pub async fn gather(b: &Backends, job: JobRecord, now: UnixMillis) -> StoreResul
     let pointers = b.ledger.list_pointers(&job.job_id).await?;
     let overdue_all = tilegate_ledger::gc::oldest_overdue_seconds(b, now)
         .await
-        .unwrap_or(0);
+        .map_err(|e| match e {
+            tilegate_ledger::LedgerError::Store(e) => e,
+            other => tilegate_core::StoreError::backend(
+                "read the ledger's overdue deletions",
+                job.job_id.as_str(),
+                tilegate_core::Retry::Permanent,
+                tilegate_core::error::chain(&other),
+            ),
+        })?;
     let overdue_job = attempts
         .iter()
         .filter(|r| r.row.in_due_index())

@@ -148,11 +148,6 @@ pub fn attribute_unscoped(job: &JobId) {
     }
 }
 
-/// Unattributed counts so far (a pool serving several jobs reports them as its own).
-pub fn unattributed() -> Counts {
-    meter().get(&None).cloned().unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +182,5 @@ mod tests {
         let taken: BTreeMap<JobId, Counts> = take_jobs().into_iter().collect();
         assert_eq!(taken[&b][&m::requests_by("sqs", "ReceiveMessage")], 1);
         assert_eq!(taken[&b][&m::bytes_received_by("sqs")], 5);
-        assert!(unattributed().is_empty());
     }
 }

@@ -136,11 +136,21 @@ pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received) -> Window
     use futures::FutureExt as _;
     // The message's requests (its heartbeat's included) are charged to its job.
     let job = WindowMessage::decode(&msg.body).ok().map(|w| w.job_id);
-    let caught = tilegate_retry::meter::scope(
-        job,
-        std::panic::AssertUnwindSafe(handle(&shared, &msg)).catch_unwind(),
-    )
-    .await;
+    tilegate_retry::meter::scope(job, async {
+        let caught = std::panic::AssertUnwindSafe(handle(&shared, &msg))
+            .catch_unwind()
+            .await;
+        answer_panic(&shared, &msg, caught).await
+    })
+    .await
+}
+
+/// The outcome of a handler that may have panicked.
+async fn answer_panic(
+    shared: &Arc<Shared>,
+    msg: &Received,
+    caught: Result<WindowOutcome, Box<dyn std::any::Any + Send>>,
+) -> WindowOutcome {
     match caught {
         Ok(outcome) => outcome,
         Err(payload) => {
@@ -151,7 +161,7 @@ pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received) -> Window
             };
             tracing::error!(message_id = %msg.message_id, error = %fault.detail, "message handler panicked");
             let mut deltas = Deltas(vec![(m::WINDOW_PANICS, 1)]);
-            let outcome = retry_or_dead_letter(&shared, &msg, fault, &mut deltas).await;
+            let outcome = retry_or_dead_letter(shared, msg, fault, &mut deltas).await;
             if let Some(job) = WindowMessage::decode(&msg.body).ok().map(|w| w.job_id) {
                 shared.pending.add(job, deltas.0);
             }

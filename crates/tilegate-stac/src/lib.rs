@@ -5,8 +5,9 @@
 //! of jobs' Items.
 
 use serde_json::{Value, json};
-use tilegate_core::recipe::Operation;
+use tilegate_core::recipe::{NDVI_NODATA, Operation};
 use tilegate_core::table::{JobRecord, OutputRef};
+use tilegate_core::time::rfc3339;
 
 pub const STAC_VERSION: &str = "1.0.0";
 pub const PROJECTION: &str = "https://stac-extensions.github.io/projection/v2.0.0/schema.json";
@@ -14,8 +15,6 @@ pub const RASTER: &str = "https://stac-extensions.github.io/raster/v1.1.0/schema
 pub const FILE: &str = "https://stac-extensions.github.io/file/v2.1.0/schema.json";
 /// The media type of a Cloud Optimized GeoTIFF.
 pub const COG_MEDIA_TYPE: &str = "image/tiff; application=geotiff; profile=cloud-optimized";
-/// NDVI's nodata value (as the encoder writes it).
-const NDVI_NODATA: f64 = -9999.0;
 
 /// A BLAKE3-256 digest as a multihash (`file:checksum`): code 0x1e, length 0x20, the digest.
 pub fn blake3_multihash(digest: &[u8; 32]) -> String {
@@ -101,7 +100,7 @@ pub fn item(job: &JobRecord, scene: &OutputRef, checksum: &str) -> Value {
         .scene
         .datetime
         .clone()
-        .unwrap_or_else(|| crate::time::rfc3339(job.created_at));
+        .unwrap_or_else(|| rfc3339(job.created_at));
     let (bands, dtype, nodata) = output_bands(job);
     let raster_bands: Vec<Value> = (0..bands)
         .map(|_| {
@@ -115,7 +114,7 @@ pub fn item(job: &JobRecord, scene: &OutputRef, checksum: &str) -> Value {
     let scene_file = scene.key.rsplit('/').next().unwrap_or(&scene.key);
     let mut properties = json!({
         "datetime": datetime,
-        "created": crate::time::rfc3339(job.created_at),
+        "created": rfc3339(job.created_at),
         "proj:code": placement.and_then(|p| p.epsg).map(|c| format!("EPSG:{c}")),
         "proj:shape": [job.grid.height, job.grid.width],
         "proj:transform": [gt[1], gt[2], gt[0], gt[4], gt[5], gt[3]],
@@ -125,8 +124,13 @@ pub fn item(job: &JobRecord, scene: &OutputRef, checksum: &str) -> Value {
         "tilegate:source_etag": job.source.etag,
         "tilegate:recipe": job.recipe.fingerprint(),
     });
-    if placement.and_then(|p| p.epsg).is_none() && !job.scene.crs_wkt.is_empty() {
-        properties["proj:wkt2"] = json!(job.scene.crs_wkt);
+    // A CRS without an EPSG code is given whole, as PROJJSON.
+    if let Some(pj) = placement
+        .filter(|p| p.epsg.is_none())
+        .and_then(|p| p.projjson.as_deref())
+        .and_then(|pj| serde_json::from_str::<Value>(pj).ok())
+    {
+        properties["proj:projjson"] = pj;
     }
     let mut item = json!({
         "type": "Feature",

@@ -1,6 +1,6 @@
 //! UTC timestamps as RFC 3339 text, without a calendar library.
 
-use tilegate_core::UnixMillis;
+use crate::UnixMillis;
 
 /// `2026-12-03T07:21:15Z` (whole seconds; milliseconds are dropped).
 pub fn rfc3339(ms: UnixMillis) -> String {
