@@ -37,12 +37,22 @@ impl Out {
 /// A progress bar following a job's manifest count.
 pub struct Progress {
     bar: ProgressBar,
-    task: tokio::task::JoinHandle<()>,
+    /// The poller and its stop signal; none when the bar is hidden (nothing to draw, so no
+    /// count is read).
+    poller: Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    )>,
 }
 
 impl Progress {
+    /// Stop polling and clear the bar. The poller is asked to stop, not aborted: a count in
+    /// flight completes, so every request it started is one the store answered (and counted).
     pub async fn finish(self) {
-        self.task.abort();
+        if let Some((stop, task)) = self.poller {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
         self.bar.finish_and_clear();
     }
 }
@@ -60,17 +70,27 @@ pub fn progress(out: &Out, b: Backends, job: &JobRecord) -> Progress {
         .expect("valid template")
         .progress_chars("=> "),
     );
+    if bar.is_hidden() {
+        return Progress { bar, poller: None };
+    }
     let id = job.job_id.clone();
     let b2 = bar.clone();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         loop {
             if let Ok(n) = b.manifest.count_entries(&id).await {
                 b2.set_position(n);
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::select! {
+                _ = &mut stopped => return,
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
         }
     });
-    Progress { bar, task }
+    Progress {
+        bar,
+        poller: Some((stop, task)),
+    }
 }
 
 fn n(doc: &Value, k: &str) -> u64 {
