@@ -365,23 +365,31 @@ async fn build_and_publish(
     let key = report.scene_key.clone();
 
     let uploaded = Instant::now();
-    let mut checksum = None;
+    // The scene's checksum (for its STAC Item), hashed from the bytes as they are sent.
+    let mut hasher = blake3::Hasher::new();
     let outcome = if size <= opts.multipart_threshold.min(SINGLE_PUT_CEILING) {
         if gate.renew(lease).await? == LeaseState::Lost {
             report.outcome = AssembleOutcome::LeaseLost;
             return Ok(());
         }
         let bytes = cog.file.to_vec();
-        checksum = Some(tilegate_stac::blake3_multihash(
-            blake3::hash(&bytes).as_bytes(),
-        ));
+        hasher.update(&bytes);
         b.objects
             .put_opts(&key, Bytes::from(bytes), opts.put_options())
             .await?
     } else {
         report.multipart = true;
         match multipart(
-            b, &key, &cog.file, gate, lease, keep_alive, opts, counters, report,
+            b,
+            &key,
+            &cog.file,
+            gate,
+            lease,
+            keep_alive,
+            opts,
+            counters,
+            report,
+            &mut hasher,
         )
         .await?
         {
@@ -416,15 +424,7 @@ async fn build_and_publish(
         tracing::warn!(job_id = %job.job_id, "lease lost before completion was recorded");
     }
     if opts.attempt.is_none() {
-        let checksum = match checksum {
-            Some(c) => c,
-            None => {
-                let file = cog.file.clone();
-                tokio::task::spawn_blocking(move || checksum_of_laid_out(&file))
-                    .await
-                    .expect("checksum task panicked")
-            }
-        };
+        let checksum = tilegate_stac::blake3_multihash(hasher.finalize().as_bytes());
         record_scene(b, job, output, Some(checksum)).await?;
     }
     report.outcome = AssembleOutcome::Written;
@@ -511,7 +511,8 @@ async fn fetch_tiles(
 }
 
 /// Upload in parts while the lease holds; `None` if it was lost (the upload is aborted). Each
-/// part is cut from the laid-out file as it is sent: the whole scene never sits in memory.
+/// part is cut from the laid-out file as it is sent (and fed to `hasher`): the whole scene
+/// never sits in memory.
 #[expect(
     clippy::too_many_arguments,
     reason = "one call site; the pieces are distinct"
@@ -526,6 +527,7 @@ async fn multipart(
     opts: &AssembleOptions,
     counters: &Counters,
     report: &mut AssembleReport,
+    hasher: &mut blake3::Hasher,
 ) -> Result<Option<PutOutcome>, AssembleError> {
     let upload_id = b.objects.create_multipart(key, &opts.put_options()).await?;
     // A failed part upload, renewal or completion aborts the upload at once rather than
@@ -542,6 +544,7 @@ async fn multipart(
             let end = (offset + part_size).min(file.len());
             n += 1;
             let bytes = file.read(offset, (end - offset) as usize);
+            hasher.update(&bytes);
             let part = b
                 .objects
                 .upload_part(key, &upload_id, n, Bytes::from(bytes))
@@ -590,19 +593,6 @@ async fn abort(
     );
     b.objects.abort_multipart(key, upload_id).await?;
     Ok(None)
-}
-
-/// The BLAKE3 multihash of a laid-out scene, read in parts (never the whole file at once).
-fn checksum_of_laid_out(file: &LaidOut) -> String {
-    const CHUNK: u64 = 16 << 20;
-    let mut h = blake3::Hasher::new();
-    let mut at = 0;
-    while at < file.len() {
-        let n = CHUNK.min(file.len() - at);
-        h.update_rayon(&file.read(at, usize::try_from(n).unwrap_or(usize::MAX)));
-        at += n;
-    }
-    tilegate_stac::blake3_multihash(h.finalize().as_bytes())
 }
 
 /// Publish the scene's STAC Item beside it, with create-if-absent: the Item is a pure

@@ -35,7 +35,7 @@ impl Intercept for RequestMeter {
     ) -> Result<(), BoxError> {
         let op = cfg.load::<Metadata>().map_or("unknown", Metadata::name);
         let sent = context.request().body().content_length().unwrap_or(0);
-        meter::record(self.service, op, sent, 0);
+        meter::record(self.service, op, sent);
         Ok(())
     }
 

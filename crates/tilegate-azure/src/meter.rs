@@ -43,7 +43,7 @@ impl Policy for RequestMeter {
         let sent = request.body().len().unwrap_or(0);
         // A HEAD's Content-Length is the blob's size, not bytes that crossed the wire.
         let head = request.method() == Method::Head;
-        meter::record("azure", op, sent, 0);
+        meter::record("azure", op, sent);
         let answer = next[0].send(ctx, request, &next[1..]).await;
         if let (Ok(r), false) = (&answer, head) {
             let received = r

@@ -19,6 +19,7 @@ use tilegate_core::recipe::Operation;
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Compression, JobId, Prefix, Recipe, Tenant};
 use tilegate_planner::{PlanOptions, plan};
+use tilegate_report::status::dead_letter_job;
 use tilegate_worker::{StopWhen, WorkReport, Worker, WorkerConfig};
 use tokio::sync::watch;
 
@@ -476,8 +477,6 @@ pub(crate) async fn find_job(b: &Backends, arg: Option<&str>) -> anyhow::Result<
         (Some(p), many) => bail!("`{p}` matches {} jobs; give more characters", many.len()),
     }
 }
-
-use tilegate_report::status::dead_letter_job;
 
 async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode> {
     match c {

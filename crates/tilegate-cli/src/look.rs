@@ -221,16 +221,16 @@ pub async fn report(
         }
         _ => None,
     };
+    let st = g.status(&prices);
     let page = html::render(
         &g,
-        &prices,
+        &st,
         &Extras {
             thumbnail_png,
             generated_at: Some(now),
         },
     );
     std::fs::write(&a.out, &page).with_context(|| format!("write {}", a.out.display()))?;
-    let st = g.status(&prices);
     let doc = serde_json::json!({
         "job_id": st.job_id,
         "report": a.out,

@@ -52,7 +52,7 @@ impl Middleware for RequestMeter {
                     .and_then(|v| v.to_str().ok()?.parse().ok())
             })
             .unwrap_or(0);
-        meter::record("gcs", op, sent, 0);
+        meter::record("gcs", op, sent);
         let answer = next.run(req, extensions).await;
         if let Ok(r) = &answer {
             meter::received("gcs", r.content_length().unwrap_or(0));

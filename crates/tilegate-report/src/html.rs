@@ -6,7 +6,6 @@
 //! `status --json` prints is embedded as `<script type="application/json"
 //! id="tilegate-status">` (data, never run).
 
-use crate::cost::PriceTable;
 use crate::status::{Gathered, JobStatus, WindowState};
 use std::fmt::Write as _;
 use tilegate_core::UnixMillis;
@@ -82,9 +81,8 @@ pub struct Extras {
     pub generated_at: Option<UnixMillis>,
 }
 
-/// The report page of a gathered job.
-pub fn render(g: &Gathered, prices: &PriceTable, extras: &Extras) -> String {
-    let st = g.status(prices);
+/// The report page of a gathered job and its status (`g.status(prices)`).
+pub fn render(g: &Gathered, st: &JobStatus, extras: &Extras) -> String {
     let mut h = String::with_capacity(64 * 1024 + g.rows.len() * 200);
     let title = format!("tilegate job {}", st.job_id);
     let _ = write!(
@@ -105,17 +103,17 @@ pub fn render(g: &Gathered, prices: &PriceTable, extras: &Extras) -> String {
         "<p class=\"verdict {}\" id=\"verdict\">{}: {} of {} windows recorded — {}</p></header>",
         verdict.0, verdict.0, st.manifest_rows, st.windows, verdict.1
     );
-    identity(&mut h, &st, extras);
-    grid(&mut h, g, &st);
-    outcomes(&mut h, &st);
+    identity(&mut h, st, extras);
+    grid(&mut h, g, st);
+    outcomes(&mut h, st);
     timings(&mut h, g);
     throughput(&mut h, g);
-    workers(&mut h, &st);
-    scene(&mut h, &st, extras);
-    cost(&mut h, &st);
+    workers(&mut h, st);
+    scene(&mut h, st, extras);
+    cost(&mut h, st);
     // `<`, `>` and `&` only occur inside JSON strings: as escapes there, no text in the data
     // (a URI, a dead letter's reason) can end the block or open a comment in it.
-    let json = serde_json::to_string(&st)
+    let json = serde_json::to_string(st)
         .expect("the status serialises")
         .replace('<', "\\u003c")
         .replace('>', "\\u003e")

@@ -247,15 +247,6 @@ impl Gathered {
             .collect()
     }
 
-    /// Windows by state.
-    pub fn state_counts(&self) -> StateCounts {
-        let mut c = StateCounts::default();
-        for (_, s, _, _) in self.windows() {
-            c.bump(s);
-        }
-        c
-    }
-
     /// Bytes of the job's outputs: the tiles its rows name and the scene.
     pub fn stored_bytes(&self) -> u64 {
         self.rows.iter().map(|r| r.size).sum::<u64>()
@@ -266,7 +257,10 @@ impl Gathered {
     pub fn status(&self, prices: &PriceTable) -> JobStatus {
         let job = &self.job;
         let windows = self.windows();
-        let states = self.state_counts();
+        let mut states = StateCounts::default();
+        for (_, s, _, _) in &windows {
+            states.bump(*s);
+        }
         let missing: Vec<String> = windows
             .iter()
             .filter(|(_, _, row, _)| row.is_none())

@@ -82,48 +82,29 @@ pub async fn unmetered<F: Future>(f: F) -> F::Output {
 }
 
 /// Count one request of `service` (`s3`, `dynamodb`, `sqs`, …) and operation (the provider's
-/// name for it, `PutObject`), with the bytes of its body sent and received.
-pub fn record(service: &str, op: &str, sent: u64, received: u64) {
-    let (job, metered) = SCOPE
-        .try_with(|s| (s.job.borrow().clone(), s.metered))
-        .unwrap_or((None, true));
-    if !metered {
-        return;
-    }
-    let mut meter = meter();
-    let counts = meter.entry(job).or_default();
-    for (name, n) in request_counts(service, op, sent, received) {
-        *counts.entry(name).or_default() += n;
+/// name for it, `PutObject`), with the bytes of its body sent.
+pub fn record(service: &str, op: &str, sent: u64) {
+    add(m::requests_by(service, op), 1);
+    if sent > 0 {
+        add(m::bytes_sent_by(service), sent);
     }
 }
 
 /// Count the bytes of a response body received by `service`.
 pub fn received(service: &str, bytes: u64) {
-    if bytes == 0 {
-        return;
+    if bytes > 0 {
+        add(m::bytes_received_by(service), bytes);
     }
+}
+
+/// Add `n` to counter `name` of the current scope's job, unless the scope is unmetered.
+fn add(name: String, n: u64) {
     let (job, metered) = SCOPE
         .try_with(|s| (s.job.borrow().clone(), s.metered))
         .unwrap_or((None, true));
     if metered {
-        *meter()
-            .entry(job)
-            .or_default()
-            .entry(m::bytes_received_by(service))
-            .or_default() += bytes;
+        *meter().entry(job).or_default().entry(name).or_default() += n;
     }
-}
-
-/// The counter deltas of one request.
-pub fn request_counts(service: &str, op: &str, sent: u64, received: u64) -> Vec<(String, u64)> {
-    let mut v = vec![(m::requests_by(service, op), 1)];
-    if sent > 0 {
-        v.push((m::bytes_sent_by(service), sent));
-    }
-    if received > 0 {
-        v.push((m::bytes_received_by(service), received));
-    }
-    v
 }
 
 /// Take the counts charged to jobs; unattributed counts stay.
@@ -160,15 +141,16 @@ mod tests {
     async fn requests_are_charged_to_the_scope_that_sent_them() {
         let (a, b) = (job(0xa1), job(0xb2));
         scope(Some(a.clone()), async {
-            record("s3", "PutObject", 10, 0);
-            unmetered(async { record("s3", "PutObject", 10, 0) }).await;
-            inherit(async { record("s3", "HeadObject", 0, 0) }).await;
+            record("s3", "PutObject", 10);
+            unmetered(async { record("s3", "PutObject", 10) }).await;
+            inherit(async { record("s3", "HeadObject", 0) }).await;
         })
         .await;
         scope(None, async {
-            record("sqs", "ReceiveMessage", 0, 5);
+            record("sqs", "ReceiveMessage", 0);
+            received("sqs", 5);
             set_job(&b);
-            record("sqs", "DeleteMessage", 0, 0);
+            record("sqs", "DeleteMessage", 0);
         })
         .await;
         let taken: BTreeMap<JobId, Counts> = take_jobs().into_iter().collect();

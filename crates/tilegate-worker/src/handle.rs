@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tilegate_cog::{CogError, EncodeRequest, ReducedWindow, StepTimes};
 use tilegate_core::error::chain;
 use tilegate_core::ledger::{AttemptOrder, AttemptState, Subject};
-use tilegate_core::message::WindowMessage;
+use tilegate_core::message::{MessageError, WindowMessage};
 use tilegate_core::metrics as m;
 use tilegate_core::object::{ObjectMeta, ObjectStoreExt, PutOutcome};
 use tilegate_core::queue::Received;
@@ -134,13 +134,14 @@ impl Deltas {
 /// so one poison message cannot take down the process or the windows beside it.
 pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
     use futures::FutureExt as _;
-    // The message's requests (its heartbeat's included) are charged to its job.
-    let job = WindowMessage::decode(&msg.body).ok().map(|w| w.job_id);
-    tilegate_retry::meter::scope(job, async {
-        let caught = std::panic::AssertUnwindSafe(handle(&shared, &msg))
+    // Decoded once: the message's requests (its heartbeat's included) are charged to its job.
+    let decoded = WindowMessage::decode(&msg.body);
+    let job = decoded.as_ref().ok().map(|w| w.job_id.clone());
+    tilegate_retry::meter::scope(job.clone(), async {
+        let caught = std::panic::AssertUnwindSafe(handle(&shared, &msg, decoded))
             .catch_unwind()
             .await;
-        answer_panic(&shared, &msg, caught).await
+        answer_panic(&shared, &msg, job, caught).await
     })
     .await
 }
@@ -149,6 +150,7 @@ pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received) -> Window
 async fn answer_panic(
     shared: &Arc<Shared>,
     msg: &Received,
+    job: Option<JobId>,
     caught: Result<WindowOutcome, Box<dyn std::any::Any + Send>>,
 ) -> WindowOutcome {
     match caught {
@@ -162,7 +164,7 @@ async fn answer_panic(
             tracing::error!(message_id = %msg.message_id, error = %fault.detail, "message handler panicked");
             let mut deltas = Deltas(vec![(m::WINDOW_PANICS, 1)]);
             let outcome = retry_or_dead_letter(shared, msg, fault, &mut deltas).await;
-            if let Some(job) = WindowMessage::decode(&msg.body).ok().map(|w| w.job_id) {
+            if let Some(job) = job {
                 shared.pending.add(job, deltas.0);
             }
             outcome
@@ -224,11 +226,15 @@ async fn retry_or_dead_letter(
 
 /// Handle one received message to its end. Never returns an error: every path ends in an
 /// acknowledgement, a dead letter, or a deliberate redelivery.
-async fn handle(shared: &Arc<Shared>, msg: &Received) -> WindowOutcome {
+async fn handle(
+    shared: &Arc<Shared>,
+    msg: &Received,
+    decoded: Result<WindowMessage, MessageError>,
+) -> WindowOutcome {
     let heartbeat = spawn_heartbeat(shared, msg);
     let mut deltas = Deltas::default();
     let mut job_for_counters: Option<JobId> = None;
-    let result = process(shared, msg, &mut deltas, &mut job_for_counters).await;
+    let result = process(shared, msg, decoded, &mut deltas, &mut job_for_counters).await;
     drop(heartbeat);
 
     let outcome = match result {
@@ -277,12 +283,12 @@ fn spawn_heartbeat(shared: &Arc<Shared>, msg: &Received) -> Heartbeat {
 async fn process(
     shared: &Shared,
     msg: &Received,
+    decoded: Result<WindowMessage, MessageError>,
     deltas: &mut Deltas,
     job_for_counters: &mut Option<JobId>,
 ) -> Result<WindowOutcome, Failure> {
     let received_at = now_millis();
-    let wm = WindowMessage::decode(&msg.body)
-        .map_err(|e| Failure::permanent(e.reason_code(), e.to_string()))?;
+    let wm = decoded.map_err(|e| Failure::permanent(e.reason_code(), e.to_string()))?;
     let job = shared.job(&wm.job_id).await?.ok_or_else(|| {
         Failure::permanent(
             "unknown-job",
