@@ -30,6 +30,7 @@ fn synthetic_job(windows: u32) -> JobRecord {
         etag: ETag::new("\"bench\""),
         size: 0,
         stat: None,
+        assets: Vec::new(),
     };
     let recipe = Recipe::copy_all();
     let prefix = Prefix::default();

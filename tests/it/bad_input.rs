@@ -69,6 +69,7 @@ fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
             etag: ETag::new("\"ghost\""),
             size: 1,
             stat: None,
+            assets: Vec::new(),
         };
         let recipe = Recipe {
             window: job.recipe.window,

@@ -111,6 +111,32 @@ fn heavy_chaos_aws() {
     chaos(Target::Aws(aws));
 }
 
+/// The recipe of a run, by seed (`TILEGATE_CHAOS_RECIPE=copy|warp` chooses): `copy`, or a
+/// `warp` onto the source's own grid (same CRS, resolution and alignment, nearest), whose scene
+/// must equal the source pixel for pixel just the same — the warper's path under every fault.
+/// `expr`, `ndvi` and registered recipes run the same worker path as each other; they are not
+/// in the rotation because their scenes differ from the source by design (a declared nodata,
+/// another type), which the end check compares against; their faults are covered in
+/// `recipes.rs` (a killed worker and duplicates under a registered recipe).
+fn chaos_recipe(seed: u64) -> (&'static str, &'static [&'static str]) {
+    const WARP: &[&str] = &[
+        "--recipe",
+        "warp",
+        "--t-srs",
+        "EPSG:32633",
+        "--tr",
+        "10",
+        "--tap",
+    ];
+    let name = std::env::var("TILEGATE_CHAOS_RECIPE")
+        .unwrap_or_else(|_| if seed % 2 == 0 { "copy" } else { "warp" }.to_owned());
+    match name.as_str() {
+        "copy" => ("copy", &[]),
+        "warp" => ("warp", WARP),
+        other => panic!("TILEGATE_CHAOS_RECIPE={other}: expected copy or warp"),
+    }
+}
+
 /// splitmix64: small, seedable, good enough to pick windows and moments.
 struct Rng(u64);
 
@@ -198,15 +224,11 @@ fn chaos(target: Target) {
     }
     let scene = data.join("scene.tif");
     sample(&data, &scene, SIZE, seed % 1000);
-    let plan = target.json(
-        &data,
-        &[
-            "plan",
-            scene.to_str().unwrap(),
-            "--window",
-            &WINDOW.to_string(),
-        ],
-    );
+    let recipe = chaos_recipe(seed);
+    let window = WINDOW.to_string();
+    let mut plan_args = vec!["plan", scene.to_str().unwrap(), "--window", &window];
+    plan_args.extend(recipe.1.iter().copied());
+    let plan = target.json(&data, &plan_args);
     assert_eq!(plan["windows"], WINDOWS);
     let job = plan["job_id"].as_str().unwrap().to_owned();
     let job_id = JobId::parse(&job).unwrap();
@@ -594,13 +616,14 @@ fn chaos(target: Target) {
     }
 
     println!(
-        "chaos[{flavor}] seed={seed} windows={WINDOWS} duplicates={duplicates} backfill={} \
+        "chaos[{flavor}] seed={seed} recipe={} windows={WINDOWS} duplicates={duplicates} backfill={} \
          workers={spawned} crashes={{{}}} external_kills={external_kills} kills_dropped={kills_dropped} \
          encoder_panics_caught={panicked} \
          tiles_written_counted={} precondition_failed={refused} \
          encodes_skipped={} manifest_rows={} dead={} reader_reads={} etag_changes_seen=0 \
          assemblers=[{}, {}, {}] loser_bytes={loser_bytes} manifest_complete_at={:.1}s \
          assembled_at={:.1}s drained_at={:.1}s elapsed={:.1}s problems={}",
+        recipe.0,
         backfilled.unwrap_or(0),
         crashes
             .iter()

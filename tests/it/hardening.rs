@@ -50,6 +50,7 @@ async fn plan16(b: &Backends, src: &Path) -> JobId {
         prefix: Prefix::default(),
         tenant: tilegate_core::Tenant::default(),
         resume: false,
+        assets: Vec::new(),
     };
     let plan = tilegate_planner::plan(b, src.to_str().unwrap(), &opts)
         .await

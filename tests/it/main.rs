@@ -14,6 +14,7 @@ mod hardening;
 mod lambda;
 mod ledger;
 mod pipeline;
+mod recipes;
 mod report;
 mod scene;
 mod scripted_azure;

@@ -136,11 +136,56 @@ pub struct SampleArgs {
 /// What to make of each window.
 #[derive(Debug, Args, Clone)]
 pub struct RecipeArgs {
-    /// Operation: `copy` (re-encode), `ndvi` (two bands → Float32), or `noop` (commit a
-    /// placeholder per window without reading the source: measures orchestration alone; such
-    /// a job cannot be assembled).
+    /// Operation: `copy` (re-encode), `warp` (reproject onto a target grid: --t-srs, --tr,
+    /// --tap or --target-origin, --warp-resampling), `expr` (band math: --expr, --ot), `ndvi`
+    /// (two bands → Float32; the expression `(nir-red)/(nir+red)`), a recipe registered by
+    /// this binary (see `tilegate recipes`), or `noop` (commit a placeholder per window without
+    /// reading the source: measures orchestration alone; such a job cannot be assembled).
     #[arg(long, default_value = "copy")]
     pub recipe: String,
+    /// `warp`: the target CRS — `EPSG:3857`, a PROJ string or WKT.
+    #[arg(long, value_name = "SRS")]
+    pub t_srs: Option<String>,
+    /// `warp`: target resolution in target units, `RES` or `XRES,YRES` (default: GDAL's
+    /// suggestion, about the source's).
+    #[arg(long, value_name = "XRES[,YRES]", value_delimiter = ',', num_args = 1)]
+    pub tr: Option<Vec<f64>>,
+    /// `warp`: align the grid's edges on multiples of the resolution (like `gdalwarp -tap`).
+    #[arg(long)]
+    pub tap: bool,
+    /// `warp`: align the grid's edges on `X + i × XRES`, `Y + j × YRES` (a target grid given
+    /// by its origin and --tr).
+    #[arg(
+        long,
+        value_name = "X,Y",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
+    pub target_origin: Option<Vec<f64>>,
+    /// `warp`: resampling of the reprojection — near, bilinear, cubic, cubicspline, lanczos,
+    /// average, rms, mode, max, min, med, q1, q3, sum. (--resampling is the overviews'.)
+    #[arg(long, default_value = "near")]
+    pub warp_resampling: String,
+    /// `expr`: band math over b1, b2, …, one output band per `;`-separated expression, with
+    /// the operators `+ - * / % ^`, comparisons, `&& || !`, and where(cond, a, b), abs, sqrt,
+    /// exp, log, log10, floor, ceil, round, min, max, clamp, pow. E.g. "(b4-b3)/(b4+b3)".
+    #[arg(long, value_name = "EXPRESSIONS", allow_hyphen_values = true)]
+    pub expr: Option<String>,
+    /// `expr`: output type — Byte, UInt16, Int16, UInt32, Int32, Float32, Float64. Integer
+    /// outputs are rounded half to even and clamped to the type's range.
+    #[arg(long, default_value = "Float32")]
+    pub ot: String,
+    /// `expr`: the output's nodata value (default: -9999 for Float and signed types, the
+    /// type's maximum for unsigned ones).
+    #[arg(long, allow_negative_numbers = true, value_name = "VALUE")]
+    pub out_nodata: Option<f64>,
+    /// The source is a STAC Item (a .json path or URL): these assets, comma-separated, become
+    /// the job's bands in this order (each asset's first band, on the finest asset's grid).
+    #[arg(long, value_delimiter = ',', value_name = "KEY,KEY")]
+    pub assets: Vec<String>,
+    /// Parameter of a registered recipe, `NAME=VALUE` (repeatable).
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
     /// Bands for `copy`, 1-based, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]
     pub bands: Option<Vec<u32>>,
@@ -167,8 +212,15 @@ pub struct RecipeArgs {
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Source raster: a path or file:// URI.
-    pub source: String,
+    /// Source raster: a path, file://, https://, s3://, gs:// or az:// URI, or a STAC Item
+    /// (.json path or URL, with --assets).
+    #[arg(required_unless_present = "from")]
+    pub source: Option<String>,
+    /// Plan one job per source listed in FILE (one per line; blank lines and `#` comments
+    /// skipped), or per item of a STAC ItemCollection (.json); `-` reads stdin. Prints one
+    /// line per job; exits 1 if any source could not be planned (the others still are).
+    #[arg(long, value_name = "FILE", conflicts_with = "source")]
+    pub from: Option<String>,
     #[command(flatten)]
     pub recipe: RecipeArgs,
     /// Enqueue only windows with no manifest row yet.

@@ -129,13 +129,34 @@ fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Location)> {
             nir: a.nir,
         },
         "noop" => Operation::Noop,
-        other => {
-            return Err(refused(
+        "warp" => Operation::Warp(warp_spec(a)?),
+        "expr" => expr_operation(a)?,
+        other => crate::recipes::custom_operation(other, &a.params)?,
+    };
+    let unused = |flag: &str, set: bool, recipes: &str| {
+        if set {
+            Err(refused(
                 "bad-recipe",
-                format!("unknown recipe `{other}`: expected `copy`, `ndvi` or `noop`"),
-            ));
+                format!("{flag} applies to the {recipes} recipe, not `{}`", a.recipe),
+            ))
+        } else {
+            Ok(())
         }
     };
+    let is = |op: &str| a.recipe == op;
+    unused("--t-srs", a.t_srs.is_some() && !is("warp"), "`warp`")?;
+    unused("--tr", a.tr.is_some() && !is("warp"), "`warp`")?;
+    unused("--tap", a.tap && !is("warp"), "`warp`")?;
+    unused("--expr", a.expr.is_some() && !is("expr"), "`expr`")?;
+    unused(
+        "--param",
+        !a.params.is_empty()
+            && matches!(
+                a.recipe.as_str(),
+                "copy" | "ndvi" | "noop" | "warp" | "expr"
+            ),
+        "registered",
+    )?;
     let compression = Compression::parse(&a.compress).ok_or_else(|| {
         refused(
             "bad-recipe",
@@ -161,6 +182,80 @@ fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Location)> {
         },
         (prefix, tenant),
     ))
+}
+
+/// The `expr` recipe from the flags: the program parsed and validated now (a malformed
+/// expression is refused here, never dead-lettered per window), kept in its canonical text.
+fn expr_operation(a: &RecipeArgs) -> anyhow::Result<Operation> {
+    let text = a.expr.as_deref().ok_or_else(|| {
+        refused(
+            "bad-recipe",
+            "`expr` needs --expr, e.g. --expr \"(b4-b3)/(b4+b3)\"",
+        )
+    })?;
+    let program = tilegate_expr::Program::parse(text)
+        .map_err(|e| refused("bad-expression", format!("--expr: {e}")))?;
+    let ot = tilegate_cog::Dtype::from_name(&a.ot).ok_or_else(|| {
+            refused(
+                "bad-recipe",
+                format!("unknown --ot `{}`: expected Byte, UInt16, Int16, UInt32, Int32, Float32 or Float64", a.ot),
+            )
+        })?;
+    let nodata = a.out_nodata.unwrap_or_else(|| ot.default_nodata());
+    if !ot.represents(nodata) {
+        return Err(refused(
+            "bad-recipe",
+            format!("--out-nodata {nodata} is not a {} value", ot.name()),
+        ));
+    }
+    Ok(Operation::Expr {
+        expr: program.canonical(),
+        ot: ot.name().to_owned(),
+        nodata,
+    })
+}
+
+/// The `warp` recipe's target grid and resampling, from the flags.
+fn warp_spec(a: &RecipeArgs) -> anyhow::Result<tilegate_core::recipe::WarpSpec> {
+    let bad = |m: String| refused("bad-recipe", m);
+    let t_srs = a.t_srs.clone().ok_or_else(|| {
+        bad("`warp` needs a target CRS: --t-srs EPSG:3857 (or a PROJ string)".into())
+    })?;
+    let pair = |flag: &str, v: &Option<Vec<f64>>| match v.as_deref() {
+        None => Ok(None),
+        Some([r]) => Ok(Some([*r, *r])),
+        Some([x, y]) => Ok(Some([*x, *y])),
+        Some(other) => Err(bad(format!(
+            "{flag} takes one or two numbers, not {}",
+            other.len()
+        ))),
+    };
+    let tr = pair("--tr", &a.tr)?;
+    if let Some([x, y]) = tr
+        && !(x > 0.0 && y > 0.0 && x.is_finite() && y.is_finite())
+    {
+        return Err(bad(format!("--tr {x},{y}: resolutions must be positive")));
+    }
+    let origin = match a.target_origin.as_deref() {
+        None => None,
+        Some([x, y]) => Some([*x, *y]),
+        Some(_) => return Err(bad("--target-origin takes X,Y".into())),
+    };
+    let resampling = a.warp_resampling.to_ascii_lowercase();
+    if !tilegate_core::recipe::WARP_RESAMPLINGS.contains(&resampling.as_str()) {
+        return Err(bad(format!(
+            "unknown --warp-resampling `{}`: expected one of {}",
+            a.warp_resampling,
+            tilegate_core::recipe::WARP_RESAMPLINGS.join(", ")
+        )));
+    }
+    Ok(tilegate_core::recipe::WarpSpec {
+        t_srs,
+        tr,
+        tap: a.tap,
+        origin,
+        resampling,
+    })
 }
 
 /// `run`'s encoders fill the scene's first overview level (a quarter of its uncompressed size:
@@ -244,21 +339,66 @@ async fn sample_scene(out: &Out, a: SampleArgs) -> anyhow::Result<ExitCode> {
 
 async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCode> {
     let (recipe, (prefix, tenant)) = recipe_from(&a.recipe)?;
+    let opts = PlanOptions {
+        recipe,
+        prefix,
+        tenant,
+        resume: a.resume,
+        assets: a.recipe.assets.clone(),
+    };
+    let Some(list) = &a.from else {
+        let source = a
+            .source
+            .as_deref()
+            .expect("clap requires a source or --from");
+        let doc = plan_one(b, source, &opts).await?;
+        out.emit(&doc, || plan_line(&doc));
+        return Ok(ExitCode::SUCCESS);
+    };
+    let sources = crate::batch::sources(list).await?;
+    let mut docs = Vec::with_capacity(sources.len());
+    let mut failed = 0usize;
+    for source in &sources {
+        let doc = match plan_one(b, source, &opts).await {
+            Ok(doc) => doc,
+            Err(e) => {
+                failed += 1;
+                json!({
+                    "source": source,
+                    "error": {"reason": crate::errors::reason_of(&e), "message": format!("{e:#}")},
+                })
+            }
+        };
+        if !out.json {
+            println!("{}", plan_line(&doc));
+        }
+        docs.push(doc);
+    }
+    if out.json {
+        println!(
+            "{}",
+            json!({"jobs": docs, "planned": docs.len() - failed, "failed": failed})
+        );
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Plan one source: the `plan --json` document.
+async fn plan_one(
+    b: &Backends,
+    source: &str,
+    opts: &PlanOptions,
+) -> anyhow::Result<serde_json::Value> {
     let started = Instant::now();
-    let p = plan(
-        b,
-        &a.source,
-        &PlanOptions {
-            recipe,
-            prefix,
-            tenant,
-            resume: a.resume,
-        },
-    )
-    .await
-    .with_context(|| format!("plan {}", a.source))?;
+    let p = plan(b, source, opts)
+        .await
+        .with_context(|| format!("plan {source}"))?;
     record_job_counts(b, &p.job.job_id, &Counters::new()).await;
-    let doc = json!({
+    Ok(json!({
         "job_id": p.job.job_id,
         "windows": p.windows,
         "enqueued": p.enqueued,
@@ -273,22 +413,32 @@ async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCo
             "enqueue_s": p.timings.enqueue_s,
         },
         "elapsed_s": started.elapsed().as_secs_f64(),
-    });
-    out.emit(&doc, || {
-        format!(
-            "job {} {}: {} windows, {} enqueued ({} already recorded)",
-            p.job.job_id,
-            if p.newly_planned {
-                "planned"
-            } else {
-                "already planned"
-            },
-            p.windows,
-            p.enqueued,
-            p.already_recorded
-        )
-    });
-    Ok(ExitCode::SUCCESS)
+    }))
+}
+
+/// One line for a planned job (or a source that could not be planned).
+fn plan_line(doc: &serde_json::Value) -> String {
+    if let Some(e) = doc.get("error") {
+        return format!(
+            "error[{}] {}: {}",
+            e["reason"].as_str().unwrap_or("error"),
+            doc["source"].as_str().unwrap_or(""),
+            e["message"].as_str().unwrap_or("")
+        );
+    }
+    format!(
+        "job {} {}: {} windows, {} enqueued ({} already recorded) {}",
+        doc["job_id"].as_str().unwrap_or(""),
+        if doc["newly_planned"].as_bool() == Some(true) {
+            "planned"
+        } else {
+            "already planned"
+        },
+        doc["windows"],
+        doc["enqueued"],
+        doc["already_recorded"],
+        doc["source"].as_str().unwrap_or("")
+    )
 }
 
 async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> {
@@ -343,13 +493,22 @@ async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> 
 async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<ExitCode> {
     let (recipe, location) = recipe_from(&a.recipe)?;
     let assemble = (!a.no_assemble).then_some(&a.assemble);
-    run_source(out, b, &a.source, recipe, location, &a.pool, assemble).await
+    run_source(
+        out,
+        b,
+        (&a.source, &a.recipe.assets),
+        recipe,
+        location,
+        &a.pool,
+        assemble,
+    )
+    .await
 }
 
 async fn run_source(
     out: &Out,
     b: &Backends,
-    source: &str,
+    (source, assets): (&str, &[String]),
     recipe: Recipe,
     (prefix, tenant): Location,
     pool: &PoolArgs,
@@ -364,6 +523,7 @@ async fn run_source(
             prefix,
             tenant,
             resume: true,
+            assets: assets.to_vec(),
         },
     )
     .await
@@ -544,7 +704,7 @@ async fn demo(out: &Out, sel: &Selection, a: DemoArgs) -> anyhow::Result<ExitCod
     run_source(
         out,
         &b,
-        &source,
+        (&source, &[]),
         Recipe::copy_all(),
         (Prefix::default(), Tenant::default()),
         &a.pool,

@@ -47,18 +47,83 @@ pub async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<Ex
     if a.watch {
         return watch(out, b, job, &prices, a.interval).await;
     }
+    // Without a job: the newest job's status, and the recent jobs with their progress.
+    let recent = match a.job {
+        None => Some(recent_jobs(b).await?),
+        Some(_) => None,
+    };
     let g = status::gather(b, job, tilegate_core::now_millis()).await?;
     let st = g.status(&prices);
-    let doc = serde_json::to_value(&st).expect("the status serialises");
+    let mut doc = serde_json::to_value(&st).expect("the status serialises");
+    if let Some(recent) = &recent {
+        doc["recent_jobs"] = serde_json::to_value(recent).expect("rows serialise");
+    }
     out.emit(&doc, || {
         let mut s = output::status_text(&doc);
         if a.cost {
             s.push('\n');
             s.push_str(&cost_text(&st));
         }
+        if let Some(recent) = recent.as_ref().filter(|r| r.len() > 1) {
+            s.push_str("\n\nrecent jobs (newest first)\n");
+            for r in recent {
+                s.push_str(&format!(
+                    "  {}  {:>7}/{:<7} {:>5.1}%  {:<9} {}\n",
+                    r.job_id,
+                    r.recorded,
+                    r.windows,
+                    100.0 * r.recorded as f64 / r.windows.max(1) as f64,
+                    if r.assembled {
+                        "assembled"
+                    } else if r.recorded >= r.windows {
+                        "complete"
+                    } else {
+                        "running"
+                    },
+                    r.source
+                ));
+            }
+        }
         s
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many recent jobs `status` lists.
+const RECENT_JOBS: usize = 20;
+
+/// A recent job and its progress.
+#[derive(Debug, serde::Serialize)]
+struct RecentJob {
+    job_id: String,
+    source: String,
+    recipe: String,
+    created_at: i64,
+    windows: u64,
+    recorded: u64,
+    assembled: bool,
+}
+
+/// The newest jobs, each with its manifest count (one count per job).
+async fn recent_jobs(b: &Backends) -> anyhow::Result<Vec<RecentJob>> {
+    let jobs = b.jobs.list_jobs(RECENT_JOBS).await?;
+    let mut out = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let row = j.row;
+        out.push(RecentJob {
+            recorded: b.manifest.count_entries(&row.job_id).await?,
+            job_id: row.job_id.to_string(),
+            source: row.source.uri.clone(),
+            recipe: serde_json::to_value(&row.recipe.operation)
+                .ok()
+                .and_then(|v| v["op"].as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            created_at: row.created_at,
+            windows: row.grid.len(),
+            assembled: row.scene_output.is_some(),
+        });
+    }
+    Ok(out)
 }
 
 /// The cost section of `status --cost`.

@@ -59,6 +59,48 @@ impl Dtype {
         }
     }
 
+    /// The nodata value a computed output of this type gets by default: -9999 for floats and
+    /// signed integers, the maximum for unsigned ones.
+    pub fn default_nodata(self) -> f64 {
+        match self {
+            Self::Byte | Self::UInt16 | Self::UInt32 => self.range().1,
+            _ => -9999.0,
+        }
+    }
+
+    /// `v` as a sample of this type: integers rounded half to even and clamped to the range
+    /// (NaN becomes 0), floats converted (Float32 rounds to nearest).
+    pub fn convert(self, v: f64) -> f64 {
+        if self.is_float() {
+            return if self == Self::Float32 {
+                f64::from(v as f32)
+            } else {
+                v
+            };
+        }
+        if v.is_nan() {
+            return 0.0;
+        }
+        let (lo, hi) = self.range();
+        v.round_ties_even().clamp(lo, hi)
+    }
+
+    /// Encode `f64` samples (already [`Dtype::convert`]ed) as native-endian bytes of this type.
+    pub fn encode_f64(self, values: &[f64], out: &mut Vec<u8>) {
+        out.reserve(values.len() * self.size());
+        for &v in values {
+            match self {
+                Self::Byte => out.push(v as u8),
+                Self::UInt16 => out.extend_from_slice(&(v as u16).to_ne_bytes()),
+                Self::Int16 => out.extend_from_slice(&(v as i16).to_ne_bytes()),
+                Self::UInt32 => out.extend_from_slice(&(v as u32).to_ne_bytes()),
+                Self::Int32 => out.extend_from_slice(&(v as i32).to_ne_bytes()),
+                Self::Float32 => out.extend_from_slice(&(v as f32).to_ne_bytes()),
+                Self::Float64 => out.extend_from_slice(&v.to_ne_bytes()),
+            }
+        }
+    }
+
     /// True for Float32 and Float64.
     pub fn is_float(self) -> bool {
         matches!(self, Self::Float32 | Self::Float64)

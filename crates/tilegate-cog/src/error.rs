@@ -109,6 +109,27 @@ pub enum CogError {
     /// The recipe does not fit the scene.
     #[error(transparent)]
     Recipe(#[from] RecipeError),
+    /// GDAL's warper failed on a window.
+    #[error("warp window {} of `{path}`", RectDisplay(*rect))]
+    Warp {
+        path: String,
+        rect: WindowRect,
+        #[source]
+        source: GdalError,
+    },
+    /// A custom recipe this worker cannot run as planned (missing, or another version).
+    #[error("run recipe `{name}`: {reason}")]
+    RecipeMismatch { name: String, reason: String },
+    /// A custom recipe returned an error for a window.
+    #[error("run recipe `{name}` on window {}: {message}", RectDisplay(*rect))]
+    RecipeFailed {
+        name: String,
+        rect: WindowRect,
+        message: String,
+    },
+    /// A `warp` recipe's target grid cannot be made from the source.
+    #[error("plan the warp of `{path}`: {reason}")]
+    BadWarp { path: String, reason: String },
     /// Sample-scene options are unusable.
     #[error("generate a sample scene: {reason}")]
     BadSample { reason: String },
@@ -148,7 +169,10 @@ impl CogError {
             Self::WindowOutside { .. } => "window-outside-scene",
             Self::BadWindow { .. } => "bad-window",
             Self::SceneMismatch { .. } => "source-changed",
-            Self::Recipe(_) => "bad-recipe",
+            Self::Recipe(_) | Self::BadWarp { .. } => "bad-recipe",
+            Self::Warp { .. } => "warp-failed",
+            Self::RecipeMismatch { .. } => "recipe-mismatch",
+            Self::RecipeFailed { .. } => "recipe-failed",
             Self::BadSample { .. } => "bad-sample-options",
             Self::Write { .. } => "write-failed",
             Self::Gdal { .. } => "gdal-error",

@@ -50,6 +50,7 @@ pub(crate) fn is_network(path: &str) -> bool {
         "/vsihdfs",
     ];
     NETWORK.iter().any(|p| path.starts_with(p))
+        || path.starts_with(&format!("{}/net-", crate::stack::STACK_DIR))
 }
 
 fn c_string(s: &str) -> Result<CString, GdalError> {

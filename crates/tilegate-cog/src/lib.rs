@@ -15,9 +15,12 @@ mod ffi;
 mod place;
 mod probe;
 mod read;
+pub mod recipes;
 mod sample;
 mod semantics;
+mod stack;
 mod thumb;
+mod warp;
 
 pub use dtype::Dtype;
 pub use encode::{
@@ -30,8 +33,10 @@ pub use place::{placement, tiff_datetime_rfc3339};
 pub use probe::probe;
 pub use read::{RasterData, TiffLayout, read_raster, tiff_layout};
 pub use sample::{SAMPLE_BLOCK, SAMPLE_EPSG, SAMPLE_GEOTRANSFORM, SampleOptions, sample_scene};
+pub use stack::stack_vrt;
 pub use thumb::thumbnail_png;
 pub use tilegate_cogwrite::{ReducedWindow, ReducedWindows, Resampling};
+pub use warp::warp_grid;
 
 /// Set process-wide GDAL configuration options (how `/vsis3/` reaches S3, say); one that
 /// cannot be set is logged and skipped.

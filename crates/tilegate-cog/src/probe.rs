@@ -31,6 +31,16 @@ pub fn probe(path: &str) -> Result<SceneMeta, CogError> {
 
 /// The facts of an open dataset, checked.
 pub(crate) fn scene_meta(ds: &Dataset, path: &str) -> Result<SceneMeta, CogError> {
+    scene_meta_for(ds, path, false)
+}
+
+/// [`scene_meta`], accepting a raster placed only by ground control points when `gcps_ok`
+/// (a source the `warp` recipe reprojects: the warper uses its GCPs).
+pub(crate) fn scene_meta_for(
+    ds: &Dataset,
+    path: &str,
+    gcps_ok: bool,
+) -> Result<SceneMeta, CogError> {
     let (w, h) = ds.raster_size();
     let bands = ds.raster_count();
     let to_u32 = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
@@ -50,6 +60,7 @@ pub(crate) fn scene_meta(ds: &Dataset, path: &str) -> Result<SceneMeta, CogError
         // window can be composed with: tiles would carry none of it. Refused, not degraded.
         Err(_) => match gcp_count(ds) {
             0 => NO_GEOTRANSFORM,
+            _ if gcps_ok => NO_GEOTRANSFORM,
             gcps => {
                 return Err(CogError::UnsupportedGeoreferencing {
                     path: path.to_owned(),

@@ -143,6 +143,7 @@ mod tests {
             etag: crate::ETag::new("\"abc\""),
             size: 10,
             stat: None,
+            assets: Vec::new(),
         };
         let recipe = Recipe::copy_all();
         let t = Tenant::default();

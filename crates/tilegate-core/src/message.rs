@@ -177,6 +177,7 @@ mod tests {
             etag: ETag::new("\"abc\""),
             size: 10,
             stat: None,
+            assets: Vec::new(),
         };
         let recipe = Recipe::copy_all();
         let id = JobId::of(&source, &recipe, &Prefix::default(), &Tenant::default());

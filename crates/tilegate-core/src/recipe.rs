@@ -13,7 +13,7 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const NDVI_NODATA: f64 = -9999.0;
 
 /// The computation applied to a window.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Operation {
     /// Re-encode the window, optionally selecting bands (1-based, in output order).
@@ -23,11 +23,82 @@ pub enum Operation {
     },
     /// Normalised difference vegetation index `(nir - red) / (nir + red)` as Float32.
     Ndvi { red: u32, nir: u32 },
+    /// Reproject every band onto a target grid with GDAL's warper. The job's grid is the
+    /// target grid; each window is warped from the source on its own.
+    Warp(WarpSpec),
+    /// Band math: `;`-separated expressions over `b1`, `b2`, … (see `tilegate-expr`), one
+    /// output band each, of type `ot`, `nodata` wherever an input the expression reads is
+    /// nodata, NaN or masked out, or the result is not finite.
+    Expr {
+        /// The program in its canonical text.
+        expr: String,
+        /// Output data type (GDAL name).
+        ot: String,
+        nodata: f64,
+    },
+    /// A recipe registered by the worker binary (see `tilegate_cog::recipes`): its name, the
+    /// parameters given when planning, and the fingerprint it computed from them then.
+    Custom {
+        name: String,
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        params: std::collections::BTreeMap<String, String>,
+        fingerprint: String,
+        /// The output the recipe declared for the job's source, filled in when planning.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<OutputSpec>,
+    },
     /// Read nothing, encode nothing: each window commits a few placeholder bytes. Measures the
     /// orchestration alone (queue, source check, commit, manifest); its "tiles" are not
     /// TIFFs, so such a job cannot be assembled.
     Noop,
 }
+
+/// What a recipe writes per window: `bands` bands of GDAL type `dtype` (integer types get the
+/// values rounded half to even and clamped to the type's range), `nodata` declared on each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputSpec {
+    pub bands: u32,
+    pub dtype: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodata: Option<f64>,
+}
+
+/// Where a `warp` job's output grid lies and how pixels are resampled onto it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarpSpec {
+    /// The target CRS as given (`EPSG:3857`, a PROJ string, WKT).
+    pub t_srs: String,
+    /// Target resolution (x, y) in target CRS units; GDAL's suggestion when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tr: Option<[f64; 2]>,
+    /// Align the grid's edges on multiples of the resolution (`gdalwarp -tap`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tap: bool,
+    /// Align the grid's edges on `origin + k × resolution` (a target grid given as origin and
+    /// resolution; `tap` is the origin (0, 0)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<[f64; 2]>,
+    /// GDAL resampling name: near, bilinear, cubic, cubicspline, lanczos, average, mode, …
+    pub resampling: String,
+}
+
+/// The resampling methods the warper accepts (GDAL 3.6's `gdalwarp -r`).
+pub const WARP_RESAMPLINGS: [&str; 14] = [
+    "near",
+    "bilinear",
+    "cubic",
+    "cubicspline",
+    "lanczos",
+    "average",
+    "rms",
+    "mode",
+    "max",
+    "min",
+    "med",
+    "q1",
+    "q3",
+    "sum",
+];
 
 /// Tile compression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -60,7 +131,7 @@ impl Compression {
 }
 
 /// A complete recipe: operation plus tiling and encoding.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recipe {
     pub operation: Operation,
     #[serde(default)]
@@ -76,6 +147,10 @@ pub enum RecipeError {
     NoSuchBand { band: u32, bands: u32 },
     #[error("apply recipe: band list is empty")]
     NoBands,
+    #[error("apply recipe: expression: {0}")]
+    BadExpression(String),
+    #[error("apply recipe: {0}")]
+    Custom(String),
 }
 
 impl Recipe {
@@ -105,6 +180,27 @@ impl Recipe {
             Operation::Ndvi { red, nir } => {
                 let _ = write!(s, "op=ndvi;red={red};nir={nir}");
             }
+            Operation::Warp(w) => {
+                let _ = write!(s, "op=warp;t_srs={};r={}", w.t_srs, w.resampling);
+                if let Some([x, y]) = w.tr {
+                    let _ = write!(s, ";tr={x},{y}");
+                }
+                if w.tap {
+                    s.push_str(";tap");
+                }
+                if let Some([x, y]) = w.origin {
+                    let _ = write!(s, ";origin={x},{y}");
+                }
+            }
+            Operation::Expr { expr, ot, nodata } => {
+                let _ = write!(s, "op=expr;expr={expr};ot={ot};nodata={nodata}");
+            }
+            Operation::Custom {
+                name, fingerprint, ..
+            } => {
+                // The parameters are in the recipe's own fingerprint.
+                let _ = write!(s, "op=custom;name={name};fingerprint={fingerprint}");
+            }
             Operation::Noop => s.push_str("op=noop"),
         }
         let _ = write!(
@@ -114,6 +210,34 @@ impl Recipe {
             self.window
         );
         s
+    }
+
+    /// What the recipe writes for a scene: band count, type and nodata (of the first band).
+    pub fn output_spec(&self, scene: &crate::source::SceneMeta) -> OutputSpec {
+        let same = |bands: u32| OutputSpec {
+            bands,
+            dtype: scene.dtype.clone(),
+            nodata: scene.nodata,
+        };
+        match &self.operation {
+            Operation::Ndvi { .. } => OutputSpec {
+                bands: 1,
+                dtype: "Float32".to_owned(),
+                nodata: Some(NDVI_NODATA),
+            },
+            Operation::Copy { bands: Some(b) } => same(u32::try_from(b.len()).unwrap_or(u32::MAX)),
+            Operation::Copy { bands: None } | Operation::Warp(_) | Operation::Noop => {
+                same(scene.bands)
+            }
+            Operation::Expr { expr, ot, nodata } => OutputSpec {
+                // The canonical text separates outputs with `;` and has no other `;`.
+                bands: u32::try_from(expr.split(';').filter(|e| !e.trim().is_empty()).count())
+                    .unwrap_or(u32::MAX),
+                dtype: ot.clone(),
+                nodata: Some(*nodata),
+            },
+            Operation::Custom { output, .. } => output.clone().unwrap_or_else(|| same(scene.bands)),
+        }
     }
 
     /// The 1-based source bands this recipe reads, checked against the scene's band count.
@@ -133,6 +257,10 @@ impl Recipe {
             Operation::Copy { bands: Some(b) } if b.is_empty() => Err(RecipeError::NoBands),
             Operation::Copy { bands: Some(b) } => b.iter().map(|&b| check(b)).collect(),
             Operation::Ndvi { red, nir } => Ok(vec![check(*red)?, check(*nir)?]),
+            // Every band is warped; an expression's bands are checked when it is parsed (the
+            // worker reads what the program names); a custom recipe reads every band.
+            Operation::Warp(_) | Operation::Custom { .. } => Ok((1..=scene_bands).collect()),
+            Operation::Expr { .. } => Ok(Vec::new()),
             Operation::Noop => Ok(Vec::new()),
         }
     }

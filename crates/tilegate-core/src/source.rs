@@ -17,6 +17,17 @@ pub struct SourceInfo {
     /// compares it per window and rehashes only when it differs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stat: Option<LocalStat>,
+    /// For a STAC Item: the chosen assets, in band order, each pinned on its own. The item's
+    /// ETag is then a hash of theirs, so every asset is part of the job's identity.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assets: Vec<Asset>,
+}
+
+/// One asset of a STAC Item source: its key in the item and the pinned file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asset {
+    pub key: String,
+    pub source: SourceInfo,
 }
 
 /// The stat fields that change whenever a local file's content may have changed.
@@ -84,12 +95,16 @@ pub trait SourceObjects: Send + Sync + std::fmt::Debug {
     async fn head_source(&self, uri: &str) -> StoreResult<Option<(ETag, u64)>>;
 }
 
-/// The GDAL path of a source URI: `file:///p` → `/p`, `s3://b/k` → `/vsis3/b/k`,
+/// The GDAL path of a source URI: `file:///p` → `/p`, `https://h/p` → `/vsicurl/https://h/p`,
+/// `s3://b/k` → `/vsis3/b/k`,
 /// `gs://b/k` → `/vsigs/b/k`, `az://account/c/k` → `/vsiaz/c/k` (GDAL takes the account from
 /// its configuration, `AZURE_STORAGE_CONNECTION_STRING` or `AZURE_STORAGE_ACCOUNT`).
 pub fn gdal_path_of(uri: &str) -> Option<String> {
     if let Some(p) = uri.strip_prefix("file://") {
         return Some(p.to_owned());
+    }
+    if uri.starts_with("https://") || uri.starts_with("http://") {
+        return Some(format!("/vsicurl/{uri}"));
     }
     if let Some(rest) = uri.strip_prefix("az://") {
         let (_account, path) = rest.split_once('/')?;
@@ -112,6 +127,7 @@ mod tests {
         assert_eq!(got("gs://b/k/a.tif"), "/vsigs/b/k/a.tif");
         assert_eq!(got("az://acct/c/k/a.tif"), "/vsiaz/c/k/a.tif");
         assert_eq!(gdal_path_of("az://acct"), None);
-        assert_eq!(gdal_path_of("http://x/a.tif"), None);
+        assert_eq!(got("http://x/a.tif"), "/vsicurl/http://x/a.tif");
+        assert_eq!(gdal_path_of("ftp://x/a.tif"), None);
     }
 }

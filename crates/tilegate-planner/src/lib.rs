@@ -4,8 +4,10 @@
 //! identity (canonical URI + ETag) and the recipe; planning twice yields the same job and
 //! enqueues duplicates, which the workers absorb.
 
+pub mod http;
 pub mod plan;
 pub mod source;
+pub mod stac;
 
 pub use plan::{Plan, PlanError, PlanOptions, PlanTimings, enqueue_windows, plan};
 pub use source::{SourceError, SourceGuard, resolve_source};

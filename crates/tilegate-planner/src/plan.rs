@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use tilegate_cog::CogError;
 use tilegate_core::grid::GridError;
 use tilegate_core::message::WindowMessage;
-use tilegate_core::recipe::RecipeError;
+use tilegate_core::recipe::{Operation, RecipeError};
+use tilegate_core::source::SceneMeta;
 use tilegate_core::table::{CreateOutcome, JobRecord};
 use tilegate_core::{
     Backends, Grid, JobId, KeyError, Prefix, Recipe, StoreError, Tenant, now_millis,
@@ -21,6 +22,8 @@ pub struct PlanOptions {
     pub tenant: Tenant,
     /// Enqueue only windows that have no manifest row yet.
     pub resume: bool,
+    /// For a STAC Item source: the assets that become the job's bands, in order.
+    pub assets: Vec<String>,
 }
 
 /// What planning did.
@@ -75,6 +78,7 @@ impl PlanError {
             Self::Raster(e) => e.reason_code(),
             Self::Grid(GridError::EmptyScene { .. }) => "zero-sized-raster",
             Self::Grid(GridError::BadWindow(_)) => "bad-window",
+            Self::Recipe(RecipeError::BadExpression(_)) => "bad-expression",
             Self::Recipe(_) => "bad-recipe",
             Self::Key(_) => "unsafe-key-segment",
             Self::Store(_) => "storage",
@@ -94,21 +98,31 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
         clock = std::time::Instant::now();
         s
     };
-    let resolved = resolve(b, source).await?;
+    let resolved = if !opts.assets.is_empty() || crate::stac::is_item(source) {
+        crate::stac::resolve_item(b, source, &opts.assets).await?
+    } else {
+        resolve(b, source).await?
+    };
     timings.pin_s = lap();
     let gdal_path = resolved.gdal_path.clone();
-    let scene = tokio::task::spawn_blocking(move || tilegate_cog::probe(&gdal_path))
-        .await
-        .expect("planning task panicked")?;
+    let operation = opts.recipe.operation.clone();
+    let scene = tokio::task::spawn_blocking(move || match &operation {
+        // The job's grid is the warp's target grid.
+        Operation::Warp(spec) => tilegate_cog::warp_grid(&gdal_path, spec),
+        _ => tilegate_cog::probe(&gdal_path),
+    })
+    .await
+    .expect("planning task panicked")?;
     timings.probe_s = lap();
     opts.recipe.input_bands(scene.bands)?;
+    let recipe = planned_recipe(&opts.recipe, &scene)?;
     let grid = Grid::new(scene.width, scene.height, opts.recipe.window)?;
     let root = opts.tenant.root(&opts.prefix)?;
-    let job_id = JobId::of(&resolved.info, &opts.recipe, &root, &opts.tenant);
+    let job_id = JobId::of(&resolved.info, &recipe, &root, &opts.tenant);
     let record = JobRecord {
         job_id: job_id.clone(),
         source: resolved.info,
-        recipe: opts.recipe.clone(),
+        recipe,
         grid,
         prefix: root,
         tenant: opts.tenant.clone(),
@@ -133,6 +147,52 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
         enqueued,
         timings,
     })
+}
+
+/// The recipe as the job row keeps it, checked against the scene: an expression's bands must
+/// exist, and a registered recipe declares its output for this source.
+fn planned_recipe(recipe: &Recipe, scene: &SceneMeta) -> Result<Recipe, PlanError> {
+    let mut recipe = recipe.clone();
+    match &mut recipe.operation {
+        Operation::Expr { expr, .. } => {
+            let program = tilegate_expr::Program::parse(expr)
+                .map_err(|e| RecipeError::BadExpression(e.to_string()))?;
+            if let Some(&band) = program.bands().iter().find(|&&b| b > scene.bands) {
+                return Err(RecipeError::NoSuchBand {
+                    band,
+                    bands: scene.bands,
+                }
+                .into());
+            }
+        }
+        Operation::Custom {
+            name,
+            params,
+            output,
+            ..
+        } => {
+            let custom = tilegate_cog::recipes::get(name)
+                .ok_or_else(|| RecipeError::Custom(format!("no recipe `{name}` is registered")))?;
+            let source = tilegate_cog::recipes::SourceSpec {
+                bands: scene.bands,
+                dtype: scene.dtype.clone(),
+                nodata: vec![scene.nodata; scene.bands as usize],
+            };
+            let spec = custom
+                .output(params, &source)
+                .map_err(|e| RecipeError::Custom(format!("recipe `{name}`: {e}")))?;
+            if spec.bands == 0 || tilegate_cog::Dtype::from_name(&spec.dtype).is_none() {
+                return Err(RecipeError::Custom(format!(
+                    "recipe `{name}` declares {} bands of `{}`",
+                    spec.bands, spec.dtype
+                ))
+                .into());
+            }
+            *output = Some(spec);
+        }
+        _ => {}
+    }
+    Ok(recipe)
 }
 
 /// Enqueue one message per window of `job` — or, with `only_missing`, per window that has no

@@ -30,6 +30,14 @@ pub enum SourceError {
         #[source]
         source: tilegate_core::StoreError,
     },
+    #[error("read source `{uri}`: {message}")]
+    Http {
+        uri: String,
+        message: String,
+        retryable: bool,
+    },
+    #[error("read STAC item `{uri}`: {reason}")]
+    BadItem { uri: String, reason: String },
     #[error(
         "verify source `{uri}`: content changed after planning (planned {planned}, found {found})"
     )]
@@ -48,7 +56,8 @@ impl SourceError {
             Self::Io { .. } => "source-unreadable",
             Self::UnsupportedScheme { .. } => "unsupported-source",
             Self::Changed { .. } => "source-changed",
-            Self::Store { .. } => "source-unreadable",
+            Self::Store { .. } | Self::Http { .. } => "source-unreadable",
+            Self::BadItem { .. } => "bad-stac-item",
         }
     }
 
@@ -57,6 +66,7 @@ impl SourceError {
         match self {
             Self::Io { source, .. } => source.kind() != std::io::ErrorKind::PermissionDenied,
             Self::Store { source, .. } => source.is_retryable(),
+            Self::Http { retryable, .. } => *retryable,
             _ => false,
         }
     }
@@ -91,13 +101,18 @@ pub fn resolve_source(input: &str) -> Result<ResolvedSource, SourceError> {
             etag,
             size: stat.size,
             stat: Some(stat),
+            assets: Vec::new(),
         },
         gdal_path,
     })
 }
 
-/// Where GDAL opens a planned source (`/vsis3/…` for S3).
+/// Where GDAL opens a planned source (`/vsis3/…` for S3, `/vsicurl/…` for HTTP(S), a VRT in
+/// memory stacking the assets of a STAC Item).
 pub fn gdal_path(info: &SourceInfo) -> Result<String, SourceError> {
+    if !info.assets.is_empty() {
+        return crate::stac::stack_path(info);
+    }
     tilegate_core::source::gdal_path_of(&info.uri).ok_or_else(|| unsupported(&info.uri))
 }
 
@@ -111,6 +126,19 @@ fn unsupported(uri: &str) -> SourceError {
 /// Resolve a path, `file://` or object-store URI (`s3://bucket/key`, through
 /// `Backends::sources`) to a pinned source.
 pub async fn resolve(b: &Backends, input: &str) -> Result<ResolvedSource, SourceError> {
+    if crate::http::is_http(input) {
+        let (etag, size) = crate::http::head(input).await?;
+        return Ok(ResolvedSource {
+            gdal_path: format!("/vsicurl/{input}"),
+            info: SourceInfo {
+                uri: input.to_owned(),
+                etag,
+                size,
+                stat: None,
+                assets: Vec::new(),
+            },
+        });
+    }
     let Some((scheme, _)) = input.split_once("://").filter(|(s, _)| *s != "file") else {
         let input = input.to_owned();
         return tokio::task::spawn_blocking(move || resolve_source(&input))
@@ -139,6 +167,7 @@ pub async fn resolve(b: &Backends, input: &str) -> Result<ResolvedSource, Source
             etag,
             size,
             stat: None,
+            assets: Vec::new(),
         },
     })
 }
@@ -150,8 +179,26 @@ pub async fn verify(
     guard: &SourceGuard,
     info: &SourceInfo,
 ) -> Result<(), SourceError> {
+    if !info.assets.is_empty() {
+        for asset in &info.assets {
+            Box::pin(verify(b, guard, &asset.source)).await?;
+        }
+        return Ok(());
+    }
     if info.local_path().is_some() {
         return guard.verify(info);
+    }
+    if crate::http::is_http(&info.uri) {
+        let (found, _) = crate::http::head(&info.uri).await?;
+        return if found == info.etag {
+            Ok(())
+        } else {
+            Err(SourceError::Changed {
+                uri: info.uri.clone(),
+                planned: info.etag.clone(),
+                found,
+            })
+        };
     }
     let scheme = info.uri.split("://").next().unwrap_or("");
     let sources = b

@@ -5,7 +5,6 @@
 //! of jobs' Items.
 
 use serde_json::{Value, json};
-use tilegate_core::recipe::{NDVI_NODATA, Operation};
 use tilegate_core::table::{JobRecord, OutputRef};
 use tilegate_core::time::rfc3339;
 
@@ -67,17 +66,8 @@ fn nodata_value(v: f64) -> Value {
 
 /// The bands of the scene a job's recipe writes: (count, GDAL type, nodata).
 fn output_bands(job: &JobRecord) -> (u32, String, Option<f64>) {
-    match &job.recipe.operation {
-        Operation::Ndvi { .. } => (1, "Float32".to_owned(), Some(NDVI_NODATA)),
-        Operation::Copy { bands: Some(b) } => (
-            u32::try_from(b.len()).unwrap_or(u32::MAX),
-            job.scene.dtype.clone(),
-            job.scene.nodata,
-        ),
-        Operation::Copy { bands: None } | Operation::Noop => {
-            (job.scene.bands, job.scene.dtype.clone(), job.scene.nodata)
-        }
-    }
+    let o = job.recipe.output_spec(&job.scene);
+    (o.bands, o.dtype, o.nodata)
 }
 
 /// The Item of `job`'s scene published as `scene`, whose bytes hash to `checksum` (a

@@ -30,6 +30,7 @@ fn job(source: &str, created_at: i64) -> JobRecord {
             etag,
             size: 4096,
             stat: None,
+            assets: Vec::new(),
         },
         recipe,
         grid: Grid::new(1024, 1536, 512).unwrap(),

@@ -1,0 +1,222 @@
+//! A STAC Item as the source: its chosen assets become the job's bands, in the order given.
+//!
+//! Each asset is pinned on its own (a content hash, an ETag or a HEAD, by its scheme) and the
+//! item's pin is a hash of the assets' keys, URIs and pins, so every asset is part of the job's
+//! identity and a change to any of them is `source-changed` for the windows that follow.
+//! GDAL reads the assets through a VRT that stacks their first bands (`gdalbuildvrt -separate
+//! -resolution highest`): assets of different resolutions are read onto the finest one's grid,
+//! nearest neighbour. For another grid, plan the item with the `warp` recipe.
+
+use crate::source::{ResolvedSource, SourceError, resolve};
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use tilegate_core::source::Asset;
+use tilegate_core::{Backends, ETag, SourceInfo};
+
+/// True if `input` names a STAC Item (a `.json` path or URL).
+pub fn is_item(input: &str) -> bool {
+    let path = input.split(['?', '#']).next().unwrap_or(input);
+    path.ends_with(".json") || path.ends_with(".geojson")
+}
+
+fn bad(uri: &str, reason: impl Into<String>) -> SourceError {
+    SourceError::BadItem {
+        uri: uri.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Pin the item at `input` (a path, `file://` or `http(s)://` URI) with the assets `keys`.
+pub async fn resolve_item(
+    b: &Backends,
+    input: &str,
+    keys: &[String],
+) -> Result<ResolvedSource, SourceError> {
+    // `COLLECTION#ID`: the item of that ID inside an ItemCollection.
+    let (input, item_id) = match input.rsplit_once('#') {
+        Some((doc, id)) if !id.contains('/') => (doc, Some(id)),
+        _ => (input, None),
+    };
+    let (uri, text) = if crate::http::is_http(input) {
+        (input.to_owned(), crate::http::get(input).await?)
+    } else {
+        let path = input.strip_prefix("file://").unwrap_or(input);
+        let canon = std::fs::canonicalize(path).map_err(|e| SourceError::Io {
+            path: path.to_owned(),
+            source: e,
+        })?;
+        let text = std::fs::read(&canon).map_err(|e| SourceError::Io {
+            path: path.to_owned(),
+            source: e,
+        })?;
+        (format!("file://{}", canon.display()), text)
+    };
+    let mut item: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| bad(&uri, format!("not JSON: {e}")))?;
+    if let Some(id) = item_id {
+        let found = item
+            .get("features")
+            .and_then(|f| f.as_array())
+            .and_then(|f| {
+                f.iter()
+                    .find(|i| i.get("id").and_then(|v| v.as_str()) == Some(id))
+            })
+            .cloned()
+            .ok_or_else(|| bad(&uri, format!("no item `{id}` in the collection")))?;
+        item = found;
+    }
+    // The item's identity: the collection's URI and the item's ID.
+    let uri = match item_id {
+        Some(id) => format!("{uri}#{id}"),
+        None => uri,
+    };
+    // Relative hrefs resolve against the document they were read from.
+    let base = uri.split('#').next().unwrap_or(&uri).to_owned();
+    if item.get("type").and_then(|t| t.as_str()) != Some("Feature") {
+        return Err(bad(&uri, "not a STAC Item (its `type` is not `Feature`)"));
+    }
+    let assets = item
+        .get("assets")
+        .and_then(|a| a.as_object())
+        .ok_or_else(|| bad(&uri, "the item has no `assets`"))?;
+    if keys.is_empty() {
+        let mut names: Vec<&str> = assets.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        return Err(bad(
+            &uri,
+            format!(
+                "choose its bands with --assets (the item has: {})",
+                names.join(", ")
+            ),
+        ));
+    }
+    let mut pinned = Vec::with_capacity(keys.len());
+    for key in keys {
+        let href = assets
+            .get(key)
+            .and_then(|a| a.get("href"))
+            .and_then(|h| h.as_str())
+            .ok_or_else(|| {
+                let mut names: Vec<&str> = assets.keys().map(String::as_str).collect();
+                names.sort_unstable();
+                bad(
+                    &uri,
+                    format!(
+                        "no asset `{key}` with an href (the item has: {})",
+                        names.join(", ")
+                    ),
+                )
+            })?;
+        let target = join(&base, href);
+        let resolved = Box::pin(resolve(b, &target)).await?;
+        pinned.push(Asset {
+            key: key.clone(),
+            source: resolved.info,
+        });
+    }
+    let info = SourceInfo {
+        etag: item_pin(&pinned),
+        size: pinned.iter().map(|a| a.source.size).sum(),
+        uri,
+        stat: None,
+        assets: pinned,
+    };
+    Ok(ResolvedSource {
+        gdal_path: stack_path(&info)?,
+        info,
+    })
+}
+
+/// The item's pin: a hash of its assets' keys, URIs and pins, in band order.
+fn item_pin(assets: &[Asset]) -> ETag {
+    let mut h = blake3::Hasher::new();
+    for a in assets {
+        for part in [a.key.as_str(), &a.source.uri, a.source.etag.as_str()] {
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+    }
+    ETag::new(format!("\"stac-{}\"", &h.finalize().to_hex()[..32]))
+}
+
+/// An asset's href resolved against the item's URI: absolute URIs and paths as they are,
+/// relative ones against the item's directory.
+fn join(item_uri: &str, href: &str) -> String {
+    if href.contains("://") {
+        return href.to_owned();
+    }
+    if let Some(path) = item_uri.strip_prefix("file://") {
+        if href.starts_with('/') {
+            return format!("file://{href}");
+        }
+        let dir = std::path::Path::new(path)
+            .parent()
+            .unwrap_or(std::path::Path::new("/"));
+        let rel = href.trim_start_matches("./");
+        return format!("file://{}", dir.join(rel).display());
+    }
+    // http(s): a root-relative href keeps the origin; a relative one the item's directory.
+    let (scheme, rest) = item_uri.split_once("://").unwrap_or(("https", item_uri));
+    if href.starts_with('/') {
+        let host = rest.split('/').next().unwrap_or(rest);
+        return format!("{scheme}://{host}{href}");
+    }
+    let dir = &item_uri[..item_uri.rfind('/').map_or(item_uri.len(), |i| i + 1)];
+    format!("{dir}{}", href.trim_start_matches("./"))
+}
+
+/// The VRTs this process made for items, by item pin.
+static STACKS: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(Default::default);
+
+/// Where GDAL opens an item's stacked assets: an in-memory VRT made once per process per pin.
+pub fn stack_path(info: &SourceInfo) -> Result<String, SourceError> {
+    let mut stacks = STACKS.lock().expect("stack registry");
+    if let Some(path) = stacks.get(info.etag.as_str()) {
+        return Ok(path.clone());
+    }
+    let mut inputs = Vec::with_capacity(info.assets.len());
+    for a in &info.assets {
+        inputs.push(crate::source::gdal_path(&a.source)?);
+    }
+    let remote = info.assets.iter().any(|a| a.source.local_path().is_none());
+    let hash = info.etag.as_str().trim_matches('"').to_owned();
+    let path = tilegate_cog::stack_vrt(
+        &hash,
+        &inputs,
+        &info
+            .assets
+            .iter()
+            .map(|a| a.key.clone())
+            .collect::<Vec<_>>(),
+        remote,
+    )
+    .map_err(|e| bad(&info.uri, format!("stack its assets: {e:#}")))?;
+    stacks.insert(info.etag.as_str().to_owned(), path.clone());
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join;
+
+    #[test]
+    fn hrefs_resolve_against_the_item() {
+        assert_eq!(
+            join("file:///d/i/item.json", "./B04.tif"),
+            "file:///d/i/B04.tif"
+        );
+        assert_eq!(
+            join("file:///d/i/item.json", "/x/B04.tif"),
+            "file:///x/B04.tif"
+        );
+        assert_eq!(
+            join("http://h:8/a/item.json", "B04.tif"),
+            "http://h:8/a/B04.tif"
+        );
+        assert_eq!(
+            join("http://h:8/a/item.json", "/B04.tif"),
+            "http://h:8/B04.tif"
+        );
+        assert_eq!(join("http://h/a/item.json", "s3://b/k.tif"), "s3://b/k.tif");
+    }
+}
