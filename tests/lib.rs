@@ -211,18 +211,35 @@ pub fn sample(data: &Path, path: &Path, size: u32, seed: u64) {
 /// Run one `work --until-empty` process that handles one message at a time (visibility 1 s),
 /// with `extra` flags and `env`.
 pub fn work_one_at_a_time(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut args = vec![
-        "work",
-        "--until-empty",
-        "--threads",
-        "1",
-        "--concurrency",
-        "1",
-        "--visibility",
-        "1",
-    ];
+    let mut args = ONE_AT_A_TIME.to_vec();
     args.extend_from_slice(extra);
     tg(data, &args, env)
+}
+
+/// The arguments of a `work --until-empty` process that handles one message at a time
+/// (visibility 1 s).
+pub const ONE_AT_A_TIME: [&str; 8] = [
+    "work",
+    "--until-empty",
+    "--threads",
+    "1",
+    "--concurrency",
+    "1",
+    "--visibility",
+    "1",
+];
+
+/// `tilegate sample-scene PATH --size SIZE` with `extra` options (bands, nodata, …).
+pub fn sample_with(data: &Path, path: &Path, size: u32, extra: &[&str]) {
+    let size = size.to_string();
+    let mut args = vec!["sample-scene", path.to_str().unwrap(), "--size", &size];
+    args.extend_from_slice(extra);
+    let out = tg(data, &args, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// [`work_one_at_a_time`] with the fault hook armed at `point` after `skip` passes; it is

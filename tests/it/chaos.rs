@@ -128,8 +128,14 @@ fn chaos_recipe(seed: u64) -> (&'static str, &'static [&'static str]) {
         "10",
         "--tap",
     ];
-    let name = std::env::var("TILEGATE_CHAOS_RECIPE")
-        .unwrap_or_else(|_| if seed % 2 == 0 { "copy" } else { "warp" }.to_owned());
+    let name = std::env::var("TILEGATE_CHAOS_RECIPE").unwrap_or_else(|_| {
+        if seed.is_multiple_of(2) {
+            "copy"
+        } else {
+            "warp"
+        }
+        .to_owned()
+    });
     match name.as_str() {
         "copy" => ("copy", &[]),
         "warp" => ("warp", WARP),

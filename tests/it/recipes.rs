@@ -239,21 +239,7 @@ print(" ".join(map(str, bad)), scene.GetRasterBand(1).GetNoDataValue())
 fn expr_equals_numpy_with_nodata_propagated() {
     let dir = tempdir();
     let src = dir.path().join("four.tif");
-    let out = tg(
-        dir.path(),
-        &[
-            "sample-scene",
-            src.to_str().unwrap(),
-            "--size",
-            "600",
-            "--bands",
-            "4",
-            "--nodata",
-            "0",
-        ],
-        &[],
-    );
-    assert!(out.status.success());
+    sample_with(dir.path(), &src, 600, &["--bands", "4", "--nodata", "0"]);
     let run = tg_json(
         dir.path(),
         &[
@@ -373,19 +359,7 @@ fn a_recipe_of_ones_own_runs_exactly_once_through_duplicates_and_a_killed_worker
     let dir = tempdir();
     let data = dir.path().join("data");
     let src = dir.path().join("s.tif");
-    let out = tg(
-        dir.path(),
-        &[
-            "sample-scene",
-            src.to_str().unwrap(),
-            "--size",
-            "400",
-            "--nodata",
-            "0",
-        ],
-        &[],
-    );
-    assert!(out.status.success());
+    sample_with(dir.path(), &src, 400, &["--nodata", "0"]);
     let bin = median_bin();
     let args = vec![
         "plan",
@@ -407,16 +381,7 @@ fn a_recipe_of_ones_own_runs_exactly_once_through_duplicates_and_a_killed_worker
     let killed = Command::new(&bin)
         .arg("--data")
         .arg(&data)
-        .args([
-            "work",
-            "--until-empty",
-            "--threads",
-            "1",
-            "--concurrency",
-            "1",
-            "--visibility",
-            "1",
-        ])
+        .args(ONE_AT_A_TIME)
         .env("TILEGATE_FAULT", "after-commit")
         .env("TILEGATE_FAULT_SKIP", "2")
         .output()
@@ -511,19 +476,7 @@ fn an_https_source_runs_end_to_end_pinned_by_its_etag() {
 /// A STAC Item of two single-band assets (B04 at 10 m, B08 at 20 m) next to it.
 fn write_item(dir: &Path) -> PathBuf {
     let four = dir.join("four.tif");
-    let out = tg(
-        dir,
-        &[
-            "sample-scene",
-            four.to_str().unwrap(),
-            "--size",
-            "512",
-            "--bands",
-            "2",
-        ],
-        &[],
-    );
-    assert!(out.status.success());
+    sample_with(dir, &four, 512, &["--bands", "2"]);
     let b04 = dir.join("B04.tif");
     let b08 = dir.join("B08.tif");
     for (b, path, extra) in [

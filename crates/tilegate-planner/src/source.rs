@@ -128,16 +128,7 @@ fn unsupported(uri: &str) -> SourceError {
 pub async fn resolve(b: &Backends, input: &str) -> Result<ResolvedSource, SourceError> {
     if crate::http::is_http(input) {
         let (etag, size) = crate::http::head(input).await?;
-        return Ok(ResolvedSource {
-            gdal_path: format!("/vsicurl/{input}"),
-            info: SourceInfo {
-                uri: input.to_owned(),
-                etag,
-                size,
-                stat: None,
-                assets: Vec::new(),
-            },
-        });
+        return pinned_remote(input, etag, size);
     }
     let Some((scheme, _)) = input.split_once("://").filter(|(s, _)| *s != "file") else {
         let input = input.to_owned();
@@ -160,6 +151,11 @@ pub async fn resolve(b: &Backends, input: &str) -> Result<ResolvedSource, Source
         .ok_or_else(|| SourceError::Missing {
             path: input.to_owned(),
         })?;
+    pinned_remote(input, etag, size)
+}
+
+/// A remote source (HTTP or object store) pinned at `etag`.
+fn pinned_remote(input: &str, etag: ETag, size: u64) -> Result<ResolvedSource, SourceError> {
     Ok(ResolvedSource {
         gdal_path: tilegate_core::source::gdal_path_of(input).ok_or_else(|| unsupported(input))?,
         info: SourceInfo {
@@ -170,6 +166,19 @@ pub async fn resolve(b: &Backends, input: &str) -> Result<ResolvedSource, Source
             assets: Vec::new(),
         },
     })
+}
+
+/// `Ok` if `found` is the planned pin, else `source-changed`.
+fn still_planned(info: &SourceInfo, found: ETag) -> Result<(), SourceError> {
+    if found == info.etag {
+        Ok(())
+    } else {
+        Err(SourceError::Changed {
+            uri: info.uri.clone(),
+            planned: info.etag.clone(),
+            found,
+        })
+    }
 }
 
 /// Check that a planned source still has its planned content: for a local file the stat
@@ -190,15 +199,7 @@ pub async fn verify(
     }
     if crate::http::is_http(&info.uri) {
         let (found, _) = crate::http::head(&info.uri).await?;
-        return if found == info.etag {
-            Ok(())
-        } else {
-            Err(SourceError::Changed {
-                uri: info.uri.clone(),
-                planned: info.etag.clone(),
-                found,
-            })
-        };
+        return still_planned(info, found);
     }
     let scheme = info.uri.split("://").next().unwrap_or("");
     let sources = b
@@ -207,12 +208,7 @@ pub async fn verify(
         .filter(|s| s.schemes().contains(&scheme))
         .ok_or_else(|| unsupported(&info.uri))?;
     match sources.head_source(&info.uri).await {
-        Ok(Some((etag, _))) if etag == info.etag => Ok(()),
-        Ok(Some((found, _))) => Err(SourceError::Changed {
-            uri: info.uri.clone(),
-            planned: info.etag.clone(),
-            found,
-        }),
+        Ok(Some((found, _))) => still_planned(info, found),
         Ok(None) => Err(SourceError::Missing {
             path: info.uri.clone(),
         }),
@@ -298,14 +294,6 @@ impl SourceGuard {
                 etag
             }
         };
-        if found == info.etag {
-            Ok(())
-        } else {
-            Err(SourceError::Changed {
-                uri: info.uri.clone(),
-                planned: info.etag.clone(),
-                found,
-            })
-        }
+        still_planned(info, found)
     }
 }
