@@ -55,6 +55,7 @@ fn synthetic_job(windows: u32) -> JobRecord {
         },
         created_at: 0,
         scene_output: None,
+        manifest_shards: 1,
     }
 }
 

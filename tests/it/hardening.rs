@@ -51,6 +51,7 @@ async fn plan16(b: &Backends, src: &Path) -> JobId {
         tenant: tilegate_core::Tenant::default(),
         resume: false,
         assets: Vec::new(),
+        manifest_shards: 1,
     };
     let plan = tilegate_planner::plan(b, src.to_str().unwrap(), &opts)
         .await

@@ -130,6 +130,50 @@ fn heavy_duplicates_across_four_processes_write_each_tile_once() {
     assert_eq!(snapshot(&dir), snap, "a refused Create changed a tile");
 }
 
+/// A job whose manifest is sharded: rows land in every shard, `status` and `assemble` count
+/// across them, and a re-plan without the flag keeps the job's shard count.
+#[test]
+fn sharded_manifest_counts_and_assembles_across_shards() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 2048, 3);
+    let src = scene.to_str().unwrap();
+    let run = tg_json(
+        data,
+        &["run", src, "--window", "256", "--manifest-shards", "8"],
+    );
+    assert_eq!(run["complete"], true, "{run}");
+    assert_eq!(run["manifest_rows"], 64);
+    assert_eq!(run["scene"]["outcome"], "written", "{run}");
+    let job = JobId::parse(run["job_id"].as_str().unwrap()).unwrap();
+    let db = SqliteBackend::open(data.join("tilegate.db")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert_eq!(
+        rt.block_on(db.get_job(&job))
+            .unwrap()
+            .unwrap()
+            .row
+            .manifest_shards,
+        8
+    );
+    let parts = rt.block_on(db.count_partitions(&job)).unwrap();
+    assert_eq!(parts.len(), 8);
+    assert!(
+        parts
+            .iter()
+            .all(|(pk, n)| pk.starts_with(job.as_str()) && *n > 0),
+        "{parts:?}"
+    );
+    assert_eq!(parts.iter().map(|(_, n)| n).sum::<u64>(), 64);
+    let again = tg_json(data, &["plan", src, "--window", "256"]);
+    assert_eq!(again["job_id"], job.as_str());
+    assert_eq!(rt.block_on(db.count_partitions(&job)).unwrap(), parts);
+    let status = tg_json(data, &["status", job.as_str()]);
+    assert_eq!(status["manifest_rows"], 64);
+    assert_eq!(status["missing_windows"], 0);
+}
+
 #[test]
 fn worker_killed_between_put_and_manifest_is_completed_by_the_next() {
     let tmp = tempdir();

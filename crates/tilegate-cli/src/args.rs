@@ -183,6 +183,12 @@ pub struct RecipeArgs {
     /// the job's bands in this order (each asset's first band, on the finest asset's grid).
     #[arg(long, value_delimiter = ',', value_name = "KEY,KEY")]
     pub assets: Vec<String>,
+    /// Spread the job's manifest rows over N partitions (`JOB#NN` keys, 1–100). DynamoDB serves
+    /// about 1,000 writes/s per partition: a job whose workers record more windows per second
+    /// than that needs more than one (see the capacity model). Counts and listings query every
+    /// shard; the count is kept on the job row, so every process agrees.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub manifest_shards: u32,
     /// Parameter of a registered recipe, `NAME=VALUE` (repeatable).
     #[arg(long = "param", value_name = "NAME=VALUE")]
     pub params: Vec<String>,

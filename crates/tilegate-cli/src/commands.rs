@@ -345,6 +345,7 @@ async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCo
         tenant,
         resume: a.resume,
         assets: a.recipe.assets.clone(),
+        manifest_shards: a.recipe.manifest_shards,
     };
     let Some(list) = &a.from else {
         let source = a
@@ -496,7 +497,7 @@ async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<ExitCode> {
     run_source(
         out,
         b,
-        (&a.source, &a.recipe.assets),
+        (&a.source, &a.recipe.assets, a.recipe.manifest_shards),
         recipe,
         location,
         &a.pool,
@@ -508,7 +509,7 @@ async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<ExitCode> {
 async fn run_source(
     out: &Out,
     b: &Backends,
-    (source, assets): (&str, &[String]),
+    (source, assets, recipe_shards): (&str, &[String], u32),
     recipe: Recipe,
     (prefix, tenant): Location,
     pool: &PoolArgs,
@@ -524,6 +525,7 @@ async fn run_source(
             tenant,
             resume: true,
             assets: assets.to_vec(),
+            manifest_shards: recipe_shards,
         },
     )
     .await
@@ -704,7 +706,7 @@ async fn demo(out: &Out, sel: &Selection, a: DemoArgs) -> anyhow::Result<ExitCod
     run_source(
         out,
         &b,
-        (&source, &[]),
+        (&source, &[], 1),
         Recipe::copy_all(),
         (Prefix::default(), Tenant::default()),
         &a.pool,

@@ -56,6 +56,58 @@ pub struct JobRecord {
     /// The assembled scene, once published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scene_output: Option<OutputRef>,
+    /// How many partitions the job's manifest rows are spread over (see
+    /// [`manifest_partition`]); 1, the default, keeps them in one partition keyed by the job ID.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub manifest_shards: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+
+/// The most manifest shards a job may have (two decimal digits in the partition key).
+pub const MAX_MANIFEST_SHARDS: u32 = 100;
+
+/// The partition key of a job's manifest row for `window`: the job ID when the manifest is not
+/// sharded, else `JOB#NN` with `NN` a hash of the window modulo `shards`. DynamoDB serves about
+/// 1,000 writes/s per partition; `shards` partitions take `shards` times that.
+pub fn manifest_partition(job: &JobId, window: Window, shards: u32) -> String {
+    if shards <= 1 {
+        return job.to_string();
+    }
+    format!("{job}#{:02}", manifest_shard(window, shards))
+}
+
+/// The shard (0-based) of `window`'s manifest row among `shards` (0 when not sharded).
+pub fn manifest_shard(window: Window, shards: u32) -> u32 {
+    if shards <= 1 {
+        return 0;
+    }
+    // splitmix64 of the window: neighbouring windows (written together) land apart.
+    let mut z =
+        ((u64::from(window.row) << 32) | u64::from(window.col)).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    u32::try_from(z % u64::from(shards)).expect("below a u32")
+}
+
+/// Every partition key of a sharded manifest (one key when it is not sharded): counts and
+/// listings query each.
+pub fn manifest_partitions(job: &JobId, shards: u32) -> Vec<String> {
+    if shards <= 1 {
+        return vec![job.to_string()];
+    }
+    (0..shards).map(|n| format!("{job}#{n:02}")).collect()
 }
 
 /// A published object, by exact key.
@@ -207,8 +259,18 @@ pub trait ManifestTable: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<Option<Versioned<ManifestEntry>>>;
     /// Every row of a job, ordered by window.
     async fn list_entries(&self, job: &JobId) -> StoreResult<Vec<Versioned<ManifestEntry>>>;
-    /// Number of rows of a job.
-    async fn count_entries(&self, job: &JobId) -> StoreResult<u64>;
+    /// Number of rows of a job in each of its manifest partitions ([`manifest_partitions`]
+    /// order): one count request per partition, as the backends store them.
+    async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>>;
+    /// Number of rows of a job, across its partitions.
+    async fn count_entries(&self, job: &JobId) -> StoreResult<u64> {
+        Ok(self
+            .count_partitions(job)
+            .await?
+            .iter()
+            .map(|(_, n)| n)
+            .sum())
+    }
 }
 
 /// Claims (leases) for the claim gate.

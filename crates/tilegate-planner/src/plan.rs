@@ -8,7 +8,7 @@ use tilegate_core::grid::GridError;
 use tilegate_core::message::WindowMessage;
 use tilegate_core::recipe::{Operation, RecipeError};
 use tilegate_core::source::SceneMeta;
-use tilegate_core::table::{CreateOutcome, JobRecord};
+use tilegate_core::table::{CreateOutcome, JobRecord, MAX_MANIFEST_SHARDS};
 use tilegate_core::{
     Backends, Grid, JobId, KeyError, Prefix, Recipe, StoreError, Tenant, now_millis,
 };
@@ -24,6 +24,9 @@ pub struct PlanOptions {
     pub resume: bool,
     /// For a STAC Item source: the assets that become the job's bands, in order.
     pub assets: Vec<String>,
+    /// Partitions of the job's manifest (1: one partition keyed by the job ID); see
+    /// [`tilegate_core::table::manifest_partition`].
+    pub manifest_shards: u32,
 }
 
 /// What planning did.
@@ -129,6 +132,7 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
         scene,
         created_at: now_millis(),
         scene_output: None,
+        manifest_shards: opts.manifest_shards.clamp(1, MAX_MANIFEST_SHARDS),
     };
     let (job, newly_planned) = match b.jobs.create_job(&record).await? {
         CreateOutcome::Created => (record, true),

@@ -151,6 +151,7 @@ macro_rules! conformance_suite {
             job_cas_race,
             manifest_put_count_list,
             manifest_update_versions,
+            manifest_sharded,
             manifest_concurrent_puts,
             claim_lifecycle,
             claim_release,

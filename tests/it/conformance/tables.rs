@@ -11,7 +11,7 @@ use tilegate_core::recipe::Recipe;
 use tilegate_core::source::{SceneMeta, SourceInfo};
 use tilegate_core::table::{
     AcquireOutcome, ClaimChange, ClaimState, CreateOutcome, JobRecord, ManifestEntry, OutputRef,
-    TileOrigin, UpdateOutcome, Versioned,
+    TileOrigin, UpdateOutcome, Versioned, manifest_partitions, manifest_shard,
 };
 use tilegate_core::{ETag, now_millis};
 
@@ -49,6 +49,7 @@ fn job(source: &str, created_at: i64) -> JobRecord {
         },
         created_at,
         scene_output: None,
+        manifest_shards: 1,
     }
 }
 
@@ -234,6 +235,79 @@ pub async fn manifest_put_count_list(h: &dyn Harness) {
     let other = new_job("manifest-other").job_id;
     assert_eq!(m.count_entries(&other).await.unwrap(), 0);
     assert!(m.list_entries(&other).await.unwrap().is_empty());
+}
+
+/// A job planned with a sharded manifest: each row lands in the partition its window hashes to
+/// (`JOB#NN`), reads find it there, and counts and listings cover every partition.
+pub async fn manifest_sharded(h: &dyn Harness) {
+    const SHARDS: u32 = 4;
+    let mut row = new_job("manifest-sharded");
+    row.manifest_shards = SHARDS;
+    let id = row.job_id.clone();
+    assert_eq!(
+        h.jobs().create_job(&row).await.unwrap(),
+        CreateOutcome::Created
+    );
+    let m = h.manifest();
+    let windows: Vec<Window> = (0..40u32).map(|i| Window::new(i / 8, i % 8)).collect();
+    for w in &windows {
+        assert_eq!(
+            m.put_entry(&entry(&id, *w, 7)).await.unwrap(),
+            CreateOutcome::Created
+        );
+    }
+    // A duplicate is refused in its own shard.
+    assert!(matches!(
+        m.put_entry(&entry(&id, windows[5], 8)).await.unwrap(),
+        CreateOutcome::AlreadyExists(_)
+    ));
+    let mut expected = vec![0u64; SHARDS as usize];
+    for w in &windows {
+        expected[manifest_shard(*w, SHARDS) as usize] += 1;
+    }
+    let counts = m.count_partitions(&id).await.unwrap();
+    let names: Vec<String> = counts.iter().map(|(pk, _)| pk.clone()).collect();
+    assert_eq!(names, manifest_partitions(&id, SHARDS));
+    let got: Vec<u64> = counts.iter().map(|(_, n)| *n).collect();
+    assert_eq!(got, expected, "rows per partition");
+    assert!(
+        got.iter().all(|n| *n > 0),
+        "40 windows over 4 shards leave none empty: {got:?}"
+    );
+    assert_eq!(m.count_entries(&id).await.unwrap(), 40);
+    let listed: Vec<Window> = m
+        .list_entries(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|v| v.row.window)
+        .collect();
+    assert_eq!(listed, windows, "listed across shards, in window order");
+    let got = m.get_entry(&id, windows[5]).await.unwrap().unwrap();
+    assert_eq!((got.version, got.row.size), (1, 7));
+    assert_eq!(
+        m.update_entry(&entry(&id, windows[5], 9), 1).await.unwrap(),
+        UpdateOutcome::Updated { version: 2 }
+    );
+    assert_eq!(
+        m.get_entry(&id, windows[5])
+            .await
+            .unwrap()
+            .unwrap()
+            .row
+            .size,
+        9
+    );
+    // An unsharded job has one partition named by its ID.
+    let plain = new_job("manifest-unsharded");
+    h.jobs().create_job(&plain).await.unwrap();
+    m.put_entry(&entry(&plain.job_id, Window::new(0, 0), 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        m.count_partitions(&plain.job_id).await.unwrap(),
+        vec![(plain.job_id.to_string(), 1)]
+    );
 }
 
 pub async fn manifest_update_versions(h: &dyn Harness) {

@@ -8,15 +8,17 @@
 //! | table | key | other attributes |
 //! |---|---|---|
 //! | `P-jobs` | `job_id` (S) | `version` (N), `body` (S, the JSON row), `created_at` (N), `list_pk` (S, always `job`); GSI `by-created` = (`list_pk`, `created_at`) for newest-first listing |
-//! | `P-manifest` | `pk` (S) = job ID, `sk` (S) = window `RRRR_CCCC` | `version` (N), `body` (S) |
+//! | `P-manifest` | `pk` (S) = job ID, or `JOB#NN` when the job's manifest is sharded; `sk` (S) = window `RRRR_CCCC` | `version` (N), `body` (S) |
 //! | `P-claims` | `resource` (S) | `owner` (S), `fencing_token` (N), `expires_at` (N), `state` (S `held`/`done`), `output` (S, JSON, once done), `version` (N) |
 //! | `P-counters` | `job_id` (S) | one numeric attribute `c_<name>` per counter, added with `ADD` |
 //! | `P-ledger` | `pk` (S), `sk` (S) | attempt rows and pointers, see [`ledger`]; GSI `due` = (`due_shard`, `gc_due`) |
 //!
-//! The manifest's partition key is a plain job ID today. DynamoDB allows about 1,000 writes/s
-//! per partition, so a very large job can later shard it as `job_id#NN` (NN = a hash of the
-//! window modulo a shard count recorded on the job row); count and list then fan out over the
-//! shards, and the row format does not change. The sort key is the window as in tile keys
+//! The manifest's partition key is the job ID. DynamoDB allows about 1,000 writes/s per
+//! partition, so a job planned with `manifest_shards` > 1 spreads its rows as `job_id#NN`
+//! (NN = [`manifest_shard`] of the window, a hash modulo the shard count recorded on the job
+//! row); count and list fan out over the shards, and the row format does not change. The shard
+//! count never changes after the job row is created, so each process reads it once per job and
+//! keeps it. The sort key is the window as in tile keys
 //! (four digits each side); past 9,999 rows or columns its string order stops being the window
 //! order, so listings are sorted by the decoded window, never by the key.
 //!
@@ -41,12 +43,14 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, ScalarAttributeType, Select, TableStatus,
 };
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tilegate_core::grid::Window;
 use tilegate_core::id::JobId;
 use tilegate_core::table::{
     AcquireOutcome, ClaimChange, ClaimRecord, ClaimState, ClaimTable, CounterTable, CreateOutcome,
     JobRecord, JobTable, ManifestEntry, ManifestTable, OutputRef, UpdateOutcome, Versioned,
+    manifest_partition, manifest_partitions,
 };
 use tilegate_core::{Retry, StoreError, StoreResult, UnixMillis};
 use tracing::{debug, info};
@@ -75,6 +79,8 @@ pub struct DynamoTables {
     counters: String,
     ledger: String,
     retry: RetryPolicy,
+    /// Each job's manifest shard count, read from its row once (it never changes).
+    shards: Arc<Mutex<HashMap<JobId, u32>>>,
 }
 
 /// The answer to a conditional write: applied (with the provider's output), or refused with
@@ -278,6 +284,7 @@ impl DynamoTables {
             counters: format!("{prefix}-counters"),
             ledger: format!("{prefix}-ledger"),
             retry: RetryPolicy::default(),
+            shards: Arc::default(),
         }
     }
 
@@ -601,9 +608,32 @@ impl DynamoTables {
         .map_err(|f| f.into_store(w.operation, w.shown))
     }
 
-    /// Page through a `Query` on `pk = :pk` of the manifest (consistent), calling `each` per
-    /// page. `count_only` uses `Select=COUNT`.
-    async fn query_manifest<F>(&self, job: &str, count_only: bool, mut each: F) -> StoreResult<()>
+    /// The manifest shard count of `job` (1 when the job has no row: its rows, if any, were
+    /// written unsharded).
+    async fn manifest_shards(&self, job: &JobId) -> StoreResult<u32> {
+        if let Some(n) = self.shards.lock().expect("shard cache").get(job) {
+            return Ok(*n);
+        }
+        let Some(row) = self.get_job(job).await? else {
+            return Ok(1);
+        };
+        let n = row.row.manifest_shards.max(1);
+        self.shards
+            .lock()
+            .expect("shard cache")
+            .insert(job.clone(), n);
+        Ok(n)
+    }
+
+    /// The manifest key of `job`'s row for `w`, in the job's shard.
+    async fn manifest_key(&self, job: &JobId, w: Window) -> StoreResult<Item> {
+        let shards = self.manifest_shards(job).await?;
+        Ok(manifest_key(&manifest_partition(job, w, shards), w))
+    }
+
+    /// Page through a `Query` on `pk = :pk` of the manifest (consistent), one manifest
+    /// partition, calling `each` per page. `count_only` uses `Select=COUNT`.
+    async fn query_partition<F>(&self, job: &str, count_only: bool, each: &mut F) -> StoreResult<()>
     where
         F: FnMut(i32, Vec<Item>) -> StoreResult<()>,
     {
@@ -653,15 +683,19 @@ fn job_item(job: &JobRecord, version: u64) -> StoreResult<Item> {
     ]))
 }
 
-fn manifest_key(job: &JobId, w: Window) -> Item {
+fn manifest_key(partition: &str, w: Window) -> Item {
     HashMap::from([
-        ("pk".to_owned(), s(job.to_string())),
+        ("pk".to_owned(), s(partition)),
         ("sk".to_owned(), s(w.to_string())),
     ])
 }
 
-fn manifest_item(e: &ManifestEntry, version: u64, shown: &str) -> StoreResult<Item> {
-    let mut item = manifest_key(&e.job_id, e.window);
+fn manifest_item(
+    mut item: Item,
+    e: &ManifestEntry,
+    version: u64,
+    shown: &str,
+) -> StoreResult<Item> {
     item.insert("version".to_owned(), n(version));
     item.insert("body".to_owned(), s(encode_body(e, "manifest row", shown)?));
     Ok(item)
@@ -835,7 +869,7 @@ impl ManifestTable for DynamoTables {
                     names: &[("#pk", "pk")],
                     shown: &shown,
                 },
-                manifest_item(e, 1, &shown)?,
+                manifest_item(self.manifest_key(&e.job_id, e.window).await?, e, 1, &shown)?,
                 &[],
             )
             .await?;
@@ -872,7 +906,12 @@ impl ManifestTable for DynamoTables {
                     names: &[("#v", "version")],
                     shown: &shown,
                 },
-                manifest_item(e, expected + 1, &shown)?,
+                manifest_item(
+                    self.manifest_key(&e.job_id, e.window).await?,
+                    e,
+                    expected + 1,
+                    &shown,
+                )?,
                 &[(":expected", n(expected))],
             )
             .await?;
@@ -902,7 +941,8 @@ impl ManifestTable for DynamoTables {
         w: Window,
     ) -> StoreResult<Option<Versioned<ManifestEntry>>> {
         let shown = format!("{job}/{w}");
-        self.get_item(&self.manifest, manifest_key(job, w), &shown)
+        let key = self.manifest_key(job, w).await?;
+        self.get_item(&self.manifest, key, &shown)
             .await?
             .map(|item| decode_body(&item, "manifest row", &shown))
             .transpose()
@@ -911,27 +951,32 @@ impl ManifestTable for DynamoTables {
     async fn list_entries(&self, job: &JobId) -> StoreResult<Vec<Versioned<ManifestEntry>>> {
         let shown = job.to_string();
         let mut out: Vec<Versioned<ManifestEntry>> = Vec::new();
-        self.query_manifest(&shown, false, |_, items| {
-            for item in &items {
-                out.push(decode_body(item, "manifest row", &shown)?);
-            }
-            Ok(())
-        })
-        .await?;
+        for pk in manifest_partitions(job, self.manifest_shards(job).await?) {
+            self.query_partition(&pk, false, &mut |_, items| {
+                for item in &items {
+                    out.push(decode_body(item, "manifest row", &shown)?);
+                }
+                Ok(())
+            })
+            .await?;
+        }
         // The sort key orders windows only below 10,000 rows and columns; sort by window.
         out.sort_by_key(|v| v.row.window);
         Ok(out)
     }
 
-    async fn count_entries(&self, job: &JobId) -> StoreResult<u64> {
-        let shown = job.to_string();
-        let mut total = 0u64;
-        self.query_manifest(&shown, true, |count, _| {
-            total += u64::try_from(count).unwrap_or(0);
-            Ok(())
-        })
-        .await?;
-        Ok(total)
+    async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>> {
+        let mut out = Vec::new();
+        for pk in manifest_partitions(job, self.manifest_shards(job).await?) {
+            let mut total = 0u64;
+            self.query_partition(&pk, true, &mut |count, _| {
+                total += u64::try_from(count).unwrap_or(0);
+                Ok(())
+            })
+            .await?;
+            out.push((pk, total));
+        }
+        Ok(out)
     }
 }
 

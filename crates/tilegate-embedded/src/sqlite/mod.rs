@@ -32,7 +32,8 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The schema version this build writes (`PRAGMA user_version`).
 /// 2 added the ledger (an older build must not open a database whose ledger it ignores).
-const SCHEMA_VERSION: i64 = 2;
+/// 3 added the manifest's `shard` column (a sharded job's rows would be miscounted by 2).
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = r"
 CREATE TABLE IF NOT EXISTS jobs (
@@ -49,11 +50,15 @@ CREATE TABLE IF NOT EXISTS manifest (
     win_col     INTEGER NOT NULL,
     version     INTEGER NOT NULL,
     body        TEXT NOT NULL,
+    -- The row's manifest shard (`manifest_shard`; 0 when the job is not sharded): the
+    -- partition is (job_id, shard), as DynamoDB's `JOB#NN`.
+    shard       INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, win_row, win_col)
 ) WITHOUT ROWID;
 -- Counting a job's rows reads this narrow index, not the rows: the count does not grow with
--- what a row records (its window facts).
+-- what a row records (its window facts). One count per partition, as on DynamoDB.
 CREATE INDEX IF NOT EXISTS manifest_by_job ON manifest (job_id);
+CREATE INDEX IF NOT EXISTS manifest_by_shard ON manifest (job_id, shard);
 
 CREATE TABLE IF NOT EXISTS claims (
     resource      TEXT PRIMARY KEY,
@@ -191,6 +196,19 @@ impl SqliteBackend {
                     supported: SCHEMA_VERSION,
                 },
             )));
+        }
+        if found < 3 && found > 0 {
+            // Version 2's manifest has no shard column: every row is in shard 0.
+            let has_shard: bool = tx.query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('manifest') WHERE name = 'shard'",
+                [],
+                |r| r.get::<_, i64>(0).map(|n| n > 0),
+            )?;
+            if !has_shard {
+                tx.execute_batch(
+                    "ALTER TABLE manifest ADD COLUMN shard INTEGER NOT NULL DEFAULT 0",
+                )?;
+            }
         }
         tx.execute_batch(SCHEMA)?;
         tx.execute_batch(ledger::SCHEMA)?;

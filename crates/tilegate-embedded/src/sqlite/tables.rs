@@ -8,13 +8,14 @@ use super::{
 };
 use crate::error::EmbeddedError;
 use async_trait::async_trait;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension as _, params};
 use std::collections::BTreeMap;
 use tilegate_core::grid::Window;
 use tilegate_core::id::JobId;
 use tilegate_core::table::{
     AcquireOutcome, ClaimChange, ClaimRecord, ClaimState, ClaimTable, CounterTable, CreateOutcome,
     JobRecord, JobTable, ManifestEntry, ManifestTable, UpdateOutcome, Versioned,
+    manifest_partitions, manifest_shard,
 };
 use tilegate_core::{Retry, StoreError, StoreResult, UnixMillis};
 use tracing::debug;
@@ -151,10 +152,11 @@ impl ManifestTable for SqliteBackend {
         let key = manifest_key(e.job_id.as_str(), e.window);
         self.write("put manifest entry", &key.clone(), move |tx| {
             let body = encode("manifest row", &key, &e)?;
+            let shard = manifest_shard(e.window, job_shards(tx, e.job_id.as_str())?);
             let n = tx.exec(
-                "INSERT INTO manifest (job_id, win_row, win_col, version, body)
-                 VALUES (?1, ?2, ?3, 1, ?4) ON CONFLICT DO NOTHING",
-                params![e.job_id.as_str(), e.window.row, e.window.col, body],
+                "INSERT INTO manifest (job_id, win_row, win_col, version, body, shard)
+                 VALUES (?1, ?2, ?3, 1, ?4, ?5) ON CONFLICT DO NOTHING",
+                params![e.job_id.as_str(), e.window.row, e.window.col, body, shard],
             )?;
             if n == 1 {
                 return Ok(CreateOutcome::Created);
@@ -237,18 +239,36 @@ impl ManifestTable for SqliteBackend {
         .await
     }
 
-    async fn count_entries(&self, job: &JobId) -> StoreResult<u64> {
+    async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>> {
+        let id = job.clone();
         let job = job.to_string();
         self.with_conn("count manifest entries", &job.clone(), move |c| {
-            let n: i64 = c.row(
-                "SELECT COUNT(*) FROM manifest WHERE job_id = ?1",
-                [&job],
-                |r| r.get(0),
-            )?;
-            to_u64("manifest count", &job, n)
+            // One count per partition: the same fan-out as a sharded DynamoDB manifest.
+            let shards = job_shards(c, &job)?;
+            let mut out = Vec::new();
+            for (shard, pk) in manifest_partitions(&id, shards).into_iter().enumerate() {
+                let n: i64 = c.row(
+                    "SELECT COUNT(*) FROM manifest WHERE job_id = ?1 AND shard = ?2",
+                    params![&job, shard],
+                    |r| r.get(0),
+                )?;
+                out.push((pk, to_u64("manifest count", &job, n)?));
+            }
+            Ok(out)
         })
         .await
     }
+}
+
+/// The manifest shard count on `job`'s row (1 without a row, or for a row from before shards).
+fn job_shards(c: &Connection, job: &str) -> TxResult<u32> {
+    let shards: Option<i64> = c
+        .prepare_cached(
+            "SELECT COALESCE(json_extract(body, '$.manifest_shards'), 1) FROM jobs WHERE job_id = ?1",
+        )?
+        .query_row([job], |r| r.get(0))
+        .optional()?;
+    Ok(u32::try_from(shards.unwrap_or(1)).unwrap_or(1).max(1))
 }
 
 fn get_claim_row(conn: &Connection, resource: &str) -> TxResult<Option<Versioned<ClaimRecord>>> {
@@ -435,5 +455,57 @@ impl CounterTable for SqliteBackend {
             Ok(out)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tilegate_core::ETag;
+    use tilegate_core::table::TileOrigin;
+
+    fn row(job: &JobId, w: Window) -> ManifestEntry {
+        ManifestEntry {
+            job_id: job.clone(),
+            window: w,
+            key: format!("tiles/{w}.tif"),
+            size: 1,
+            e_tag: ETag::new("\"e\""),
+            origin: TileOrigin::Written,
+            recorded_at: 0,
+            facts: Default::default(),
+        }
+    }
+
+    /// A version-2 database (no `shard` column) opens, keeps its rows in shard 0 and counts them.
+    #[test]
+    fn version_two_manifest_gains_the_shard_column() {
+        let dir = std::env::temp_dir().join(format!("tilegate-v2-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("db.sqlite");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let job = JobId::derive("file:///a.tif", "\"e\"", "copy", "prefix=tilegate");
+        {
+            let db = SqliteBackend::open(&path).unwrap();
+            rt.block_on(db.put_entry(&row(&job, Window::new(0, 0))))
+                .unwrap();
+        }
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(
+            "DROP INDEX manifest_by_shard; ALTER TABLE manifest DROP COLUMN shard;
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
+        drop(c);
+        let db = SqliteBackend::open(&path).unwrap();
+        rt.block_on(db.put_entry(&row(&job, Window::new(0, 1))))
+            .unwrap();
+        assert_eq!(
+            rt.block_on(db.count_partitions(&job)).unwrap(),
+            vec![(job.to_string(), 2)]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
