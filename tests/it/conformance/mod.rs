@@ -4,7 +4,7 @@
 //! [`queue`] (over a [`Harness`]). A backend joins the suite by implementing the harness of the
 //! contracts it implements and adding one line in its own module here:
 //! `conformance_suite!(crate::conformance::<module>::harness);` for a whole backend (see
-//! [`embedded`]), `conformance_suite!(objects: crate::conformance::<module>::harness);` for an
+//! [`embedded`] and [`memory`]), `conformance_suite!(objects: crate::conformance::<module>::harness);` for an
 //! object store alone (see [`gcs`]). Tests use unique key prefixes, job IDs and queue
 //! names, so they run in parallel against one shared server too.
 //!
@@ -17,6 +17,7 @@ mod azure;
 mod embedded;
 mod gcs;
 mod ledger;
+mod memory;
 mod objects;
 mod queue;
 mod tables;
