@@ -2,13 +2,16 @@
 //! the tools a user would pick instead (BENCHMARKS.md has the latest table and how to read
 //! it); `tilegate-benches decode` measures how many source bytes window reads decode on
 //! sources whose blocks do not line up with the windows; `tilegate-benches ledger` measures GC
-//! and reconciliation over a large ledger; the criterion micro-benchmarks of the
-//! hot paths are in `benches/hot_paths.rs`.
+//! and reconciliation over a large ledger; `tilegate-benches simulate` runs the real worker,
+//! planner and assembler against a model of the cloud services on a simulated clock
+//! (CAPACITY.md); the criterion micro-benchmarks of the hot paths are in
+//! `benches/hot_paths.rs`.
 
 mod decode;
 mod fanout;
 mod ledger;
 mod measure;
+mod simulate;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -78,6 +81,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Simulate a job on N workers against a model of S3, DynamoDB and SQS (latencies,
+    /// per-partition limits and throttling, tilegate's retries) on a simulated clock: the real
+    /// planner, worker and assembler, with a timed stand-in for the encoder. Deterministic:
+    /// the same seed gives the same report. CAPACITY.md has the scenarios and how to read them.
+    Simulate(SimArgs),
     /// GC (mark + sweep) and reconcile over one job's ledger on the embedded backend:
     /// `attempts` attempts of each of `windows` windows, all but the last of each retired and
     /// due. Prints rows per second.
@@ -95,8 +103,123 @@ enum Cmd {
     },
 }
 
+#[derive(Debug, clap::Args)]
+struct SimArgs {
+    /// Windows in the job (the scene is the smallest near-square grid that holds them).
+    #[arg(long, default_value_t = 400)]
+    windows: u64,
+    /// Window size in pixels.
+    #[arg(long, default_value_t = 512)]
+    window: u32,
+    /// Workers (Lambda functions or pods), each handling `--concurrency` messages at once.
+    #[arg(long, default_value_t = 2)]
+    workers: u32,
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Fraction of messages the queue delivers twice (0.3: 30 %).
+    #[arg(long, default_value_t = 0.0)]
+    duplicates: f64,
+    /// Chance that a worker crashes while encoding a window, per receive (0.05: 5 %).
+    #[arg(long, default_value_t = 0.0)]
+    crashes: f64,
+    /// Re-enqueue the windows without a manifest row once this fraction is recorded.
+    #[arg(long, value_name = "FRACTION")]
+    backfill_at: Option<f64>,
+    /// Manifest partitions (`plan --manifest-shards`).
+    #[arg(long, default_value_t = 1)]
+    manifest_shards: u32,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A window's read + encode time: median and 99th percentile in milliseconds.
+    #[arg(long, value_delimiter = ',', num_args = 2, value_name = "MEDIAN,P99", default_values_t = [17.0, 45.0])]
+    encode_ms: Vec<f64>,
+    /// Visibility timeout of a received message, seconds.
+    #[arg(long, default_value_t = 120)]
+    visibility: u64,
+    /// Long-poll wait of a receive, seconds (SQS allows up to 20).
+    #[arg(long, default_value_t = 20)]
+    wait: u64,
+    /// Workers started per 10 s (Lambda scales a function by 1,000 every 10 s).
+    #[arg(long, default_value_t = 1000)]
+    ramp_per_10s: u32,
+    /// Assemblers racing to build the scene once the tiles are in (0: do not assemble).
+    #[arg(long, default_value_t = 1)]
+    assemblers: u32,
+    /// Scenes larger than this go up as multipart uploads.
+    #[arg(long, default_value_t = 64 << 20)]
+    multipart_threshold: u64,
+    #[arg(long, default_value_t = 16 << 20)]
+    part_size: u64,
+    /// How often each worker adds its counters to the job's counter row, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    counter_flush_s: f64,
+    /// DynamoDB write units per second per partition (the service's limit: 1,000).
+    #[arg(long, default_value_t = 1000.0)]
+    dynamo_writes_per_partition: f64,
+    /// Also run the job for real on the embedded backend (GDAL's encoder, SQLite, local
+    /// files), count its calls as AWS requests, and compare with the simulation.
+    #[arg(long)]
+    compare_embedded: bool,
+    /// Scratch directory.
+    #[arg(long, default_value = ".ci-cache/bench/simulate")]
+    work: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn simulate_cmd(a: SimArgs) -> anyhow::Result<()> {
+    let cfg = simulate::SimConfig {
+        windows: a.windows,
+        window: a.window,
+        workers: a.workers,
+        concurrency: a.concurrency,
+        duplicates: a.duplicates,
+        crashes: a.crashes,
+        backfill_at: a.backfill_at,
+        manifest_shards: a.manifest_shards,
+        seed: a.seed,
+        encode: simulate::model::Latency::new(a.encode_ms[0], a.encode_ms[1]),
+        visibility_s: a.visibility,
+        wait_s: a.wait,
+        ramp_per_10s: a.ramp_per_10s,
+        counter_flush_s: a.counter_flush_s,
+        assemblers: a.assemblers,
+        multipart_threshold: a.multipart_threshold,
+        part_size: a.part_size,
+        model: simulate::model::ServiceModel {
+            dynamo_writes_per_partition: a.dynamo_writes_per_partition,
+            ..Default::default()
+        },
+        work: a.work,
+        ..Default::default()
+    };
+    let report = simulate::simulate(&cfg)?;
+    let comparison = if a.compare_embedded {
+        Some(simulate::compare::compare(&cfg, &report)?)
+    } else {
+        None
+    };
+    if a.json {
+        let mut doc = serde_json::to_value(&report)?;
+        if let Some(c) = &comparison {
+            doc["compare_embedded"] = serde_json::to_value(c)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{}", simulate::render(&report));
+        if let Some(c) = &comparison {
+            print!("{}", simulate::compare::render(c));
+        }
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let command = Cli::parse().command;
+    if let Cmd::Simulate(a) = command {
+        return simulate_cmd(a);
+    }
     if let Cmd::Ledger {
         windows,
         attempts,
@@ -129,7 +252,7 @@ fn main() -> anyhow::Result<()> {
         bare_manifest_rows,
     } = command
     else {
-        unreachable!("decode and ledger returned above")
+        unreachable!("simulate, decode and ledger returned above")
     };
     let bin = match bin {
         Some(b) => b,

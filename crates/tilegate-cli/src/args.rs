@@ -253,6 +253,11 @@ pub struct PoolArgs {
     /// orchestrator's own limit (Kubernetes: terminationGracePeriodSeconds).
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub shutdown_grace_s: u64,
+    /// How often the pool adds its counters to the job's counter row. Every worker writes that
+    /// one row: with hundreds of workers, lengthen it so their sum stays under DynamoDB's
+    /// ~1,000 write units a second per partition (CAPACITY.md).
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub counter_flush_s: f64,
 }
 
 #[derive(Debug, Args)]

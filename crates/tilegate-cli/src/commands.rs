@@ -275,6 +275,7 @@ fn worker_config(p: &PoolArgs, stop: StopWhen) -> WorkerConfig {
     cfg.visibility = Duration::from_secs(p.visibility.max(1));
     cfg.skip_existing = !p.no_skip_existing;
     cfg.shutdown_grace = Duration::from_secs(p.shutdown_grace_s);
+    cfg.counter_flush = Duration::from_secs_f64(p.counter_flush_s.clamp(0.05, 3600.0));
     cfg.stop = stop;
     cfg
 }

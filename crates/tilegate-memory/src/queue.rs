@@ -4,7 +4,7 @@
 
 use crate::clock::Clock;
 use async_trait::async_trait;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tilegate_core::queue::{
@@ -31,6 +31,8 @@ pub struct MemoryQueue {
 struct State {
     /// Send order → message.
     messages: BTreeMap<u64, Message>,
+    /// (visible_at, send order) of every message: receives take from its front.
+    by_visible: BTreeSet<(UnixMillis, u64)>,
     /// Current receipt → send order.
     receipts: HashMap<String, u64>,
     dead: Vec<DeadLetter>,
@@ -59,8 +61,26 @@ fn millis(d: Duration) -> UnixMillis {
 }
 
 impl State {
+    fn insert(&mut self, seq: u64, m: Message) {
+        self.by_visible.insert((m.visible_at, seq));
+        self.messages.insert(seq, m);
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<Message> {
+        let m = self.messages.remove(&seq)?;
+        self.by_visible.remove(&(m.visible_at, seq));
+        Some(m)
+    }
+
+    fn set_visible_at(&mut self, seq: u64, at: UnixMillis) {
+        let m = self.messages.get_mut(&seq).expect("a listed message");
+        self.by_visible.remove(&(m.visible_at, seq));
+        m.visible_at = at;
+        self.by_visible.insert((at, seq));
+    }
+
     fn bury(&mut self, seq: u64, reason: String, now: UnixMillis) -> bool {
-        let Some(m) = self.messages.remove(&seq) else {
+        let Some(m) = self.remove(seq) else {
             return false;
         };
         if let Some(r) = &m.receipt {
@@ -100,15 +120,12 @@ impl MemoryQueue {
         let now = self.clock.now_millis();
         let want = opts.max.clamp(1, MAX_BATCH) as usize;
         let mut st = self.lock();
-        let visible: Vec<u64> = st
-            .messages
-            .iter()
-            .filter(|(_, m)| m.visible_at <= now)
-            .map(|(seq, _)| *seq)
-            .collect();
         let mut out = Vec::new();
-        for seq in visible {
-            if out.len() == want {
+        while out.len() < want {
+            let Some(&(at, seq)) = st.by_visible.first() else {
+                break;
+            };
+            if at > now {
                 break;
             }
             let count = st.messages[&seq].receive_count;
@@ -130,9 +147,9 @@ impl MemoryQueue {
             if let Some(old) = m.receipt.replace(receipt.clone()) {
                 st.receipts.remove(&old);
             }
+            st.set_visible_at(seq, now.saturating_add(millis(opts.visibility)));
             let m = st.messages.get_mut(&seq).expect("listed above");
             m.receive_count += 1;
-            m.visible_at = now.saturating_add(millis(opts.visibility));
             out.push(Received {
                 message_id: m.id.clone(),
                 receipt: receipt.clone(),
@@ -142,7 +159,7 @@ impl MemoryQueue {
             });
             st.receipts.insert(receipt, seq);
         }
-        let next = st.messages.values().map(|m| m.visible_at).min();
+        let next = st.by_visible.first().map(|(at, _)| *at);
         (out, next)
     }
 }
@@ -175,7 +192,7 @@ impl WorkQueue for MemoryQueue {
             for body in bodies {
                 st.seq += 1;
                 let seq = st.seq;
-                st.messages.insert(
+                st.insert(
                     seq,
                     Message {
                         id: format!("m{seq:016x}"),
@@ -207,6 +224,7 @@ impl WorkQueue for MemoryQueue {
             let until = next.map_or(deadline, |n| n.clamp(now + 1, deadline));
             let nap = Duration::from_millis(u64::try_from(until - now).unwrap_or(1));
             tokio::select! {
+                biased;
                 () = &mut woken => {}
                 () = tokio::time::sleep(nap) => {}
             }
@@ -218,7 +236,7 @@ impl WorkQueue for MemoryQueue {
         let Some(seq) = st.receipts.remove(receipt) else {
             return Ok(AckOutcome::Stale);
         };
-        st.messages.remove(&seq);
+        st.remove(seq);
         Ok(AckOutcome::Deleted)
     }
 
@@ -229,11 +247,7 @@ impl WorkQueue for MemoryQueue {
             let Some(seq) = st.receipts.get(receipt).copied() else {
                 return Ok(AckOutcome::Stale);
             };
-            let m = st
-                .messages
-                .get_mut(&seq)
-                .expect("a receipt names a message");
-            m.visible_at = now.saturating_add(millis(timeout));
+            st.set_visible_at(seq, now.saturating_add(millis(timeout)));
         }
         if timeout.is_zero() {
             self.ready.notify_waiters();
@@ -266,7 +280,7 @@ impl WorkQueue for MemoryQueue {
             for d in &back {
                 st.seq += 1;
                 let seq = st.seq;
-                st.messages.insert(
+                st.insert(
                     seq,
                     Message {
                         id: d.message_id.clone(),
@@ -287,7 +301,7 @@ impl WorkQueue for MemoryQueue {
     async fn depth(&self) -> StoreResult<QueueDepth> {
         let now = self.clock.now_millis();
         let st = self.lock();
-        let visible = st.messages.values().filter(|m| m.visible_at <= now).count() as u64;
+        let visible = st.by_visible.range(..(now.saturating_add(1), 0)).count() as u64;
         Ok(QueueDepth {
             visible,
             in_flight: st.messages.len() as u64 - visible,

@@ -505,12 +505,29 @@ async fn encode(
     attempt: u32,
     deltas: &mut Deltas,
 ) -> Result<(Vec<u8>, Option<ReducedWindow>, StepTimes), Failure> {
+    if let Some(stand_in) = &shared.cfg.stand_in {
+        // On Tokio's clock: a simulation's stand-in takes simulated time.
+        let started = tokio::time::Instant::now();
+        let tile = stand_in
+            .encode(job, window, attempt)
+            .await
+            .map_err(|e| Failure::retryable("encoder-failed", e))?;
+        let times = StepTimes {
+            encode: started.elapsed(),
+            ..StepTimes::default()
+        };
+        return Ok((tile, None, times));
+    }
     let req = encode_request(job, window)?;
     let reduce = (shared.cfg.reduce_into.as_ref())
         .filter(|r| r.job() == &job.job_id)
         .map(|r| r.resampling());
     let (tx, rx) = tokio::sync::oneshot::channel();
-    shared.pool.spawn(move || {
+    let pool = shared
+        .pool
+        .as_ref()
+        .expect("GDAL's encoder threads without a stand-in");
+    pool.spawn(move || {
         let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             fault::encoder_panic(&window.to_string(), attempt);
             tilegate_cog::encode_window_reducing(&req, reduce)

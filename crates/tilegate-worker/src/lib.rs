@@ -11,4 +11,4 @@ pub mod regenerate;
 pub mod repair;
 
 pub use handle::WindowOutcome;
-pub use pool::{StopWhen, WorkReport, Worker, WorkerConfig, worker_name};
+pub use pool::{StandInEncoder, StopWhen, WorkReport, Worker, WorkerConfig, worker_name};

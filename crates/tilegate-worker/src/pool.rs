@@ -9,13 +9,13 @@ use tilegate_cog::ReducedWindows;
 use tilegate_core::metrics::Counters;
 use tilegate_core::queue::{ReceiveOptions, Received};
 use tilegate_core::table::JobRecord;
-use tilegate_core::{Backends, JobId, StoreResult};
+use tilegate_core::{Backends, JobId, StoreResult, Window};
 use tilegate_planner::SourceGuard;
 use tokio::sync::{Mutex, Semaphore, watch};
 use tokio::task::JoinSet;
 
-/// How often pending counter deltas are written to the counter table.
-const COUNTER_FLUSH_PERIOD: Duration = Duration::from_secs(1);
+/// How often pending counter deltas are written to the counter table, by default.
+pub const COUNTER_FLUSH_PERIOD: Duration = Duration::from_secs(1);
 
 /// How long a pool with windows in flight and nothing queued waits before looking again (a
 /// finishing window ends the wait sooner).
@@ -63,6 +63,27 @@ pub struct WorkerConfig {
     /// Where to leave each written window's first overview level for this process's assembler
     /// (`tilegate run`); `None` for a pool whose tiles another process assembles.
     pub reduce_into: Option<Arc<ReducedWindows>>,
+    /// How often this pool adds its counter deltas to the job's counter row. Every pool
+    /// writes the same row (one DynamoDB partition, ~1,000 write units a second, an update of
+    /// it costing about three): past a few hundred pools, lengthen it (CAPACITY.md).
+    pub counter_flush: Duration,
+    /// Encode with this instead of GDAL (a simulation's timed stand-in); `None`: GDAL, on a
+    /// pool of `threads` encoder threads. With a stand-in no encoder thread is started.
+    pub stand_in: Option<Arc<dyn StandInEncoder>>,
+}
+
+/// An encoder that stands in for GDAL's: a window's tile bytes after the time it models. The
+/// rest of the window's handling (pin checks, the create-if-absent write, the manifest row,
+/// the acknowledgement) is the worker's own, unchanged.
+#[async_trait::async_trait]
+pub trait StandInEncoder: Send + Sync + std::fmt::Debug {
+    /// The tile for `window` of `job` on receive `attempt`; `Err` is a retryable encoder fault.
+    async fn encode(
+        &self,
+        job: &JobRecord,
+        window: Window,
+        attempt: u32,
+    ) -> Result<Vec<u8>, String>;
 }
 
 impl Default for WorkerConfig {
@@ -77,6 +98,8 @@ impl Default for WorkerConfig {
             stop: StopWhen::QueueDrained,
             shutdown_grace: Duration::from_secs(30),
             reduce_into: None,
+            counter_flush: COUNTER_FLUSH_PERIOD,
+            stand_in: None,
         }
     }
 }
@@ -177,7 +200,10 @@ impl InFlight {
                 None => std::future::pending().await,
             }
         };
+        // Biased (in this order) rather than random: the same inputs take the same branch, so
+        // a simulation on a paused clock replays exactly.
         tokio::select! {
+            biased;
             done = self.tasks.join_next_with_id() => {
                 if let Some(done) = done {
                     self.finished(done);
@@ -271,7 +297,8 @@ pub(crate) struct Shared {
     pub(crate) cfg: WorkerConfig,
     pub(crate) counters: Arc<Counters>,
     pub(crate) guard: SourceGuard,
-    pub(crate) pool: rayon::ThreadPool,
+    /// GDAL's encoder threads (`None` with a stand-in encoder).
+    pub(crate) pool: Option<rayon::ThreadPool>,
     pub(crate) pending: PendingCounters,
     /// This process's name on the manifest rows it records (`host:pid`).
     pub(crate) worker_name: String,
@@ -360,16 +387,18 @@ impl std::fmt::Debug for Worker {
 
 impl Worker {
     pub fn new(b: Backends, cfg: WorkerConfig, counters: Arc<Counters>) -> Self {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(cfg.threads.max(1))
-            .thread_name(|i| format!("tilegate-encode-{i}"))
-            // The encoder catches its own panics; this only keeps rayon from aborting the
-            // process if anything else spawned here ever panics.
-            .panic_handler(|p| {
-                tracing::error!(error = %panic_message(p.as_ref()), "encoder thread panicked");
-            })
-            .build()
-            .expect("build the encoder thread pool");
+        let pool = cfg.stand_in.is_none().then(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(cfg.threads.max(1))
+                .thread_name(|i| format!("tilegate-encode-{i}"))
+                // The encoder catches its own panics; this only keeps rayon from aborting the
+                // process if anything else spawned here ever panics.
+                .panic_handler(|p| {
+                    tracing::error!(error = %panic_message(p.as_ref()), "encoder thread panicked");
+                })
+                .build()
+                .expect("build the encoder thread pool")
+        });
         Self {
             shared: Arc::new(Shared {
                 b,
@@ -413,14 +442,14 @@ impl Worker {
             rx: stop,
             open: true,
         };
-        let mut last_flush = std::time::Instant::now();
+        let mut last_flush = tokio::time::Instant::now();
         let mut checked_at = None;
         let mut faults = QueueFaults::default();
         let mut fatal: Option<tilegate_core::StoreError> = None;
         loop {
-            if last_flush.elapsed() >= COUNTER_FLUSH_PERIOD {
+            if last_flush.elapsed() >= cfg.counter_flush {
                 flush_counters(shared).await;
-                last_flush = std::time::Instant::now();
+                last_flush = tokio::time::Instant::now();
             }
             flight.reap();
             if stop.asked() {
