@@ -475,11 +475,9 @@ fn dead_letter_fate(data: &Path, b: &Backends, before: usize, n: usize) -> Resul
 /// permanent, typed error, and nothing is queued.
 fn refused_at_send(e: &tilegate_core::StoreError) -> Result<String, String> {
     use std::error::Error as _;
-    use tilegate_embedded::EmbeddedError;
-    match e.source().and_then(|s| s.downcast_ref::<EmbeddedError>()) {
-        Some(EmbeddedError::MessageTooLarge { .. }) if !e.is_retryable() => {
-            Ok("message-too-large".into())
-        }
+    use tilegate_core::queue::MessageTooLarge;
+    match e.source().and_then(|s| s.downcast_ref::<MessageTooLarge>()) {
+        Some(MessageTooLarge { .. }) if !e.is_retryable() => Ok("message-too-large".into()),
         _ => Err(format!(
             "the queue refused the message: {}",
             tilegate_core::error::chain(e)

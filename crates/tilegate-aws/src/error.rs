@@ -134,9 +134,6 @@ pub enum AwsError {
     /// A backend URL that cannot be used.
     #[error("parse backend url `{url}`: {reason}")]
     InvalidUrl { url: String, reason: String },
-    /// A queue message larger than the contract allows.
-    #[error("send a message of {size} bytes: the limit is {limit}")]
-    MessageTooLarge { size: usize, limit: usize },
     /// Entries of a batch that the provider kept refusing.
     #[error("send {failed} of {total} messages: {detail}")]
     BatchRefused {

@@ -38,8 +38,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tilegate_core::queue::{
-    AckOutcome, DEFAULT_MAX_RECEIVE_COUNT, DeadLetter, MAX_MESSAGE_BYTES, QueueDepth,
-    ReceiveOptions, Received, WorkQueue,
+    AckOutcome, DEFAULT_MAX_RECEIVE_COUNT, DeadLetter, QueueDepth, ReceiveOptions, Received,
+    WorkQueue, refuse_oversized,
 };
 use tilegate_core::{Retry, StoreError, StoreResult, now_millis};
 use tracing::{debug, info, warn};
@@ -781,17 +781,7 @@ impl WorkQueue for SqsQueue {
     }
 
     async fn send_batch(&self, bodies: &[String]) -> StoreResult<()> {
-        if let Some(big) = bodies.iter().find(|b| b.len() > MAX_MESSAGE_BYTES) {
-            return Err(own_error(
-                "send",
-                &self.name,
-                Retry::Permanent,
-                AwsError::MessageTooLarge {
-                    size: big.len(),
-                    limit: MAX_MESSAGE_BYTES,
-                },
-            ));
-        }
+        refuse_oversized(&self.name, bodies)?;
         let entries = bodies
             .iter()
             .enumerate()

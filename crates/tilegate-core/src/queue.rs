@@ -11,6 +11,31 @@ pub const DEFAULT_MAX_RECEIVE_COUNT: u32 = 3;
 /// Largest message body accepted, in bytes (SQS's limit).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
+/// A message larger than [`MAX_MESSAGE_BYTES`], refused before anything is sent.
+#[derive(Debug, thiserror::Error)]
+#[error("send a message of {size} bytes: the limit is {limit}")]
+pub struct MessageTooLarge {
+    pub size: usize,
+    pub limit: usize,
+}
+
+/// Refuse a batch holding a message larger than the contract allows (every queue, before
+/// sending any of it): a permanent [`crate::StoreError`] naming `queue`.
+pub fn refuse_oversized(queue: &str, bodies: &[String]) -> StoreResult<()> {
+    match bodies.iter().find(|b| b.len() > MAX_MESSAGE_BYTES) {
+        Some(big) => Err(crate::StoreError::backend(
+            "send",
+            queue,
+            crate::Retry::Permanent,
+            MessageTooLarge {
+                size: big.len(),
+                limit: MAX_MESSAGE_BYTES,
+            },
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A received message. The receipt is valid until the visibility timeout lapses and the
 /// message is received again.
 #[derive(Debug, Clone, PartialEq, Eq)]

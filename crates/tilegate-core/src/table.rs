@@ -205,6 +205,41 @@ pub struct ClaimRecord {
     pub output: Option<OutputRef>,
 }
 
+impl ClaimRecord {
+    /// Whether a new owner may take this claim at `now`: it expired and is not done.
+    pub fn takeable(&self, now: UnixMillis) -> bool {
+        self.expires_at < now && self.state != ClaimState::Done
+    }
+
+    /// Whether `owner` with `fencing_token` may make `change`: it must hold the claim, and
+    /// renew and complete only while the claim is held (not done).
+    pub fn allows(&self, owner: &str, fencing_token: u64, change: &ClaimChange) -> bool {
+        let holds = self.owner == owner && self.fencing_token == fencing_token;
+        match change {
+            ClaimChange::Renew { .. } | ClaimChange::Complete { .. } => {
+                holds && self.state == ClaimState::Held
+            }
+            ClaimChange::Release => holds,
+        }
+    }
+
+    /// The claim after `change` (which [`Self::allows`] allowed).
+    pub fn changed(&self, change: ClaimChange) -> Self {
+        let mut next = self.clone();
+        match change {
+            ClaimChange::Renew { expires_at } => next.expires_at = expires_at,
+            ClaimChange::Complete { output } => {
+                next.state = ClaimState::Done;
+                next.output = Some(output);
+            }
+            // Expired at once: `expires_at < now` holds for any later acquirer. The state is
+            // kept, so releasing a done claim never reopens it.
+            ClaimChange::Release => next.expires_at = UnixMillis::MIN,
+        }
+        next
+    }
+}
+
 /// The result of trying to acquire a claim.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AcquireOutcome {

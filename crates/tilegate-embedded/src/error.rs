@@ -33,9 +33,6 @@ pub enum EmbeddedError {
     /// A multipart completion naming no parts, or parts out of ascending order.
     #[error("complete the upload: {0}")]
     InvalidPartList(&'static str),
-    /// A queue message larger than the contract allows.
-    #[error("send a message of {size} bytes: the limit is {limit}")]
-    MessageTooLarge { size: usize, limit: usize },
     /// A number that SQLite's signed 64-bit integers cannot hold.
     #[error("store {what}: {value} does not fit in a signed 64-bit integer")]
     OutOfRange { what: &'static str, value: u128 },

@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tilegate_core::queue::{
-    AckOutcome, DeadLetter, MAX_MESSAGE_BYTES, QueueDepth, ReceiveOptions, Received, WorkQueue,
+    AckOutcome, DeadLetter, QueueDepth, ReceiveOptions, Received, WorkQueue, refuse_oversized,
 };
-use tilegate_core::{Retry, StoreError, StoreResult, UnixMillis};
+use tilegate_core::{StoreResult, UnixMillis};
 use tokio::sync::Notify;
 
 /// The most messages one receive returns (SQS's limit).
@@ -47,13 +47,6 @@ struct Message {
     visible_at: UnixMillis,
     receive_count: u32,
     receipt: Option<String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("send a message of {size} bytes: the limit is {limit}")]
-struct TooLarge {
-    size: usize,
-    limit: usize,
 }
 
 fn millis(d: Duration) -> UnixMillis {
@@ -175,17 +168,7 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn send_batch(&self, bodies: &[String]) -> StoreResult<()> {
-        if let Some(big) = bodies.iter().find(|b| b.len() > MAX_MESSAGE_BYTES) {
-            return Err(StoreError::backend(
-                "send",
-                &self.name,
-                Retry::Permanent,
-                TooLarge {
-                    size: big.len(),
-                    limit: MAX_MESSAGE_BYTES,
-                },
-            ));
-        }
+        refuse_oversized(&self.name, bodies)?;
         let now = self.clock.now_millis();
         {
             let mut st = self.lock();

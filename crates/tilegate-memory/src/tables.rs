@@ -204,9 +204,7 @@ impl ClaimTable for MemoryTables {
         let mut st = self.lock();
         let (token, version) = match st.claims.get(resource) {
             None => (1, 1),
-            Some(c) if c.row.expires_at < now && c.row.state != ClaimState::Done => {
-                (c.row.fencing_token + 1, c.version + 1)
-            }
+            Some(c) if c.row.takeable(now) => (c.row.fencing_token + 1, c.version + 1),
             Some(c) => return Ok(AcquireOutcome::Existing(c.clone())),
         };
         let claim = Versioned {
@@ -235,26 +233,10 @@ impl ClaimTable for MemoryTables {
         let Some(current) = st.claims.get_mut(resource) else {
             return Ok(UpdateOutcome::Superseded(None));
         };
-        let c = &current.row;
-        let holds = c.owner == owner && c.fencing_token == fencing_token;
-        let allowed = match change {
-            ClaimChange::Renew { .. } | ClaimChange::Complete { .. } => {
-                holds && c.state == ClaimState::Held
-            }
-            ClaimChange::Release => holds,
-        };
-        if !allowed {
+        if !current.row.allows(owner, fencing_token, &change) {
             return Ok(UpdateOutcome::Superseded(Some(current.clone())));
         }
-        match change {
-            ClaimChange::Renew { expires_at } => current.row.expires_at = expires_at,
-            ClaimChange::Complete { output } => {
-                current.row.state = ClaimState::Done;
-                current.row.output = Some(output);
-            }
-            // Expired at once; the state is kept, so releasing a done claim never reopens it.
-            ClaimChange::Release => current.row.expires_at = UnixMillis::MIN,
-        }
+        current.row = current.row.changed(change);
         current.version += 1;
         Ok(UpdateOutcome::Updated {
             version: current.version,

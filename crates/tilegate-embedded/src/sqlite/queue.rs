@@ -9,14 +9,14 @@
 //! working on the message.
 
 use super::{Cached as _, SqliteBackend, TxResult, to_u64};
-use crate::error::EmbeddedError;
+
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension as _, params};
 use std::time::{Duration, Instant};
 use tilegate_core::queue::{
-    AckOutcome, DeadLetter, MAX_MESSAGE_BYTES, QueueDepth, ReceiveOptions, Received, WorkQueue,
+    AckOutcome, DeadLetter, QueueDepth, ReceiveOptions, Received, WorkQueue, refuse_oversized,
 };
-use tilegate_core::{Retry, StoreError, StoreResult, UnixMillis, now_millis};
+use tilegate_core::{StoreResult, UnixMillis, now_millis};
 use tracing::{debug, info, warn};
 
 /// SQS returns at most 10 messages per receive; so does this queue, so that workers behave the
@@ -156,17 +156,7 @@ impl WorkQueue for SqliteQueue {
     }
 
     async fn send_batch(&self, bodies: &[String]) -> StoreResult<()> {
-        if let Some(big) = bodies.iter().find(|b| b.len() > MAX_MESSAGE_BYTES) {
-            return Err(StoreError::backend(
-                "send",
-                &self.queue,
-                Retry::Permanent,
-                EmbeddedError::MessageTooLarge {
-                    size: big.len(),
-                    limit: MAX_MESSAGE_BYTES,
-                },
-            ));
-        }
+        refuse_oversized(&self.queue, bodies)?;
         if bodies.is_empty() {
             return Ok(());
         }

@@ -327,7 +327,7 @@ impl ClaimTable for SqliteBackend {
             let current = get_claim_row(tx, &resource)?;
             let (token, version) = match &current {
                 None => (1, 1),
-                Some(c) if c.row.expires_at < now && c.row.state != ClaimState::Done => {
+                Some(c) if c.row.takeable(now) => {
                     (c.row.fencing_token + 1, c.version + 1)
                 }
                 Some(c) => {
@@ -366,28 +366,11 @@ impl ClaimTable for SqliteBackend {
                 return Ok(UpdateOutcome::Superseded(None));
             };
             let c = &current.row;
-            let holds = c.owner == owner && c.fencing_token == fencing_token;
-            let allowed = match change {
-                ClaimChange::Renew { .. } | ClaimChange::Complete { .. } => {
-                    holds && c.state == ClaimState::Held
-                }
-                ClaimChange::Release => holds,
-            };
-            if !allowed {
+            if !c.allows(&owner, fencing_token, &change) {
                 debug!(store = "sqlite", resource = %resource, owner = %owner, fencing_token, holder = %c.owner, outcome = "superseded", "change claim");
                 return Ok(UpdateOutcome::Superseded(Some(current)));
             }
-            let mut next = c.clone();
-            match change {
-                ClaimChange::Renew { expires_at } => next.expires_at = expires_at,
-                ClaimChange::Complete { output } => {
-                    next.state = ClaimState::Done;
-                    next.output = Some(output);
-                }
-                // Expired at once: `expires_at < now` holds for any later acquirer. The state is
-                // kept, so releasing a done claim never reopens it.
-                ClaimChange::Release => next.expires_at = UnixMillis::MIN,
-            }
+            let next = c.changed(change);
             let version = current.version + 1;
             store_claim(tx, &next, version)?;
             Ok(UpdateOutcome::Updated { version })
