@@ -4,12 +4,11 @@
 //! request counts, side by side, say how far the simulation's accounting can be trusted.
 
 use super::model::{Model, Modelled, ServiceModel};
-use super::{Report, SimConfig, plan_options, scene_vrt, worker_config};
+use super::{Report, SimConfig, assemble_options, plan_options, scene_vrt, worker_config};
 use anyhow::Context as _;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 use tilegate_core::Backends;
 use tilegate_core::metrics::Counters;
 use tilegate_embedded::{LocalObjectStore, SqliteBackend};
@@ -54,8 +53,7 @@ pub fn compare(cfg: &SimConfig, simulated: &Report) -> anyhow::Result<Comparison
         let model = Model::new(ServiceModel::counting(), cfg.seed);
         let (b, _) = Modelled::wrap(inner, Arc::clone(&model), 0.0, cfg.seed);
         let started = std::time::Instant::now();
-        let mut opts = plan_options(cfg);
-        opts.recipe.window = cfg.window;
+        let opts = plan_options(cfg);
         let plan = tilegate_planner::plan(&b, vrt.to_str().context("a UTF-8 path")?, &opts).await?;
         let mut runs = tokio::task::JoinSet::new();
         for _ in 0..cfg.workers.max(1) {
@@ -66,17 +64,7 @@ pub fn compare(cfg: &SimConfig, simulated: &Report) -> anyhow::Result<Comparison
             done??;
         }
         if cfg.assemblers > 0 {
-            let opts = tilegate_assembler::AssembleOptions {
-                owner: "compared-assembler".to_owned(),
-                lease_ttl: Duration::from_secs(60),
-                multipart_threshold: cfg.multipart_threshold,
-                part_size: cfg.part_size,
-                resampling: tilegate_cogwrite::Resampling::Average,
-                pause_renewals_after_parts: None,
-                part_delay: Duration::ZERO,
-                reduced: None,
-                attempt: None,
-            };
+            let opts = assemble_options(cfg, "compared-assembler".to_owned());
             tilegate_assembler::assemble(&b, &plan.job.job_id, &opts, &Counters::new())
                 .await
                 .context("assemble the embedded run's scene")?;

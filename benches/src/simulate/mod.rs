@@ -174,19 +174,35 @@ fn stand_in_tiles(job: &tilegate_core::table::JobRecord) -> anyhow::Result<Tiles
             rect,
         };
         let tile = tilegate_cog::encode_window(&req).context("encode a stand-in tile")?;
-        tiles.insert((rect.width, rect.height), Arc::new(tile));
+        tiles.insert((rect.width, rect.height), bytes::Bytes::from(tile));
     }
     Ok(tiles)
 }
 
 fn plan_options(cfg: &SimConfig) -> PlanOptions {
+    let mut recipe = Recipe::copy_all();
+    recipe.window = cfg.window;
     PlanOptions {
-        recipe: Recipe::copy_all(),
+        recipe,
         prefix: Prefix::default(),
         tenant: Tenant::default(),
         resume: false,
         assets: Vec::new(),
         manifest_shards: cfg.manifest_shards,
+    }
+}
+
+fn assemble_options(cfg: &SimConfig, owner: String) -> tilegate_assembler::AssembleOptions {
+    tilegate_assembler::AssembleOptions {
+        owner,
+        lease_ttl: Duration::from_secs(60),
+        multipart_threshold: cfg.multipart_threshold,
+        part_size: cfg.part_size,
+        resampling: tilegate_cogwrite::Resampling::Average,
+        pause_renewals_after_parts: None,
+        part_delay: Duration::ZERO,
+        reduced: None,
+        attempt: None,
     }
 }
 
@@ -333,8 +349,7 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
         cfg.duplicates,
         cfg.seed,
     );
-    let mut opts = plan_options(cfg);
-    opts.recipe.window = cfg.window;
+    let opts = plan_options(cfg);
     let plan = tilegate_planner::plan(&b, vrt.to_str().context("a UTF-8 path")?, &opts).await?;
     let job = plan.job;
     let windows = job.grid.len();
@@ -406,17 +421,7 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
         for i in 0..cfg.assemblers {
             let (b, job_id, cfg) = (b.clone(), job.job_id.clone(), Arc::clone(&cfg));
             racers.spawn(async move {
-                let opts = tilegate_assembler::AssembleOptions {
-                    owner: format!("simulated-assembler-{i}"),
-                    lease_ttl: Duration::from_secs(60),
-                    multipart_threshold: cfg.multipart_threshold,
-                    part_size: cfg.part_size,
-                    resampling: tilegate_cogwrite::Resampling::Average,
-                    pause_renewals_after_parts: None,
-                    part_delay: Duration::ZERO,
-                    reduced: None,
-                    attempt: None,
-                };
+                let opts = assemble_options(&cfg, format!("simulated-assembler-{i}"));
                 tilegate_assembler::assemble(&b, &job_id, &opts, &Counters::new()).await
             });
         }

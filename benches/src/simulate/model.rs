@@ -30,7 +30,8 @@ use tilegate_core::queue::{
 };
 use tilegate_core::table::{
     AcquireOutcome, ClaimChange, ClaimRecord, ClaimTable, CounterTable, CreateOutcome, JobRecord,
-    JobTable, ManifestEntry, ManifestTable, UpdateOutcome, Versioned, manifest_partition,
+    JobTable, ManifestEntry, ManifestTable, ShardCounts, UpdateOutcome, Versioned,
+    manifest_partition,
 };
 use tilegate_core::{Backends, Retry, StoreError, StoreResult, UnixMillis};
 
@@ -429,7 +430,7 @@ pub struct Modelled {
     inner: Backends,
     model: Arc<Model>,
     /// Each job's manifest shard count (read unbilled from the inner table once).
-    shards: Arc<Mutex<HashMap<JobId, u32>>>,
+    shards: Arc<ShardCounts>,
     /// Fraction of sent messages that the queue delivers twice.
     duplicates: f64,
     dup_rng: Arc<Mutex<Rng>>,
@@ -472,22 +473,9 @@ impl Modelled {
         self.duplicated.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    async fn shards(&self, job: &JobId) -> StoreResult<u32> {
-        if let Some(n) = self.shards.lock().expect("shards").get(job) {
-            return Ok(*n);
-        }
-        let n = self
-            .inner
-            .jobs
-            .get_job(job)
-            .await?
-            .map_or(1, |j| j.row.manifest_shards.max(1));
-        self.shards.lock().expect("shards").insert(job.clone(), n);
-        Ok(n)
-    }
-
     async fn manifest_pk(&self, job: &JobId, w: Window) -> StoreResult<String> {
-        Ok(manifest_partition(job, w, self.shards(job).await?))
+        let shards = self.shards.of(self.inner.jobs.as_ref(), job).await?;
+        Ok(manifest_partition(job, w, shards))
     }
 }
 

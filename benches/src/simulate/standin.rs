@@ -6,6 +6,7 @@
 
 use super::model::{Latency, hashed_unit};
 use async_trait::async_trait;
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +20,8 @@ const TIME_SALT: u64 = 0x5eed_0001;
 const CRASH_SALT: u64 = 0x5eed_0002;
 
 /// A real tile for each window size (width, height).
-pub type Tiles = HashMap<(u32, u32), Arc<Vec<u8>>>;
+/// Shared, never copied: every window of a size stores the same bytes.
+pub type Tiles = HashMap<(u32, u32), Bytes>;
 
 #[derive(Debug)]
 pub struct StandIn {
@@ -47,12 +49,7 @@ fn hashed_normal(seed: u64, key: &[u64]) -> f64 {
 
 #[async_trait]
 impl StandInEncoder for StandIn {
-    async fn encode(
-        &self,
-        job: &JobRecord,
-        window: Window,
-        attempt: u32,
-    ) -> Result<Vec<u8>, String> {
+    async fn encode(&self, job: &JobRecord, window: Window, attempt: u32) -> Result<Bytes, String> {
         self.encodes.fetch_add(1, Ordering::Relaxed);
         let k = key(window, attempt);
         let took = self.encode.draw(hashed_normal(self.seed ^ TIME_SALT, &k));
@@ -70,7 +67,7 @@ impl StandInEncoder for StandIn {
             .ok_or_else(|| format!("window {window} is outside the grid"))?;
         self.tiles
             .get(&(rect.width, rect.height))
-            .map(|t| t.as_ref().clone())
+            .cloned()
             .ok_or_else(|| format!("no stand-in tile of {}×{}", rect.width, rect.height))
     }
 }

@@ -110,6 +110,27 @@ pub fn manifest_partitions(job: &JobId, shards: u32) -> Vec<String> {
     (0..shards).map(|n| format!("{job}#{n:02}")).collect()
 }
 
+/// Each job's manifest shard count, read from its job row once per process: the count never
+/// changes after the row is created. A job without a row counts as unsharded and is not kept
+/// (its row may come later).
+#[derive(Debug, Default)]
+pub struct ShardCounts(std::sync::Mutex<std::collections::HashMap<JobId, u32>>);
+
+impl ShardCounts {
+    /// `job`'s shard count, from `jobs` the first time.
+    pub async fn of(&self, jobs: &dyn JobTable, job: &JobId) -> StoreResult<u32> {
+        if let Some(n) = self.0.lock().expect("shard counts").get(job) {
+            return Ok(*n);
+        }
+        let Some(row) = jobs.get_job(job).await? else {
+            return Ok(1);
+        };
+        let n = row.row.manifest_shards.max(1);
+        self.0.lock().expect("shard counts").insert(job.clone(), n);
+        Ok(n)
+    }
+}
+
 /// A published object, by exact key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputRef {
@@ -209,6 +230,34 @@ impl ClaimRecord {
     /// Whether a new owner may take this claim at `now`: it expired and is not done.
     pub fn takeable(&self, now: UnixMillis) -> bool {
         self.expires_at < now && self.state != ClaimState::Done
+    }
+
+    /// The claim `owner` would hold after acquiring `resource` at `now` until `expires_at`,
+    /// given what is stored (`current`): a first claim (token 1) or a takeover of an expired,
+    /// unfinished one (token + 1), or the current claim if it cannot be taken.
+    pub fn acquire(
+        current: Option<&Versioned<Self>>,
+        resource: &str,
+        owner: &str,
+        now: UnixMillis,
+        expires_at: UnixMillis,
+    ) -> AcquireOutcome {
+        let (fencing_token, version) = match current {
+            None => (1, 1),
+            Some(c) if c.row.takeable(now) => (c.row.fencing_token + 1, c.version + 1),
+            Some(c) => return AcquireOutcome::Existing(c.clone()),
+        };
+        AcquireOutcome::Acquired(Versioned {
+            version,
+            row: Self {
+                resource: resource.to_owned(),
+                owner: owner.to_owned(),
+                fencing_token,
+                expires_at,
+                state: ClaimState::Held,
+                output: None,
+            },
+        })
     }
 
     /// Whether `owner` with `fencing_token` may make `change`: it must hold the claim, and

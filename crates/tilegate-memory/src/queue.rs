@@ -284,10 +284,12 @@ impl WorkQueue for MemoryQueue {
     async fn depth(&self) -> StoreResult<QueueDepth> {
         let now = self.clock.now_millis();
         let st = self.lock();
-        let visible = st.by_visible.range(..(now.saturating_add(1), 0)).count() as u64;
+        // Counts the messages in flight (a few per worker), not the visible backlog: workers ask
+        // for the depth whenever they fall idle, and a simulation's receives check it.
+        let in_flight = st.by_visible.range((now.saturating_add(1), 0)..).count() as u64;
         Ok(QueueDepth {
-            visible,
-            in_flight: st.messages.len() as u64 - visible,
+            visible: st.messages.len() as u64 - in_flight,
+            in_flight,
             dead: st.dead.len() as u64,
         })
     }

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tilegate_core::grid::Window;
 use tilegate_core::id::JobId;
 use tilegate_core::table::{
-    AcquireOutcome, ClaimChange, ClaimRecord, ClaimState, ClaimTable, CounterTable, CreateOutcome,
-    JobRecord, JobTable, ManifestEntry, ManifestTable, UpdateOutcome, Versioned,
-    manifest_partition, manifest_partitions,
+    AcquireOutcome, ClaimChange, ClaimRecord, ClaimTable, CounterTable, CreateOutcome, JobRecord,
+    JobTable, ManifestEntry, ManifestTable, UpdateOutcome, Versioned, manifest_partition,
+    manifest_partitions,
 };
 use tilegate_core::{StoreResult, UnixMillis};
 
@@ -202,24 +202,12 @@ impl ClaimTable for MemoryTables {
         expires_at: UnixMillis,
     ) -> StoreResult<AcquireOutcome> {
         let mut st = self.lock();
-        let (token, version) = match st.claims.get(resource) {
-            None => (1, 1),
-            Some(c) if c.row.takeable(now) => (c.row.fencing_token + 1, c.version + 1),
-            Some(c) => return Ok(AcquireOutcome::Existing(c.clone())),
-        };
-        let claim = Versioned {
-            version,
-            row: ClaimRecord {
-                resource: resource.to_owned(),
-                owner: owner.to_owned(),
-                fencing_token: token,
-                expires_at,
-                state: ClaimState::Held,
-                output: None,
-            },
-        };
-        st.claims.insert(resource.to_owned(), claim.clone());
-        Ok(AcquireOutcome::Acquired(claim))
+        let outcome =
+            ClaimRecord::acquire(st.claims.get(resource), resource, owner, now, expires_at);
+        if let AcquireOutcome::Acquired(claim) = &outcome {
+            st.claims.insert(resource.to_owned(), claim.clone());
+        }
+        Ok(outcome)
     }
 
     async fn change(

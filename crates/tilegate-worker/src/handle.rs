@@ -356,12 +356,7 @@ async fn process(
     facts.encode_ms = Some(millis(times.encode));
 
     let commit_started = Instant::now();
-    let (meta, origin, outcome) = match shared
-        .b
-        .objects
-        .put_create(&key, Bytes::from(bytes))
-        .await?
-    {
+    let (meta, origin, outcome) = match shared.b.objects.put_create(&key, bytes).await? {
         PutOutcome::Written(meta) => {
             deltas.bump(shared, m::TILES_WRITTEN);
             // Only this write's bytes are known to be these pixels.
@@ -431,7 +426,7 @@ async fn regenerate_window(
         verify_source(shared, job, deltas).await?;
         let (bytes, _, _) = encode(shared, job, window, receive_count, deltas).await?;
         verify_source(shared, job, deltas).await?;
-        let meta = tilegate_ledger::attempt::put(&shared.b, &row.row, Bytes::from(bytes))
+        let meta = tilegate_ledger::attempt::put(&shared.b, &row.row, bytes)
             .await
             .map_err(attempt_failure)?;
         // Killed here, the object is in place and the row still says `uploading`: a
@@ -504,7 +499,7 @@ async fn encode(
     window: Window,
     attempt: u32,
     deltas: &mut Deltas,
-) -> Result<(Vec<u8>, Option<ReducedWindow>, StepTimes), Failure> {
+) -> Result<(Bytes, Option<ReducedWindow>, StepTimes), Failure> {
     if let Some(stand_in) = &shared.cfg.stand_in {
         // On Tokio's clock: a simulation's stand-in takes simulated time.
         let started = tokio::time::Instant::now();
@@ -536,7 +531,10 @@ async fn encode(
         let _ = tx.send(encoded);
     });
     let detail = match rx.await {
-        Ok(Ok(encoded)) => return Ok(encoded?),
+        Ok(Ok(encoded)) => {
+            let (tile, reduced, times) = encoded?;
+            return Ok((Bytes::from(tile), reduced, times));
+        }
         Ok(Err(payload)) => panic_message(payload.as_ref()),
         Err(_) => "the encoder thread ended without an answer".to_owned(),
     };

@@ -83,7 +83,7 @@ pub trait StandInEncoder: Send + Sync + std::fmt::Debug {
         job: &JobRecord,
         window: Window,
         attempt: u32,
-    ) -> Result<Vec<u8>, String>;
+    ) -> Result<bytes::Bytes, String>;
 }
 
 impl Default for WorkerConfig {

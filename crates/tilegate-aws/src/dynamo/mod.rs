@@ -43,14 +43,14 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, ScalarAttributeType, Select, TableStatus,
 };
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tilegate_core::grid::Window;
 use tilegate_core::id::JobId;
 use tilegate_core::table::{
     AcquireOutcome, ClaimChange, ClaimRecord, ClaimState, ClaimTable, CounterTable, CreateOutcome,
-    JobRecord, JobTable, ManifestEntry, ManifestTable, OutputRef, UpdateOutcome, Versioned,
-    manifest_partition, manifest_partitions,
+    JobRecord, JobTable, ManifestEntry, ManifestTable, OutputRef, ShardCounts, UpdateOutcome,
+    Versioned, manifest_partition, manifest_partitions,
 };
 use tilegate_core::{Retry, StoreError, StoreResult, UnixMillis};
 use tracing::{debug, info};
@@ -80,7 +80,7 @@ pub struct DynamoTables {
     ledger: String,
     retry: RetryPolicy,
     /// Each job's manifest shard count, read from its row once (it never changes).
-    shards: Arc<Mutex<HashMap<JobId, u32>>>,
+    shards: Arc<ShardCounts>,
 }
 
 /// The answer to a conditional write: applied (with the provider's output), or refused with
@@ -611,18 +611,7 @@ impl DynamoTables {
     /// The manifest shard count of `job` (1 when the job has no row: its rows, if any, were
     /// written unsharded).
     async fn manifest_shards(&self, job: &JobId) -> StoreResult<u32> {
-        if let Some(n) = self.shards.lock().expect("shard cache").get(job) {
-            return Ok(*n);
-        }
-        let Some(row) = self.get_job(job).await? else {
-            return Ok(1);
-        };
-        let n = row.row.manifest_shards.max(1);
-        self.shards
-            .lock()
-            .expect("shard cache")
-            .insert(job.clone(), n);
-        Ok(n)
+        self.shards.of(self, job).await
     }
 
     /// The manifest key of `job`'s row for `w`, in the job's shard.

@@ -325,30 +325,18 @@ impl ClaimTable for SqliteBackend {
             // One IMMEDIATE transaction: the predicate (no row, or expired and not done) is
             // evaluated under the write lock, so two acquirers can never both see it true.
             let current = get_claim_row(tx, &resource)?;
-            let (token, version) = match &current {
-                None => (1, 1),
-                Some(c) if c.row.takeable(now) => {
-                    (c.row.fencing_token + 1, c.version + 1)
+            let outcome =
+                ClaimRecord::acquire(current.as_ref(), &resource, &owner, now, expires_at);
+            match &outcome {
+                AcquireOutcome::Acquired(claim) => {
+                    store_claim(tx, &claim.row, claim.version)?;
+                    debug!(store = "sqlite", resource = %resource, owner = %owner, fencing_token = claim.row.fencing_token, outcome = "acquired", "acquire claim");
                 }
-                Some(c) => {
+                AcquireOutcome::Existing(c) => {
                     debug!(store = "sqlite", resource = %resource, owner = %owner, holder = %c.row.owner, outcome = "existing", "acquire claim");
-                    return Ok(AcquireOutcome::Existing(c.clone()));
                 }
-            };
-            let claim = ClaimRecord {
-                resource: resource.clone(),
-                owner: owner.clone(),
-                fencing_token: token,
-                expires_at,
-                state: ClaimState::Held,
-                output: None,
-            };
-            store_claim(tx, &claim, version)?;
-            debug!(store = "sqlite", resource = %resource, owner = %owner, fencing_token = token, outcome = "acquired", "acquire claim");
-            Ok(AcquireOutcome::Acquired(Versioned {
-                version,
-                row: claim,
-            }))
+            }
+            Ok(outcome)
         })
         .await
     }
