@@ -579,6 +579,93 @@ fn status_cost_equals_the_requests_the_emulator_saw() {
     );
 }
 
+/// What a clean run's windows cost on AWS, as the emulator saw it (a proxy counting every
+/// request in front of it): one PUT of the tile and one manifest row per window, no HEAD at all
+/// (a first delivery of a window planned without a row goes straight to the create-if-absent
+/// PUT, whose answer has the ETag the row records; a local source is pinned by its stat), the
+/// acknowledgements ten to a `DeleteMessageBatch`, and receives in batches.
+#[test]
+fn a_clean_aws_work_stage_sends_a_put_a_row_and_a_tenth_of_an_ack_per_window() {
+    let test = "a_clean_aws_work_stage_sends_a_put_a_row_and_a_tenth_of_an_ack_per_window";
+    let Some(aws) = Aws::for_test(test) else {
+        return;
+    };
+    let tmp = tempdir();
+    let data = tmp.path();
+    aws.json(data, &["init", "--create-bucket"]);
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 2048, 8);
+    let plan = aws.json(data, &["plan", scene.to_str().unwrap(), "--window", "256"]);
+    assert_eq!(plan["windows"], 64);
+    let job = plan["job_id"].as_str().unwrap().to_owned();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let s3_and_dynamo = std::env::var("AWS_ENDPOINT_URL").expect("the emulator's endpoint");
+    let sqs = std::env::var("AWS_ENDPOINT_URL_SQS").unwrap_or_else(|_| s3_and_dynamo.clone());
+    let (p1, p2) = rt.block_on(async {
+        (
+            LossyProxy::start(&s3_and_dynamo).await,
+            LossyProxy::start(&sqs).await,
+        )
+    });
+    let out = aws.run(
+        data,
+        &["--json", "work", "--until-empty"],
+        &[
+            ("AWS_ENDPOINT_URL", &p1.url),
+            ("AWS_ENDPOINT_URL_SQS", &p2.url),
+        ],
+    );
+    let work: Value = tilegate_tests::json_of(&["work"], &out);
+    assert_eq!(work["written"], 64, "{work}");
+    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for (line, target) in p1.requests().iter().chain(&p2.requests()) {
+        *seen.entry(operation(line, target.as_deref())).or_default() += 1;
+    }
+    drop((p1, p2));
+    let n = |service: &str, op: &str| {
+        seen.get(&(service.to_owned(), op.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        n("s3", "PUT"),
+        64,
+        "one create-if-absent PUT per tile: {seen:?}"
+    );
+    assert_eq!(n("s3", "HEAD"), 0, "no HEAD on a clean run: {seen:?}");
+    assert_eq!(
+        n("dynamodb", "PutItem"),
+        64,
+        "one manifest row per window: {seen:?}"
+    );
+    assert_eq!(
+        n("sqs", "DeleteMessage"),
+        0,
+        "acknowledged in batches: {seen:?}"
+    );
+    let batches = n("sqs", "DeleteMessageBatch");
+    assert!(
+        (7..=12).contains(&batches),
+        "64 acknowledgements in {batches} batches: {seen:?}"
+    );
+    let receives = n("sqs", "ReceiveMessage");
+    assert!(
+        receives <= 32,
+        "{receives} receives for 64 windows: {seen:?}"
+    );
+    let status = aws.json(data, &["status", &job]);
+    assert_eq!(status["manifest_rows"], 64);
+    assert_eq!(
+        status["queue"]["in_flight"], 0,
+        "every message acknowledged"
+    );
+    assert_eq!(status["queue"]["visible"], 0);
+}
+
 /// The GCS and Azure stores count their requests for the job too (a middleware of each
 /// client's HTTP stack): one upload per tile at least, priced from the default table.
 #[test]

@@ -761,6 +761,13 @@ impl WorkQueue for Modelled {
         self.inner.queue.ack(receipt).await
     }
 
+    async fn ack_batch(&self, receipts: &[String]) -> StoreResult<Vec<AckOutcome>> {
+        for _ in 0..receipts.len().div_ceil(10) {
+            self.model.sqs("DeleteMessageBatch").await?;
+        }
+        self.inner.queue.ack_batch(receipts).await
+    }
+
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<AckOutcome> {
         self.model.sqs("ChangeMessageVisibility").await?;
         self.inner.queue.change_visibility(receipt, timeout).await

@@ -47,8 +47,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tilegate_core::keys::{check_list_prefix, check_store_key as check_key};
 use tilegate_core::object::{
-    DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
-    ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
+    DeleteOptions, DeleteOutcome, Describe, GetOptions, GetOutcome, GetResult, MultipartUpload,
+    ObjectMeta, ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::{Decision, IfMatch, IfNoneMatch};
@@ -666,13 +666,19 @@ impl ObjectStore for S3Store {
                 async move {
                     req.send()
                         .await
-                        .map(|o| o.e_tag().map(str::to_owned))
+                        .map(|o| {
+                            (
+                                o.e_tag().map(str::to_owned),
+                                o.version_id().map(str::to_owned),
+                            )
+                        })
                         .map_err(|e| Failure::from_sdk(SERVICE, e))
                 }
             },
         )
         .await
         .map_err(|f| f.into_store("put", key))?;
+        let describe = opts.describe;
         tilegate_retry::settle(
             "s3",
             key,
@@ -680,7 +686,17 @@ impl ObjectStore for S3Store {
             decision,
             &token,
             self.head(key),
-            async |e_tag| self.written_meta(key, e_tag, Some(size), &stamped).await,
+            async |(e_tag, version)| match (describe, e_tag) {
+                (Describe::FromAnswer, Some(e_tag)) => Ok(ObjectMeta {
+                    key: key.to_owned(),
+                    size,
+                    e_tag: ETag::new(e_tag),
+                    last_modified: SystemTime::now(),
+                    version,
+                    metadata: stamped.clone(),
+                }),
+                (_, e_tag) => self.written_meta(key, e_tag, Some(size), &stamped).await,
+            },
         )
         .await
     }

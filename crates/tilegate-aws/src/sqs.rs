@@ -862,6 +862,59 @@ impl WorkQueue for SqsQueue {
         }
     }
 
+    async fn ack_batch(&self, receipts: &[String]) -> StoreResult<Vec<AckOutcome>> {
+        let mut out = vec![AckOutcome::Stale; receipts.len()];
+        let live: Vec<usize> = {
+            let ledger = self.ledger();
+            (0..receipts.len())
+                .filter(|&i| !ledger.is_stale(&receipts[i]))
+                .collect()
+        };
+        for chunk in live.chunks(MAX_BATCH) {
+            let entries = chunk
+                .iter()
+                .map(|&i| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(&receipts[i])
+                        .build()
+                        .map_err(|e| construction("delete entry", e))
+                })
+                .collect::<StoreResult<Vec<_>>>()?;
+            let answer = retry::run(
+                &self.retry,
+                Idempotency::Idempotent,
+                "ack",
+                &self.name,
+                |_| {
+                    let req = self
+                        .client
+                        .delete_message_batch()
+                        .queue_url(&self.url)
+                        .set_entries(Some(entries.clone()));
+                    async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
+                },
+            )
+            .await
+            .map_err(|f| f.into_store("ack", &self.name))?;
+            for ok in answer.successful() {
+                if let Ok(i) = ok.id().parse::<usize>() {
+                    self.ledger().finished(&receipts[i]);
+                    out[i] = AckOutcome::Deleted;
+                }
+            }
+            // An entry the batch refused is acknowledged on its own, which names a stale
+            // receipt as such and retries anything else.
+            for failed in answer.failed() {
+                if let Ok(i) = failed.id().parse::<usize>() {
+                    out[i] = self.ack(&receipts[i]).await?;
+                }
+            }
+        }
+        debug!(store = "sqs", queue = %self.name, messages = receipts.len(), "acknowledged");
+        Ok(out)
+    }
+
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<AckOutcome> {
         if self.ledger().is_stale(receipt) {
             return Ok(AckOutcome::Stale);

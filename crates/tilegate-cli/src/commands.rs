@@ -475,6 +475,9 @@ async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> 
         "retried": report.retried,
         "released": report.released,
         "counters": counters.snapshot(),
+        // Requests charged to no job (receives and queue-depth checks come before a message
+        // names its job); every other request is in its job's counters.
+        "unattributed_requests": tilegate_retry::meter::unattributed(),
         "elapsed_s": started.elapsed().as_secs_f64(),
     });
     out.emit(&doc, || {

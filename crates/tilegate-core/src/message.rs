@@ -30,6 +30,12 @@ pub struct WindowMessage {
     /// key. A redelivery carries the same attempt ID, so it continues the same attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<AttemptOrder>,
+    /// The window had no manifest row when this message was sent. On its first receive the
+    /// worker then encodes without looking for the tile first (the skip-if-present HEAD) and
+    /// lets the create-if-absent write decide; a redelivery, or a message sent for a recorded
+    /// window, still looks first. Absent (false) in messages from older senders.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unrecorded: bool,
 }
 
 /// Why a message was refused. [`MessageError::reason_code`] is the dead-letter reason.
@@ -91,6 +97,7 @@ impl WindowMessage {
             window,
             tenant: Tenant::default(),
             attempt: None,
+            unrecorded: false,
         }
     }
 

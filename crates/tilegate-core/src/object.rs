@@ -72,11 +72,25 @@ pub enum PutMode {
     Update(UpdateVersion),
 }
 
+/// What a successful write must learn about the object it wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Describe {
+    /// Everything as the store has it, `last_modified` included (S3's PutObject answer has
+    /// no Last-Modified: it is read back with a HEAD `If-Match` the written ETag).
+    #[default]
+    Exact,
+    /// What the write's own answer says (size, ETag, version); where the answer has no
+    /// modification time, `last_modified` is the time the answer came, and no further request
+    /// is made. For writers that record only the ETag and size (a tile's manifest row).
+    FromAnswer,
+}
+
 /// Options for a write.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PutOptions {
     pub mode: PutMode,
     pub metadata: BTreeMap<String, String>,
+    pub describe: Describe,
 }
 
 impl PutOptions {

@@ -108,6 +108,16 @@ pub trait WorkQueue: Send + Sync + std::fmt::Debug {
     async fn send_batch(&self, bodies: &[String]) -> StoreResult<()>;
     async fn receive(&self, opts: ReceiveOptions) -> StoreResult<Vec<Received>>;
     async fn ack(&self, receipt: &str) -> StoreResult<AckOutcome>;
+    /// Acknowledge several received messages in as few requests as the provider allows (SQS:
+    /// one `DeleteMessageBatch` per ten; SQLite: one transaction). One outcome per receipt, in
+    /// order. The default acknowledges them one by one.
+    async fn ack_batch(&self, receipts: &[String]) -> StoreResult<Vec<AckOutcome>> {
+        let mut out = Vec::with_capacity(receipts.len());
+        for r in receipts {
+            out.push(self.ack(r).await?);
+        }
+        Ok(out)
+    }
     /// Reset a received message's visibility timeout (extend while working; zero releases it).
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<AckOutcome>;
     /// Move a received message to the dead-letter queue at once, with its reason.

@@ -217,10 +217,17 @@ pub async fn enqueue_windows(
     let mut enqueued = 0u64;
     let mut chunk = Vec::with_capacity(SEND_CHUNK);
     for w in job.grid.windows() {
-        if only_missing && recorded.contains(&w) {
+        let unrecorded = !recorded.contains(&w);
+        if only_missing && !unrecorded {
             continue;
         }
-        chunk.push(WindowMessage::for_job(job, w).encode());
+        chunk.push(
+            WindowMessage {
+                unrecorded,
+                ..WindowMessage::for_job(job, w)
+            }
+            .encode(),
+        );
         if chunk.len() == SEND_CHUNK {
             b.queue.send_batch(&chunk).await?;
             enqueued += chunk.len() as u64;

@@ -116,6 +116,12 @@ pub fn take_jobs() -> Vec<(JobId, Counts)> {
         .collect()
 }
 
+/// The counts charged to no job so far (a worker's receives and queue-depth checks, which
+/// happen before a message names its job), without taking them.
+pub fn unattributed() -> Counts {
+    meter().get(&None).cloned().unwrap_or_default()
+}
+
 /// Charge every unattributed request so far to `job`: for a command that works on one job
 /// only (`run`, `plan`, `assemble`), whose requests before the job was known (planning) or
 /// outside any scope (idle polls, lease renewals) were all made for it.

@@ -12,7 +12,7 @@ use tilegate_core::error::chain;
 use tilegate_core::ledger::{AttemptOrder, AttemptState, Subject};
 use tilegate_core::message::{MessageError, WindowMessage};
 use tilegate_core::metrics as m;
-use tilegate_core::object::{ObjectMeta, ObjectStoreExt, PutOutcome};
+use tilegate_core::object::{Describe, ObjectMeta, PutOptions, PutOutcome};
 use tilegate_core::queue::Received;
 use tilegate_core::table::{CreateOutcome, JobRecord, ManifestEntry, TileOrigin, WindowFacts};
 use tilegate_core::{JobId, StoreError, Window, now_millis};
@@ -128,17 +128,26 @@ impl Deltas {
     }
 }
 
+/// How a handled message is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ack {
+    /// At once, by the handler (a host that receives messages itself).
+    Now,
+    /// With others, ten to a request ([`crate::acks`]): the pool's receive loop.
+    Batched,
+}
+
 /// Handle one received message to its end, keeping a panic anywhere in the handler inside
 /// this message: it is counted, logged and answered like a retryable fault (the message comes
 /// back after a backoff and is dead-lettered with `handler-panicked` after its last receive),
 /// so one poison message cannot take down the process or the windows beside it.
-pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received) -> WindowOutcome {
+pub(crate) async fn handle_guarded(shared: Arc<Shared>, msg: Received, ack: Ack) -> WindowOutcome {
     use futures::FutureExt as _;
     // Decoded once: the message's requests (its heartbeat's included) are charged to its job.
     let decoded = WindowMessage::decode(&msg.body);
     let job = decoded.as_ref().ok().map(|w| w.job_id.clone());
     tilegate_retry::meter::scope(job.clone(), async {
-        let caught = std::panic::AssertUnwindSafe(handle(&shared, &msg, decoded))
+        let caught = std::panic::AssertUnwindSafe(handle(&shared, &msg, decoded, ack))
             .catch_unwind()
             .await;
         answer_panic(&shared, &msg, job, caught).await
@@ -230,6 +239,7 @@ async fn handle(
     shared: &Arc<Shared>,
     msg: &Received,
     decoded: Result<WindowMessage, MessageError>,
+    ack: Ack,
 ) -> WindowOutcome {
     let heartbeat = spawn_heartbeat(shared, msg);
     let mut deltas = Deltas::default();
@@ -238,6 +248,15 @@ async fn handle(
     drop(heartbeat);
 
     let outcome = match result {
+        Ok(outcome) if ack == Ack::Batched => {
+            if let Some(full) = shared
+                .acks
+                .push(job_for_counters.clone(), msg.receipt.clone())
+            {
+                crate::acks::send(shared, full).await;
+            }
+            outcome
+        }
         Ok(outcome) => match shared.b.queue.ack(&msg.receipt).await {
             Ok(_) => outcome,
             Err(e) => {
@@ -323,7 +342,12 @@ async fn process(
     };
 
     let head_started = Instant::now();
+    // A first delivery of a window that had no row when it was sent most likely has no tile:
+    // the Create decides, one request fewer. Anything else (a redelivery, a duplicate sent for
+    // a recorded window) looks first and skips the encode if the tile is there.
+    let look_first = !(wm.unrecorded && msg.receive_count <= 1);
     if shared.cfg.skip_existing
+        && look_first
         && let Some(meta) = head_if_allowed(shared, &key).await
     {
         // An optimisation only: the Create below would refuse the copy anyway.
@@ -344,19 +368,23 @@ async fn process(
         return Ok(WindowOutcome::Skipped);
     }
 
-    let pin_started = Instant::now();
-    verify_source(shared, &job, deltas).await?;
-    let pin_before = pin_started.elapsed();
     fault::point("before-encode", msg.receive_count);
     let (bytes, reduced, times) = encode(shared, &job, window, msg.receive_count, deltas).await?;
-    // Pinned before and after the read: a source that changed mid-read is not committed.
+    // Pinned after the read: a source that changed before or during the read no longer has
+    // its planned pin, so what was read is not committed (one check per window: a check
+    // before the read as well would only save the encode of a window that fails anyway).
     let pin_started = Instant::now();
     verify_source(shared, &job, deltas).await?;
-    facts.read_ms = Some(millis(pin_before + times.read + pin_started.elapsed()));
+    facts.read_ms = Some(millis(times.read + pin_started.elapsed()));
     facts.encode_ms = Some(millis(times.encode));
 
     let commit_started = Instant::now();
-    let (meta, origin, outcome) = match shared.b.objects.put_create(&key, bytes).await? {
+    // The row records the tile's size and ETag: the write's answer has both.
+    let create = PutOptions {
+        describe: Describe::FromAnswer,
+        ..PutOptions::create()
+    };
+    let (meta, origin, outcome) = match shared.b.objects.put_opts(&key, bytes, create).await? {
         PutOutcome::Written(meta) => {
             deltas.bump(shared, m::TILES_WRITTEN);
             // Only this write's bytes are known to be these pixels.

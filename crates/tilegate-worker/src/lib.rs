@@ -4,6 +4,7 @@
 //! create it, and the store refuses the second copy in the same request. A HEAD before encoding
 //! only saves work; it is never the guard.
 
+mod acks;
 pub mod fault;
 mod handle;
 pub mod pool;

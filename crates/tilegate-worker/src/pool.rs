@@ -1,7 +1,8 @@
 //! A worker pool in one process: a receive loop feeding bounded concurrent message handlers,
 //! with encoding on a rayon pool (one GDAL dataset handle per thread).
 
-use crate::handle::{WindowOutcome, handle_guarded, panic_message};
+use crate::acks::{self, ACK_LINGER, PendingAcks};
+use crate::handle::{Ack, WindowOutcome, handle_guarded, panic_message};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,13 @@ const QUEUE_FAULT_BACKOFF: tilegate_retry::RetryPolicy = tilegate_retry::RetryPo
     base: Duration::from_millis(100),
     cap: Duration::from_secs(5),
 };
+
+/// How many permits must be free before a pool with windows in flight receives again: two
+/// thirds of its concurrency (at most SQS's batch of ten), at least one. The default
+/// concurrency (2 × threads + 2) leaves at least `threads` windows in flight meanwhile.
+fn receive_batch(concurrency: usize) -> usize {
+    (concurrency.min(10) * 2 / 3).max(1)
+}
 
 /// When the receive loop ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,6 +308,8 @@ pub(crate) struct Shared {
     /// GDAL's encoder threads (`None` with a stand-in encoder).
     pub(crate) pool: Option<rayon::ThreadPool>,
     pub(crate) pending: PendingCounters,
+    /// Acknowledgements of finished windows waiting to be sent ten at a time.
+    pub(crate) acks: PendingAcks,
     /// This process's name on the manifest rows it records (`host:pid`).
     pub(crate) worker_name: String,
     jobs: Mutex<HashMap<JobId, Arc<JobRecord>>>,
@@ -359,15 +369,18 @@ async fn flush_counters(shared: &Shared) {
 
 impl Shared {
     /// The job row, cached for the life of the pool (job rows are immutable for workers).
+    /// The cache stays locked while a row is read, so the first windows of a job, arriving
+    /// together, read its row once rather than once each.
     pub(crate) async fn job(&self, id: &JobId) -> StoreResult<Option<Arc<JobRecord>>> {
-        if let Some(j) = self.jobs.lock().await.get(id) {
+        let mut jobs = self.jobs.lock().await;
+        if let Some(j) = jobs.get(id) {
             return Ok(Some(j.clone()));
         }
         let Some(row) = self.b.jobs.get_job(id).await? else {
             return Ok(None);
         };
         let job = Arc::new(row.row);
-        self.jobs.lock().await.insert(id.clone(), job.clone());
+        jobs.insert(id.clone(), job.clone());
         Ok(Some(job))
     }
 }
@@ -407,6 +420,7 @@ impl Worker {
                 guard: SourceGuard::new(),
                 pool,
                 pending: PendingCounters::default(),
+                acks: PendingAcks::default(),
                 worker_name: worker_name(),
                 jobs: Mutex::new(HashMap::new()),
             }),
@@ -418,7 +432,7 @@ impl Worker {
     /// hosts that receive messages themselves (an SQS-triggered function). Counter deltas wait
     /// for [`Worker::flush_counters`].
     pub async fn handle_one(&self, msg: Received) -> WindowOutcome {
-        handle_guarded(self.shared.clone(), msg).await
+        handle_guarded(self.shared.clone(), msg, Ack::Now).await
     }
 
     /// Add the counter deltas not yet written to the counter table.
@@ -452,6 +466,7 @@ impl Worker {
                 last_flush = tokio::time::Instant::now();
             }
             flight.reap();
+            acks::send(shared, shared.acks.take(Some(ACK_LINGER))).await;
             if stop.asked() {
                 break;
             }
@@ -461,20 +476,28 @@ impl Worker {
                 && checked_at != Some(flight.report.handled)
                 && cfg.stop != StopWhen::Signal
             {
+                // The queue's depth counts unacknowledged messages as in flight.
+                acks::send(shared, shared.acks.take(None)).await;
                 if ride_out!(self.should_stop().await, faults, flight, stop, fatal) {
                     break;
                 }
                 checked_at = Some(flight.report.handled);
             }
+            // Receive in batches: while windows are in flight, wait until two thirds of the
+            // permits (up to SQS's ten) are free, so that a receive brings several messages rather than
+            // one as each window finishes. The windows still in flight keep the encoders busy.
             let free = permits.available_permits();
-            if free == 0 {
-                flight.wait(&mut stop, None).await;
+            if free == 0 || (!flight.is_empty() && free < receive_batch(cfg.concurrency)) {
+                let limit = (!shared.acks.is_empty()).then_some(ACK_LINGER);
+                flight.wait(&mut stop, limit).await;
                 continue;
             }
             // While windows are in flight, only look (no long poll): the wait for more work
             // happens below, where a finishing window can cut it short (a receive in progress
             // is never abandoned: it may already hold messages).
             let wait = if flight.is_empty() {
+                // Nothing is finishing that could fill a batch while this poll waits.
+                acks::send(shared, shared.acks.take(None)).await;
                 cfg.wait
             } else {
                 Duration::ZERO
@@ -504,6 +527,7 @@ impl Worker {
             }
             if received.is_empty() {
                 if flight.is_empty() {
+                    acks::send(shared, shared.acks.take(None)).await;
                     if ride_out!(self.should_stop().await, faults, flight, stop, fatal) {
                         break;
                     }
@@ -523,7 +547,7 @@ impl Worker {
                 let shared = shared.clone();
                 let receipt = msg.receipt.clone();
                 flight.spawn(receipt, async move {
-                    let outcome = handle_guarded(shared, msg).await;
+                    let outcome = handle_guarded(shared, msg, Ack::Batched).await;
                     drop(permit);
                     outcome
                 });
@@ -556,6 +580,8 @@ impl Worker {
                 }
             }
         }
+        // Windows that finished are acknowledged, whatever stopped the pool.
+        acks::send(shared, shared.acks.take(None)).await;
         flush_counters(shared).await;
         flight.report.queue_faults = faults.total;
         match fatal {
@@ -568,7 +594,11 @@ impl Worker {
     /// (visibility zero) rather than after their visibility timeout. Returns how many.
     async fn release(&self, flight: &mut InFlight) -> u64 {
         flight.tasks.abort_all();
-        while flight.tasks.join_next().await.is_some() {}
+        // A handler that finished before the abort reached it is recorded, not released: its
+        // window is done and its acknowledgement is on its way.
+        while let Some(done) = flight.tasks.join_next_with_id().await {
+            flight.finished(done);
+        }
         let released = self
             .release_receipts(flight.receipts.drain().map(|(_, r)| r))
             .await;

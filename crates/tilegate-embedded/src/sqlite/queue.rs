@@ -222,6 +222,29 @@ impl WorkQueue for SqliteQueue {
             .await
     }
 
+    async fn ack_batch(&self, receipts: &[String]) -> StoreResult<Vec<AckOutcome>> {
+        if receipts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (queue, receipts) = (self.queue.clone(), receipts.to_vec());
+        self.db
+            .write("ack", &self.queue, move |tx| {
+                let mut stmt = tx.prepare_cached(
+                    "DELETE FROM queue_messages WHERE queue = ?1 AND receipt = ?2",
+                )?;
+                let mut out = Vec::with_capacity(receipts.len());
+                for r in &receipts {
+                    out.push(if stmt.execute(params![queue, r])? == 1 {
+                        AckOutcome::Deleted
+                    } else {
+                        AckOutcome::Stale
+                    });
+                }
+                Ok(out)
+            })
+            .await
+    }
+
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<AckOutcome> {
         let (queue, receipt) = (self.queue.clone(), receipt.to_owned());
         let timeout = millis(timeout);
