@@ -184,7 +184,7 @@ impl Local {
         st: &Stat,
         file: &File,
     ) -> io::Result<(ETag, BTreeMap<String, String>)> {
-        if let Some(sc) = sidecar::read(&sidecar::path(&self.meta, key, st))
+        if let Some(sc) = sidecar::read(file, &sidecar::path(&self.meta, key, st))
             && sc.describes(key, st)
         {
             return Ok((sc.e_tag, sc.metadata));
@@ -361,9 +361,10 @@ impl Local {
             mtime_ns: st.mtime_ns,
             metadata,
         };
-        // The sidecar goes first (named by the temp file's inode, which link keeps), so it is
-        // already there when the object becomes visible.
-        sidecar::write(&self.meta, &sc_path, &sc).map_err(|e| io_error(operation, key, e))?;
+        // The sidecar goes first (on, or named by, the temp file's inode, which link keeps), so
+        // it is already there when the object becomes visible.
+        sidecar::write(&self.meta, &sc_path, &staged.tmp.file, &sc)
+            .map_err(|e| io_error(operation, key, e))?;
         match fs::hard_link(&staged.tmp.path, &dest) {
             Ok(()) => {
                 let parent = dest.parent().unwrap_or(&self.root);
@@ -452,7 +453,8 @@ impl Local {
             mtime_ns: st.mtime_ns,
             metadata,
         };
-        sidecar::write(&self.meta, &sc_path, &sc).map_err(|e| io_error(operation, key, e))?;
+        sidecar::write(&self.meta, &sc_path, &staged.tmp.file, &sc)
+            .map_err(|e| io_error(operation, key, e))?;
         if let Err(e) = fs::rename(&staged.tmp.path, &dest) {
             sidecar::remove(&sc_path);
             return Err(io_error(operation, key, e));

@@ -1,11 +1,15 @@
-//! Per-inode sidecars: an object's ETag and user metadata, kept beside it so a HEAD does not
+//! Per-inode sidecars: an object's ETag and user metadata, kept with it so a HEAD does not
 //! rehash the file.
 //!
-//! A sidecar is named by the key and the *inode* of the file it describes, and is written
-//! before that file becomes visible at the key. `link(2)` and `rename(2)` keep the inode, so
-//! the sidecar is in place the moment the object is. It is trusted only while the file's size
-//! and mtime still equal the recorded ones; a file a person dropped in or rewrote in place has
-//! no matching sidecar and is hashed from its content instead.
+//! A sidecar is an extended attribute (`user.tilegate.sidecar`) of the file it describes, set
+//! on the temp file before that file becomes visible at the key: `link(2)` and `rename(2)`
+//! keep the inode, so the sidecar is in place the moment the object is, and it costs no file
+//! of its own (no inode to allocate, open, fsync or unlink per object). On a filesystem
+//! without user extended attributes it is a file `meta/<hash of key>-<dev>-<ino>.json` beside
+//! the objects instead, as data directories before this version have them; readers look at
+//! both. It is trusted only while its key, and the file's size and mtime, still equal the
+//! recorded ones; a file a person dropped in or rewrote in place has no matching sidecar and is
+//! hashed from its content instead.
 
 use super::fsx::{Stat, fsync_dir};
 use serde::{Deserialize, Serialize};
@@ -39,21 +43,99 @@ pub(crate) fn path(meta_dir: &Path, key: &str, st: &Stat) -> PathBuf {
     meta_dir.join(format!("{}-{}-{}.json", &h[..32], st.dev, st.ino))
 }
 
-/// Read a sidecar; any failure (absent, torn by a crash, unparsable) is `None`, which makes
-/// the caller hash the content — never a wrong answer, only a slower one.
-pub(crate) fn read(path: &Path) -> Option<Sidecar> {
-    let text = fs::read(path).ok()?;
+/// The extended attribute that holds a sidecar.
+const XATTR: &std::ffi::CStr = c"user.tilegate.sidecar";
+
+/// True for the errors of a filesystem (or kernel) without user extended attributes.
+fn unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOTSUP | libc::EPERM | libc::ENOSYS)
+    )
+}
+
+/// The sidecar attribute of `file`: `Ok(None)` if it has none.
+fn get_xattr(file: &File) -> io::Result<Option<Vec<u8>>> {
+    use std::os::fd::AsRawFd as _;
+    let mut buf = vec![0u8; 512];
+    loop {
+        // SAFETY: a valid descriptor, a NUL-terminated name and a buffer of the given length.
+        let n = unsafe {
+            libc::fgetxattr(
+                file.as_raw_fd(),
+                XATTR.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            return Ok(Some(buf));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENODATA) => return Ok(None),
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            _ => return Err(e),
+        }
+    }
+}
+
+fn set_xattr(file: &File, value: &[u8]) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: a valid descriptor, a NUL-terminated name and a value of the given length.
+    let r = unsafe {
+        libc::fsetxattr(
+            file.as_raw_fd(),
+            XATTR.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Read the sidecar of the open object `file`: its attribute, else a sidecar file at `path`.
+/// Any failure (absent, torn by a crash, unparsable) is `None`, which makes the caller hash
+/// the content — never a wrong answer, only a slower one.
+pub(crate) fn read(file: &File, path: &Path) -> Option<Sidecar> {
+    let text = match get_xattr(file) {
+        Ok(Some(v)) => v,
+        Ok(None) => fs::read(path).ok()?,
+        Err(e) if unsupported(&e) => fs::read(path).ok()?,
+        Err(_) => return None,
+    };
     serde_json::from_slice(&text).ok()
 }
 
-/// Write a sidecar before its object is published. One that carries user metadata is written
-/// durably (file and directory entry fsynced): that metadata exists nowhere else. One without
-/// is only a cache of facts the content itself gives (its ETag is the content hash), so it is
-/// not fsynced — a crash can lose it or leave it torn, and [`read`] then answers `None` and the
-/// content is hashed again: slower, never wrong. That spares two of a tile Create's four
-/// fsyncs.
-pub(crate) fn write(meta_dir: &Path, path: &Path, sidecar: &Sidecar) -> io::Result<()> {
+/// Write the sidecar of `file` (the temp file about to be published) before its object is
+/// published: its attribute, or where the filesystem has none a sidecar file at `path`. One
+/// that carries user metadata is written durably (fsynced): that metadata exists nowhere
+/// else. One without is only a cache of facts the content itself gives (its ETag is the
+/// content hash), so it is not fsynced — a crash can lose it, and [`read`] then answers `None`
+/// and the content is hashed again: slower, never wrong.
+pub(crate) fn write(
+    meta_dir: &Path,
+    path: &Path,
+    file: &File,
+    sidecar: &Sidecar,
+) -> io::Result<()> {
     let json = serde_json::to_vec(sidecar).map_err(io::Error::other)?;
+    match set_xattr(file, &json) {
+        Ok(()) => {
+            if !sidecar.metadata.is_empty() {
+                file.sync_all()?;
+            }
+            return Ok(());
+        }
+        Err(e) if unsupported(&e) => {}
+        Err(e) => return Err(e),
+    }
     let mut f = File::create(path)?;
     f.write_all(&json)?;
     if sidecar.metadata.is_empty() {

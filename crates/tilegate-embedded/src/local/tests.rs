@@ -54,8 +54,25 @@ async fn an_in_place_rewrite_invalidates_the_sidecar() {
     assert_eq!(meta.e_tag, content_etag(b"second, longer"));
 }
 
+/// The sidecar attribute of the file at `path`, as text.
+fn sidecar_attr(path: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: NUL-terminated path and name, a buffer of the given length.
+    let n = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            c"user.tilegate.sidecar".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    (n >= 0).then(|| String::from_utf8_lossy(&buf[..n as usize]).into_owned())
+}
+
 #[tokio::test]
-async fn create_leaves_one_sidecar_and_no_temp_files() {
+async fn create_keeps_the_sidecar_on_the_object_and_leaves_no_temp_files() {
     let (dir, s) = store();
     let mut opts = PutOptions::create();
     opts.metadata.insert("attempt".into(), "a1".into());
@@ -69,14 +86,17 @@ async fn create_leaves_one_sidecar_and_no_temp_files() {
     assert_eq!(second, PutOutcome::AlreadyPresent);
     let internal = dir.path().join(INTERNAL_DIR);
     assert_eq!(count_files(&internal.join("tmp")), 0);
-    assert_eq!(count_files(&internal.join("meta")), 1);
+    // An attribute of the object's own inode: no file per object.
+    assert_eq!(count_files(&internal.join("meta")), 0);
+    let attr = sidecar_attr(&dir.path().join("k/a")).expect("the sidecar attribute");
+    assert!(attr.contains(r#""attempt":"a1""#), "{attr}");
     let meta = s.head("k/a").await.unwrap().unwrap();
     assert_eq!(meta.metadata.get("attempt").map(String::as_str), Some("a1"));
 
     s.delete_opts("k/a", DeleteOptions::default())
         .await
         .unwrap();
-    assert_eq!(count_files(&internal.join("meta")), 0);
+    assert!(!dir.path().join("k/a").exists());
 }
 
 #[tokio::test]
@@ -89,7 +109,40 @@ async fn update_replaces_the_sidecar() {
     s.put_update("k/a", Bytes::from_static(b"2"), UpdateVersion::from(&m))
         .await
         .unwrap();
-    assert_eq!(count_files(&dir.path().join(INTERNAL_DIR).join("meta")), 1);
+    let attr = sidecar_attr(&dir.path().join("k/a")).expect("the sidecar attribute");
+    let etag = content_etag(b"2");
+    assert!(attr.contains(etag.as_str().trim_matches('"')), "{attr}");
+    assert_eq!(count_files(&dir.path().join(INTERNAL_DIR).join("meta")), 0);
+}
+
+/// A data directory written before sidecars became attributes keeps working: an object with
+/// a sidecar file (and no attribute) is described from that file, metadata included.
+#[tokio::test]
+async fn a_sidecar_file_from_an_older_data_directory_is_still_read() {
+    let (dir, s) = store();
+    let mut opts = PutOptions::create();
+    opts.metadata.insert("attempt".into(), "old".into());
+    s.put_opts("k/a", Bytes::from_static(b"1"), opts)
+        .await
+        .unwrap();
+    let path = dir.path().join("k/a");
+    let attr = sidecar_attr(&path).unwrap();
+    // Move the sidecar from the attribute to the file an older version wrote.
+    let st = Stat::of_file(&File::open(&path).unwrap()).unwrap();
+    let file = sidecar::path(&dir.path().join(INTERNAL_DIR).join("meta"), "k/a", &st);
+    fs::write(&file, &attr).unwrap();
+    {
+        use std::os::unix::ffi::OsStrExt as _;
+        let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: NUL-terminated path and name.
+        let r = unsafe { libc::removexattr(p.as_ptr(), c"user.tilegate.sidecar".as_ptr()) };
+        assert_eq!(r, 0);
+    }
+    let meta = s.head("k/a").await.unwrap().unwrap();
+    assert_eq!(
+        meta.metadata.get("attempt").map(String::as_str),
+        Some("old")
+    );
 }
 
 #[tokio::test]
