@@ -2,7 +2,7 @@
 //! interleaved (every contender once per round, rounds repeated) so that drift in the machine
 //! hits all of them alike, each figure a ratio to the reference measured in the same run.
 
-use crate::measure::{Sample, run, spread};
+use crate::measure::{Sample, run, run_all, spread};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -26,8 +26,12 @@ pub struct Config {
     pub bin: PathBuf,
     /// Scratch and cache directory.
     pub work: PathBuf,
-    /// Include the rasterio + rio-cogeo peer (installed into a virtual environment).
+    /// Include the rasterio peers (installed into a virtual environment).
     pub python: bool,
+    /// Also measure the three-band Byte imagery scene.
+    pub imagery: bool,
+    /// `tilegate work` process counts measured on one data directory.
+    pub procs: Vec<u32>,
     pub cores: usize,
     /// Run only this contender (`tilegate_manifest_count_many`, …).
     pub only: Option<String>,
@@ -36,15 +40,37 @@ pub struct Config {
     pub bare_rows: bool,
 }
 
-/// The contenders, in the order each round runs them.
-const ORDER: [&str; 12] = [
+/// The scenes measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scene {
+    /// `tilegate sample-scene --seed 7`: one UInt16 band of smooth terrain (compresses ~1.5:1).
+    Terrain,
+    /// `benches/peers/imagery_scene.py`: three Byte bands (RGB) with texture and sensor noise.
+    Imagery,
+}
+
+impl Scene {
+    /// The prefix of its contenders' names (none for the terrain, the table's first scene).
+    fn prefix(self) -> &'static str {
+        match self {
+            Scene::Terrain => "",
+            Scene::Imagery => "imagery_",
+        }
+    }
+}
+
+/// The contenders of the terrain scene, in the order each round runs them. Each tilegate
+/// figure with a target runs right after the one it is divided by, so a pair shares the
+/// machine's state of the moment.
+const TERRAIN: [&str; 13] = [
     "reference",
-    "peer_tiles_xargs",
-    "peer_tiles_rasterio",
-    "peer_mosaic",
     "tilegate_run",
+    "peer_tiles_cog",
     "tilegate_tiles",
     "tilegate_assemble",
+    "peer_tiles_rasterio",
+    "peer_tiles_xargs",
+    "peer_mosaic",
     "tilegate_work_clean",
     "tilegate_work_duplicates",
     "tilegate_noop_work",
@@ -52,14 +78,72 @@ const ORDER: [&str; 12] = [
     "tilegate_manifest_count_many",
 ];
 
+/// The contenders of the imagery scene: the ones with targets.
+const IMAGERY: [&str; 5] = [
+    "reference",
+    "tilegate_run",
+    "peer_tiles_cog",
+    "tilegate_tiles",
+    "tilegate_assemble",
+];
+
+/// Every contender of a run, in order: (scene, contender, its name in the table).
+fn order(c: &Config) -> Vec<(Scene, &'static str, String)> {
+    let mut v: Vec<_> = TERRAIN
+        .iter()
+        .map(|n| (Scene::Terrain, *n, (*n).to_owned()))
+        .collect();
+    // After the clean run's duplicates, before the many-window plan.
+    let at = v.len() - 2;
+    for (i, p) in c.procs.iter().enumerate() {
+        v.insert(
+            at + i,
+            (Scene::Terrain, "tilegate_work_procs", procs_name(*p)),
+        );
+    }
+    if c.imagery {
+        v.extend(
+            IMAGERY
+                .iter()
+                .map(|n| (Scene::Imagery, *n, format!("imagery_{n}"))),
+        );
+    }
+    v
+}
+
+fn procs_name(n: u32) -> String {
+    format!("tilegate_work_procs_{n}")
+}
+
+/// What a contender's paired ratio divides by: the tile stage by the fastest Python peer of
+/// the same scene, everything else by the reference of the same scene.
+fn partner(name: &str) -> String {
+    let (prefix, base) = match name.strip_prefix("imagery_") {
+        Some(b) => ("imagery_", b),
+        None => ("", name),
+    };
+    match base {
+        "tilegate_tiles" => format!("{prefix}peer_tiles_cog"),
+        _ => format!("{prefix}reference"),
+    }
+}
+
 /// How each contender is described in the table.
 fn describe(name: &str, c: &Config) -> String {
     let windows = (c.size.div_ceil(c.window)).pow(2);
     let many = (c.size.div_ceil(c.plan_window)).pow(2);
-    match name {
+    let (scene, base) = match name.strip_prefix("imagery_") {
+        Some(b) => ("3-band Byte imagery: ", b),
+        None => ("", name),
+    };
+    let what = match base {
         "reference" => "gdal_translate -of COG (DEFLATE, ALL_CPUS), whole scene".into(),
         "peer_tiles_xargs" => format!("{windows} × gdal_translate -srcwin, xargs -P {}", c.cores),
         "peer_tiles_rasterio" => format!("rasterio + rio-cogeo, multiprocessing.Pool({})", c.cores),
+        "peer_tiles_cog" => format!(
+            "rasterio writing GDAL's COG driver, multiprocessing.Pool({})",
+            c.cores
+        ),
         "peer_mosaic" => "gdalbuildvrt + gdal_translate -of COG over the peer tiles".into(),
         "tilegate_run" => "tilegate run: plan, queue, encode, commit, manifest, assemble".into(),
         "tilegate_tiles" => "tilegate run --no-assemble (tiles only)".into(),
@@ -71,67 +155,99 @@ fn describe(name: &str, c: &Config) -> String {
         "tilegate_noop_work" => format!("tilegate work, {windows} noop windows (orchestration)"),
         "tilegate_plan_many" => format!("tilegate plan, {many} windows (plan + enqueue)"),
         "tilegate_manifest_count_many" => format!("manifest count of {many} rows"),
-        _ => name.into(),
-    }
+        b => match b.strip_prefix("tilegate_work_procs_") {
+            Some(n) => format!("{n} × tilegate work on one data directory, {windows} windows"),
+            None => b.into(),
+        },
+    };
+    format!("{scene}{what}")
 }
 
 /// Everything measured, by contender.
 #[derive(Debug, Default)]
 pub struct Results {
-    pub samples: BTreeMap<&'static str, Vec<Sample>>,
+    pub samples: BTreeMap<String, Vec<Sample>>,
     /// Extra figures reported by tilegate itself (last round), by contender.
-    pub notes: BTreeMap<&'static str, Value>,
-    pub skipped: BTreeMap<&'static str, String>,
+    pub notes: BTreeMap<String, Value>,
+    pub skipped: BTreeMap<String, String>,
+    /// The contenders in the order they ran.
+    pub order: Vec<String>,
 }
 
 pub fn run_benchmark(c: &Config) -> anyhow::Result<Results> {
     std::fs::create_dir_all(&c.work)?;
-    let scene = scene(c)?;
+    let terrain = scene(c, Scene::Terrain)?;
+    let imagery = if c.imagery {
+        Some(scene(c, Scene::Imagery)?)
+    } else {
+        None
+    };
     let venv = if c.python {
         python_peer(c).map_err(|e| e.to_string())
     } else {
         Err("not asked for (--python)".into())
     };
-    let mut r = Results::default();
+    let plan = order(c);
+    let mut r = Results {
+        order: plan.iter().map(|(_, _, n)| n.clone()).collect(),
+        ..Results::default()
+    };
     if let Err(why) = &venv {
-        r.skipped.insert("peer_tiles_rasterio", why.clone());
+        for (_, base, name) in &plan {
+            if base.starts_with("peer_tiles_rasterio") || *base == "peer_tiles_cog" {
+                r.skipped.insert(name.clone(), why.clone());
+            }
+        }
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let count_job = prepare_manifest_count(c, &scene, &rt)?;
+    let count_job = prepare_manifest_count(c, &terrain, &rt)?;
     for round in 1..=c.rounds {
         eprintln!("fanout: round {round} of {}", c.rounds);
-        for name in ORDER {
+        for (kind, base, name) in &plan {
             if r.skipped.contains_key(name) || c.only.as_deref().is_some_and(|o| o != name) {
                 continue;
             }
+            let src = match kind {
+                Scene::Terrain => &terrain,
+                Scene::Imagery => imagery.as_ref().expect("imagery asked for"),
+            };
+            let p = kind.prefix();
             let started = Instant::now();
-            let (sample, note) = match name {
-                "reference" => reference(c, &scene)?,
-                "peer_tiles_xargs" => peer_xargs(c, &scene)?,
-                "peer_tiles_rasterio" => peer_rasterio(c, &scene, venv.as_ref().unwrap())?,
+            let (sample, note) = match *base {
+                "reference" => reference(c, src, p)?,
+                "peer_tiles_xargs" => peer_xargs(c, src)?,
+                "peer_tiles_rasterio" => {
+                    peer_rasterio(c, src, venv.as_ref().unwrap(), p, "rio-cogeo")?
+                }
+                "peer_tiles_cog" => peer_rasterio(c, src, venv.as_ref().unwrap(), p, "cog")?,
                 "peer_mosaic" => peer_mosaic(c)?,
-                "tilegate_run" => tilegate_run(c, &scene, false)?,
-                "tilegate_tiles" => tilegate_run(c, &scene, true)?,
-                "tilegate_assemble" => tilegate_assemble(c)?,
-                "tilegate_work_clean" => tilegate_work(c, &scene)?,
+                "tilegate_run" => tilegate_run(c, src, p, false)?,
+                "tilegate_tiles" => tilegate_run(c, src, p, true)?,
+                "tilegate_assemble" => tilegate_assemble(c, p)?,
+                "tilegate_work_clean" => tilegate_work(c, src)?,
                 "tilegate_work_duplicates" => tilegate_duplicates(c, 0.3, &rt)?,
-                "tilegate_noop_work" => tilegate_noop(c, &scene)?,
-                "tilegate_plan_many" => tilegate_plan_many(c, &scene)?,
+                "tilegate_work_procs" => {
+                    let n = name["tilegate_work_procs_".len()..].parse()?;
+                    tilegate_work_procs(c, src, n)?
+                }
+                "tilegate_noop_work" => tilegate_noop(c, src)?,
+                "tilegate_plan_many" => tilegate_plan_many(c, src)?,
                 "tilegate_manifest_count_many" => manifest_count(c, &count_job, &rt)?,
                 _ => unreachable!(),
             };
             eprintln!(
-                "  {name:<30} {:>8.3} s wall {:>8.3} s cpu {:>8.0} MB  ({:.1} s with setup)",
+                "  {name:<30} {:>8.3} s wall {:>8.3} s cpu ({:.3} sys) {:>8.0} MB  ({:.1} s with setup)",
                 sample.wall_s,
                 sample.cpu_s,
+                sample.sys_s,
                 sample.max_rss_mb,
                 started.elapsed().as_secs_f64()
             );
-            r.samples.entry(name).or_default().push(sample);
+            r.samples.entry(name.clone()).or_default().push(sample);
             if !note.is_null() {
-                r.notes.insert(name, note);
+                r.notes.insert(name.clone(), note);
             }
         }
     }
@@ -154,31 +270,49 @@ fn fresh(c: &Config, name: &str) -> anyhow::Result<PathBuf> {
     Ok(d)
 }
 
-/// The cached sample scene: `tilegate sample-scene --size N --seed 7` (UInt16, one band).
-fn scene(c: &Config) -> anyhow::Result<PathBuf> {
-    let path = c.work.join(format!("scene-{}.tif", c.size));
+/// The cached scene of `kind`: the terrain from `tilegate sample-scene --seed 7` (UInt16, one
+/// band), the imagery from `benches/peers/imagery_scene.py` (Debian's Python with GDAL's
+/// bindings).
+fn scene(c: &Config, kind: Scene) -> anyhow::Result<PathBuf> {
+    let path = c.work.join(match kind {
+        Scene::Terrain => format!("scene-{}.tif", c.size),
+        Scene::Imagery => format!("imagery-{}.tif", c.size),
+    });
     if !path.exists() {
         eprintln!(
             "fanout: generating {} (cached for later runs)",
             path.display()
         );
         let tmp = c.work.join("scene.tmp.tif");
-        let mut cmd = tilegate(c, &c.work.join("scene-data"));
-        cmd.args([
-            "sample-scene",
-            tmp.to_str().unwrap(),
-            "--size",
-            &c.size.to_string(),
-        ])
-        .args(["--seed", "7"]);
-        run(&mut cmd)?;
+        match kind {
+            Scene::Terrain => {
+                let mut cmd = tilegate(c, &c.work.join("scene-data"));
+                cmd.args([
+                    "sample-scene",
+                    tmp.to_str().unwrap(),
+                    "--size",
+                    &c.size.to_string(),
+                ])
+                .args(["--seed", "7"]);
+                run(&mut cmd)?;
+            }
+            Scene::Imagery => {
+                let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/imagery_scene.py");
+                // Debian's Python, which has GDAL's bindings and NumPy from apt (.ci/setup).
+                run(Command::new("/usr/bin/python3")
+                    .arg(script)
+                    .arg(&tmp)
+                    .arg(c.size.to_string())
+                    .arg("7"))?;
+            }
+        }
         std::fs::rename(&tmp, &path)?;
     }
     Ok(path)
 }
 
-fn reference(c: &Config, scene: &Path) -> anyhow::Result<(Sample, Value)> {
-    let out = fresh(c, "reference")?.join("scene-cog.tif");
+fn reference(c: &Config, scene: &Path, prefix: &str) -> anyhow::Result<(Sample, Value)> {
+    let out = fresh(c, &format!("{prefix}reference"))?.join("scene-cog.tif");
     let (s, _) = run(Command::new("gdal_translate")
         .args([
             "-q",
@@ -293,20 +427,37 @@ fn python_peer(c: &Config) -> anyhow::Result<PathBuf> {
     Ok(python)
 }
 
-fn peer_rasterio(c: &Config, scene: &Path, python: &Path) -> anyhow::Result<(Sample, Value)> {
-    let dir = fresh(c, "peer-tiles-rasterio")?;
+/// The rasterio peers: `writer` is `rio-cogeo` (`cog_translate` from a `MemoryFile`) or `cog`
+/// (each window written straight through GDAL's COG driver).
+fn peer_rasterio(
+    c: &Config,
+    scene: &Path,
+    python: &Path,
+    prefix: &str,
+    writer: &str,
+) -> anyhow::Result<(Sample, Value)> {
+    let dir = fresh(c, &format!("{prefix}peer-tiles-{writer}"))?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/rasterio_tiles.py");
     let (s, _) = run(Command::new(python)
         .arg(script)
         .arg(scene)
         .arg(&dir)
         .arg(c.window.to_string())
-        .arg(c.cores.to_string()))?;
+        .arg(c.cores.to_string())
+        .arg(writer))?;
     Ok((s, Value::Null))
 }
 
-fn tilegate_run(c: &Config, scene: &Path, tiles_only: bool) -> anyhow::Result<(Sample, Value)> {
-    let data = fresh(c, if tiles_only { "tg-tiles" } else { "tg-run" })?;
+fn tilegate_run(
+    c: &Config,
+    scene: &Path,
+    prefix: &str,
+    tiles_only: bool,
+) -> anyhow::Result<(Sample, Value)> {
+    let data = fresh(
+        c,
+        &format!("{prefix}{}", if tiles_only { "tg-tiles" } else { "tg-run" }),
+    )?;
     let mut cmd = tilegate(c, &data);
     cmd.args([
         "run",
@@ -330,8 +481,8 @@ fn tilegate_run(c: &Config, scene: &Path, tiles_only: bool) -> anyhow::Result<(S
 
 /// Assemble the tiles `tilegate_tiles` made in this round (a fresh data directory, so no
 /// claim or scene exists yet).
-fn tilegate_assemble(c: &Config) -> anyhow::Result<(Sample, Value)> {
-    let data = c.work.join("tg-tiles");
+fn tilegate_assemble(c: &Config, prefix: &str) -> anyhow::Result<(Sample, Value)> {
+    let data = c.work.join(format!("{prefix}tg-tiles"));
     let (s, out) = run(tilegate(c, &data).arg("assemble"))?;
     let doc: Value = serde_json::from_slice(&out)?;
     if doc["outcome"] != "written" {
@@ -357,6 +508,38 @@ fn tilegate_work(c: &Config, scene: &Path) -> anyhow::Result<(Sample, Value)> {
     Ok((
         s,
         json!({"handled": doc["handled"], "written": doc["written"]}),
+    ))
+}
+
+/// `n` `tilegate work --until-empty` processes at once on one freshly planned data directory
+/// (SQLite's queue and tables shared through its locks): every window encoded once.
+fn tilegate_work_procs(c: &Config, scene: &Path, n: u32) -> anyhow::Result<(Sample, Value)> {
+    let data = fresh(c, "tg-procs")?;
+    let (_, out) = run(tilegate(c, &data).args([
+        "plan",
+        scene.to_str().unwrap(),
+        "--window",
+        &c.window.to_string(),
+    ]))?;
+    let plan: Value = serde_json::from_slice(&out)?;
+    let job = plan["job_id"].as_str().context("job_id")?.to_owned();
+    let mut cmds: Vec<Command> = (0..n)
+        .map(|_| {
+            let mut cmd = tilegate(c, &data);
+            cmd.args(["work", "--until-empty"]);
+            cmd
+        })
+        .collect();
+    let (s, _) = run_all(&mut cmds)?;
+    let (_, out) = run(tilegate(c, &data).args(["status", &job]))?;
+    let doc: Value = serde_json::from_slice(&out)?;
+    let rows = doc["manifest_rows"].as_f64().unwrap_or(f64::NAN);
+    if doc["counters"]["tiles_written_total"].as_f64() != Some(rows) {
+        bail!("{n} processes: tiles written and manifest rows differ: {doc}");
+    }
+    Ok((
+        s,
+        json!({"processes": n, "manifest_rows": rows, "windows_per_s": rows / s.wall_s}),
     ))
 }
 
@@ -508,6 +691,7 @@ fn manifest_count(
         Sample {
             wall_s,
             cpu_s: wall_s,
+            sys_s: 0.0,
             max_rss_mb: 0.0,
         },
         json!({"rows": n}),
@@ -516,22 +700,36 @@ fn manifest_count(
 
 use futures::StreamExt as _;
 
+/// The median over rounds of `name`'s wall time divided by its partner's in the same round.
+fn paired_ratio(r: &Results, name: &str, partner: &str) -> Option<f64> {
+    let a = r.samples.get(name)?;
+    let b = r.samples.get(partner)?;
+    if name == partner || a.len() != b.len() {
+        return None;
+    }
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x.wall_s / y.wall_s).collect();
+    Some(spread(&ratios).0)
+}
+
+/// The median of one figure of `name`'s samples.
+fn median_of(r: &Results, name: &str, f: fn(&Sample) -> f64) -> Option<f64> {
+    r.samples
+        .get(name)
+        .map(|s| spread(&s.iter().map(f).collect::<Vec<_>>()).0)
+}
+
 /// The results as a Markdown table and as JSON.
 pub fn report(c: &Config, r: &Results) -> (String, Value) {
-    let reference = r
-        .samples
-        .get("reference")
-        .map(|s| spread(&s.iter().map(|x| x.wall_s).collect::<Vec<_>>()).0)
-        .unwrap_or(f64::NAN);
     let mut md = String::from(
-        "| contender | what | wall, median (min–max) | ratio to reference | CPU, median | peak RSS |\n\
-         |---|---|---|---|---|---|\n",
+        "| contender | what | wall, median (min–max) | paired ratio, median | CPU, median | of which system | peak RSS |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     let mut rows = Vec::new();
-    for name in ORDER {
+    for name in &r.order {
+        let name = name.as_str();
         if let Some(why) = r.skipped.get(name) {
             md.push_str(&format!(
-                "| {name} | {} | skipped: {why} | | | |\n",
+                "| {name} | {} | skipped: {why} | | | | |\n",
                 describe(name, c)
             ));
             rows.push(json!({"name": name, "skipped": why}));
@@ -541,17 +739,25 @@ pub fn report(c: &Config, r: &Results) -> (String, Value) {
             continue;
         };
         let (med, min, max) = spread(&s.iter().map(|x| x.wall_s).collect::<Vec<_>>());
-        let (cpu, _, _) = spread(&s.iter().map(|x| x.cpu_s).collect::<Vec<_>>());
+        let cpu = median_of(r, name, |x| x.cpu_s).unwrap_or(f64::NAN);
+        let sys = median_of(r, name, |x| x.sys_s).unwrap_or(f64::NAN);
         let rss = s.iter().map(|x| x.max_rss_mb).fold(0.0, f64::max);
+        let partner = partner(name);
+        let paired = paired_ratio(r, name, &partner);
+        let of_medians = median_of(r, &partner, |x| x.wall_s).map(|p| med / p);
         let wall = if med < 0.1 {
             format!("{:.2} ms ({:.2}–{:.2})", med * 1e3, min * 1e3, max * 1e3)
         } else {
             format!("{med:.2} s ({min:.2}–{max:.2})")
         };
+        let ratio = match paired {
+            Some(p) => format!("{p:.3}× {partner}"),
+            None if name == partner => "1.000×".into(),
+            None => "—".into(),
+        };
         md.push_str(&format!(
-            "| {name} | {} | {wall} | {:.3}× | {cpu:.2} s | {} |\n",
+            "| {name} | {} | {wall} | {ratio} | {cpu:.2} s | {sys:.2} s | {} |\n",
             describe(name, c),
-            med / reference,
             if rss > 0.0 {
                 format!("{rss:.0} MB")
             } else {
@@ -561,14 +767,17 @@ pub fn report(c: &Config, r: &Results) -> (String, Value) {
         rows.push(json!({
             "name": name, "what": describe(name, c),
             "wall_s": {"median": med, "min": min, "max": max},
-            "ratio_to_reference": med / reference,
-            "cpu_s_median": cpu, "max_rss_mb": rss,
+            "paired_with": partner, "paired_ratio_median": paired,
+            "ratio_of_medians": of_medians,
+            "cpu_s_median": cpu, "sys_s_median": sys, "max_rss_mb": rss,
             "samples": s, "note": r.notes.get(name),
         }));
     }
     let doc = json!({
         "rounds": c.rounds, "size": c.size, "window": c.window, "plan_window": c.plan_window,
-        "cores": c.cores, "reference_wall_s": reference, "contenders": rows,
+        "cores": c.cores,
+        "reference_wall_s": median_of(r, "reference", |x| x.wall_s),
+        "contenders": rows,
         "derived": derived(r),
     });
     (md, doc)
@@ -576,11 +785,7 @@ pub fn report(c: &Config, r: &Results) -> (String, Value) {
 
 /// The figures the targets are stated in.
 fn derived(r: &Results) -> Value {
-    let med = |name: &str, f: fn(&Sample) -> f64| {
-        r.samples
-            .get(name)
-            .map(|s| spread(&s.iter().map(f).collect::<Vec<_>>()).0)
-    };
+    let med = |name: &str, f: fn(&Sample) -> f64| median_of(r, name, f);
     let clean = med("tilegate_work_clean", |s| s.cpu_s);
     let dup = med("tilegate_work_duplicates", |s| s.cpu_s);
     json!({
@@ -589,6 +794,12 @@ fn derived(r: &Results) -> Value {
         "noop_ms_per_window_process": r.notes.get("tilegate_noop_work").map(|n| n["ms_per_window_process"].clone()),
         "plan_many_s": med("tilegate_plan_many", |s| s.wall_s),
         "manifest_count_many_ms": med("tilegate_manifest_count_many", |s| s.wall_s).map(|s| s * 1e3),
-        "peak_rss_mb": r.samples.iter().filter(|(k, _)| k.starts_with("tilegate")).flat_map(|(_, v)| v.iter().map(|s| s.max_rss_mb)).fold(0.0, f64::max),
+        "peak_rss_mb": r.samples.iter().filter(|(k, _)| k.contains("tilegate")).flat_map(|(_, v)| v.iter().map(|s| s.max_rss_mb)).fold(0.0, f64::max),
+        "processes_windows_per_s": r.samples.keys().filter_map(|k| {
+            let n = k.strip_prefix("tilegate_work_procs_")?;
+            let wall = median_of(r, k, |s| s.wall_s)?;
+            let rows = r.notes.get(k)?["manifest_rows"].as_f64()?;
+            Some((n.to_owned(), rows / wall))
+        }).collect::<BTreeMap<_, _>>(),
     })
 }

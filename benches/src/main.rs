@@ -11,6 +11,7 @@ mod decode;
 mod fanout;
 mod ledger;
 mod measure;
+mod requests;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -47,9 +48,16 @@ enum Cmd {
         /// Scratch and cache directory (the sample scene is cached here).
         #[arg(long, default_value = ".ci-cache/bench")]
         work: PathBuf,
-        /// Skip the rasterio + rio-cogeo peer (it needs a virtual environment from PyPI).
+        /// Skip the rasterio peers (they need a virtual environment from PyPI).
         #[arg(long)]
         no_python: bool,
+        /// Skip the three-band Byte imagery scene (terrain only).
+        #[arg(long)]
+        no_imagery: bool,
+        /// `tilegate work` process counts to measure on one data directory (comma-separated;
+        /// empty for none).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        procs: Vec<u32>,
         /// A seconds-long configuration for CI: a 1024² scene, one round, no Python peer.
         #[arg(long)]
         smoke: bool,
@@ -63,6 +71,28 @@ enum Cmd {
         /// carried them), to compare the count's cost on one machine.
         #[arg(long)]
         bare_manifest_rows: bool,
+    },
+    /// Requests per window on AWS (against the emulator `.ci/aws-emulator` starts): a scene on
+    /// S3 planned and worked by `tilegate work` processes; the work stage's requests counted by
+    /// service and operation and divided by the windows.
+    Requests {
+        /// Scene width and height in pixels.
+        #[arg(long, default_value_t = 2560)]
+        size: u32,
+        /// Window size (400 windows on the default scene).
+        #[arg(long, default_value_t = 128)]
+        window: u32,
+        /// `tilegate work` processes.
+        #[arg(long, default_value_t = 1)]
+        workers: u32,
+        /// Directory holding the `tilegate` binary [default: this binary's directory].
+        #[arg(long)]
+        bin: Option<PathBuf>,
+        #[arg(long, default_value = ".ci-cache/bench")]
+        work: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Source bytes read (and so decoded) per window, against each window's share of the
     /// source, on a strip-organised and a 256-pixel-block copy of the benchmark scene: every
@@ -215,6 +245,17 @@ fn simulate_cmd(a: SimArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the `tilegate` binary is: as given, or this binary's directory.
+fn bin_dir(bin: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    Ok(match bin {
+        Some(b) => b,
+        None => std::env::current_exe()?
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default(),
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     let command = Cli::parse().command;
     if let Cmd::Simulate(a) = command {
@@ -238,6 +279,29 @@ fn main() -> anyhow::Result<()> {
     {
         return decode::run(size, window, &work, json);
     }
+    if let Cmd::Requests {
+        size,
+        window,
+        workers,
+        bin,
+        work,
+        json,
+    } = command
+    {
+        let doc = requests::run_requests(&requests::Config {
+            bin: bin_dir(bin)?,
+            work,
+            size,
+            window,
+            workers,
+        })?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        } else {
+            println!("{}", requests::table(&doc));
+        }
+        return Ok(());
+    }
     let Cmd::Fanout {
         rounds,
         size,
@@ -246,21 +310,17 @@ fn main() -> anyhow::Result<()> {
         bin,
         work,
         no_python,
+        no_imagery,
+        procs,
         smoke,
         json,
         only,
         bare_manifest_rows,
     } = command
     else {
-        unreachable!("simulate, decode and ledger returned above")
+        unreachable!("simulate, requests, decode and ledger returned above")
     };
-    let bin = match bin {
-        Some(b) => b,
-        None => std::env::current_exe()?
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_default(),
-    };
+    let bin = bin_dir(bin)?;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let cfg = if smoke {
         fanout::Config {
@@ -271,6 +331,8 @@ fn main() -> anyhow::Result<()> {
             bin,
             work: work.join("smoke"),
             python: false,
+            imagery: false,
+            procs: vec![2],
             cores,
             only,
             bare_rows: bare_manifest_rows,
@@ -283,7 +345,12 @@ fn main() -> anyhow::Result<()> {
             plan_window,
             bin,
             work,
-            python: !no_python && only.is_none(),
+            python: !no_python
+                && only.as_deref().is_none_or(|o| {
+                    o.contains("peer_tiles_rasterio") || o.contains("peer_tiles_cog")
+                }),
+            imagery: !no_imagery,
+            procs,
             cores,
             only,
             bare_rows: bare_manifest_rows,

@@ -10,6 +10,8 @@ use std::time::Instant;
 pub struct Sample {
     pub wall_s: f64,
     pub cpu_s: f64,
+    /// The part of `cpu_s` spent in the kernel (system time).
+    pub sys_s: f64,
     /// Peak resident set of the process, or of its largest descendant for a pipeline.
     pub max_rss_mb: f64,
 }
@@ -27,44 +29,85 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<(Sample, Vec<u8>)> {
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("start {shown}"))?;
-    // Read the pipes on threads so a chatty command cannot block on a full pipe.
-    let mut out = child.stdout.take().expect("piped");
-    let mut err = child.stderr.take().expect("piped");
-    let out_t = std::thread::spawn(move || {
+    let out_t = drain(child.stdout.take().expect("piped"));
+    let err_t = drain(child.stderr.take().expect("piped"));
+    let usage = wait(child.id(), &shown, || {
+        String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned()
+    })?;
+    let wall_s = start.elapsed().as_secs_f64();
+    let stdout = out_t.join().unwrap_or_default();
+    Ok((Sample::of(wall_s, &usage), stdout))
+}
+
+/// Run `cmds` at once and wait for all of them: wall time from the first spawn to the last
+/// exit, CPU and system time summed, peak RSS the largest; with each one's stdout.
+pub fn run_all(cmds: &mut [Command]) -> anyhow::Result<(Sample, Vec<Vec<u8>>)> {
+    let start = Instant::now();
+    let children = cmds
+        .iter_mut()
+        .map(|cmd| {
+            let shown = format!("{cmd:?}");
+            let mut child = cmd
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .with_context(|| format!("start {shown}"))?;
+            let out = drain(child.stdout.take().expect("piped"));
+            let err = drain(child.stderr.take().expect("piped"));
+            Ok((child, shown, out, err))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut total = Sample::default();
+    let mut outs = Vec::new();
+    for (child, shown, out, err) in children {
+        let usage = wait(child.id(), &shown, || {
+            String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned()
+        })?;
+        let s = Sample::of(0.0, &usage);
+        total.cpu_s += s.cpu_s;
+        total.sys_s += s.sys_s;
+        total.max_rss_mb = total.max_rss_mb.max(s.max_rss_mb);
+        outs.push(out.join().unwrap_or_default());
+    }
+    total.wall_s = start.elapsed().as_secs_f64();
+    Ok((total, outs))
+}
+
+/// Read a pipe to its end on a thread, so a chatty command cannot block on a full pipe.
+fn drain(mut r: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
         let mut b = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut out, &mut b);
+        let _ = r.read_to_end(&mut b);
         b
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut err, &mut b);
-        b
-    });
+    })
+}
+
+impl Sample {
+    fn of(wall_s: f64, usage: &libc::rusage) -> Self {
+        Sample {
+            wall_s,
+            cpu_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+            sys_s: seconds(usage.ru_stime),
+            max_rss_mb: usage.ru_maxrss as f64 / 1024.0,
+        }
+    }
+}
+
+/// Wait for child `pid` and return its resource usage; a failed exit is an error carrying
+/// its stderr.
+fn wait(pid: u32, shown: &str, stderr: impl FnOnce() -> String) -> anyhow::Result<libc::rusage> {
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waiting for our own child with valid out-pointers.
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    let wall_s = start.elapsed().as_secs_f64();
-    if pid < 0 {
+    let got = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) };
+    if got < 0 {
         bail!("wait for {shown}: {}", std::io::Error::last_os_error());
     }
-    let stdout = out_t.join().unwrap_or_default();
-    let stderr = err_t.join().unwrap_or_default();
     if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-        bail!(
-            "{shown} failed (wait status {status}): {}",
-            String::from_utf8_lossy(&stderr).trim()
-        );
+        bail!("{shown} failed (wait status {status}): {}", stderr().trim());
     }
-    Ok((
-        Sample {
-            wall_s,
-            cpu_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
-            max_rss_mb: usage.ru_maxrss as f64 / 1024.0,
-        },
-        stdout,
-    ))
+    Ok(usage)
 }
 
 /// Median, minimum and maximum of the samples' wall times.
