@@ -530,6 +530,7 @@ fn tilegate_work_procs(c: &Config, scene: &Path, n: u32) -> anyhow::Result<(Samp
             cmd
         })
         .collect();
+    let started = now_millis();
     let (s, _) = run_all(&mut cmds)?;
     let (_, out) = run(tilegate(c, &data).args(["status", &job]))?;
     let doc: Value = serde_json::from_slice(&out)?;
@@ -537,9 +538,23 @@ fn tilegate_work_procs(c: &Config, scene: &Path, n: u32) -> anyhow::Result<(Samp
     if doc["counters"]["tiles_written_total"].as_f64() != Some(rows) {
         bail!("{n} processes: tiles written and manifest rows differ: {doc}");
     }
+    // When the last window was recorded: the work itself, without the processes' exit (each
+    // waits for the queue to drain, the others' windows included, then for its last poll).
+    let b = tilegate_embedded::open_data_dir(&data, 3)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let last = rt
+        .block_on(b.manifest.list_entries(&JobId::parse(&job)?))?
+        .iter()
+        .map(|e| e.row.recorded_at)
+        .max()
+        .unwrap_or(started);
+    let last_row_s = (last - started) as f64 / 1e3;
     Ok((
         s,
-        json!({"processes": n, "manifest_rows": rows, "windows_per_s": rows / s.wall_s}),
+        json!({"processes": n, "manifest_rows": rows, "last_row_s": last_row_s,
+               "windows_per_s": rows / last_row_s}),
     ))
 }
 
@@ -795,11 +810,10 @@ fn derived(r: &Results) -> Value {
         "plan_many_s": med("tilegate_plan_many", |s| s.wall_s),
         "manifest_count_many_ms": med("tilegate_manifest_count_many", |s| s.wall_s).map(|s| s * 1e3),
         "peak_rss_mb": r.samples.iter().filter(|(k, _)| k.contains("tilegate")).flat_map(|(_, v)| v.iter().map(|s| s.max_rss_mb)).fold(0.0, f64::max),
+        // Windows per second to the last manifest row (last round), by process count.
         "processes_windows_per_s": r.samples.keys().filter_map(|k| {
             let n = k.strip_prefix("tilegate_work_procs_")?;
-            let wall = median_of(r, k, |s| s.wall_s)?;
-            let rows = r.notes.get(k)?["manifest_rows"].as_f64()?;
-            Some((n.to_owned(), rows / wall))
+            Some((n.to_owned(), r.notes.get(k)?["windows_per_s"].clone()))
         }).collect::<BTreeMap<_, _>>(),
     })
 }
