@@ -482,6 +482,42 @@ fn operation(line: &str, target: Option<&str>) -> (String, String) {
     ("s3".to_owned(), method.to_owned())
 }
 
+/// Run `tilegate ARGS` against the AWS emulator through counting proxies: its JSON output and
+/// the requests the emulator received, by (service, operation or S3 method).
+fn counted_by_the_emulator(
+    aws: &Aws,
+    data: &Path,
+    args: &[&str],
+) -> (Value, BTreeMap<(String, String), u64>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let s3_and_dynamo = std::env::var("AWS_ENDPOINT_URL").expect("the emulator's endpoint");
+    let sqs = std::env::var("AWS_ENDPOINT_URL_SQS").unwrap_or_else(|_| s3_and_dynamo.clone());
+    let (p1, p2) = rt.block_on(async {
+        (
+            LossyProxy::start(&s3_and_dynamo).await,
+            LossyProxy::start(&sqs).await,
+        )
+    });
+    let out = aws.run(
+        data,
+        args,
+        &[
+            ("AWS_ENDPOINT_URL", &p1.url),
+            ("AWS_ENDPOINT_URL_SQS", &p2.url),
+        ],
+    );
+    let doc: Value = tilegate_tests::json_of(args, &out);
+    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for (line, target) in p1.requests().iter().chain(&p2.requests()) {
+        *seen.entry(operation(line, target.as_deref())).or_default() += 1;
+    }
+    (doc, seen)
+}
+
 /// The HTTP method of an S3 operation tilegate sends.
 fn s3_method(op: &str) -> &'static str {
     match op {
@@ -508,35 +544,13 @@ fn status_cost_equals_the_requests_the_emulator_saw() {
     aws.json(data, &["init", "--create-bucket"]);
     let scene = data.join("scene.tif");
     sample(data, &scene, 1024, 6);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let s3_and_dynamo = std::env::var("AWS_ENDPOINT_URL").expect("the emulator's endpoint");
-    let sqs = std::env::var("AWS_ENDPOINT_URL_SQS").unwrap_or_else(|_| s3_and_dynamo.clone());
-    let (p1, p2) = rt.block_on(async {
-        (
-            LossyProxy::start(&s3_and_dynamo).await,
-            LossyProxy::start(&sqs).await,
-        )
-    });
-    let out = aws.run(
+    let (run, seen) = counted_by_the_emulator(
+        &aws,
         data,
         &["--json", "run", scene.to_str().unwrap(), "--window", "256"],
-        &[
-            ("AWS_ENDPOINT_URL", &p1.url),
-            ("AWS_ENDPOINT_URL_SQS", &p2.url),
-        ],
     );
-    let run: Value = tilegate_tests::json_of(&["run"], &out);
     assert_eq!(run["complete"], true);
     let job = run["job_id"].as_str().unwrap();
-    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for (line, target) in p1.requests().iter().chain(&p2.requests()) {
-        *seen.entry(operation(line, target.as_deref())).or_default() += 1;
-    }
-    drop((p1, p2));
 
     let status = aws.json(data, &["status", job, "--cost"]);
     let mut counted: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -598,34 +612,8 @@ fn a_clean_aws_work_stage_sends_a_put_a_row_and_a_tenth_of_an_ack_per_window() {
     let plan = aws.json(data, &["plan", scene.to_str().unwrap(), "--window", "256"]);
     assert_eq!(plan["windows"], 64);
     let job = plan["job_id"].as_str().unwrap().to_owned();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let s3_and_dynamo = std::env::var("AWS_ENDPOINT_URL").expect("the emulator's endpoint");
-    let sqs = std::env::var("AWS_ENDPOINT_URL_SQS").unwrap_or_else(|_| s3_and_dynamo.clone());
-    let (p1, p2) = rt.block_on(async {
-        (
-            LossyProxy::start(&s3_and_dynamo).await,
-            LossyProxy::start(&sqs).await,
-        )
-    });
-    let out = aws.run(
-        data,
-        &["--json", "work", "--until-empty"],
-        &[
-            ("AWS_ENDPOINT_URL", &p1.url),
-            ("AWS_ENDPOINT_URL_SQS", &p2.url),
-        ],
-    );
-    let work: Value = tilegate_tests::json_of(&["work"], &out);
+    let (work, seen) = counted_by_the_emulator(&aws, data, &["--json", "work", "--until-empty"]);
     assert_eq!(work["written"], 64, "{work}");
-    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for (line, target) in p1.requests().iter().chain(&p2.requests()) {
-        *seen.entry(operation(line, target.as_deref())).or_default() += 1;
-    }
-    drop((p1, p2));
     let n = |service: &str, op: &str| {
         seen.get(&(service.to_owned(), op.to_owned()))
             .copied()

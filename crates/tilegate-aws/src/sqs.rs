@@ -593,35 +593,49 @@ impl SqsQueue {
             let entries = chunk
                 .iter()
                 .enumerate()
-                .map(|(i, m)| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(m.receipt_handle().unwrap_or_default())
-                        .build()
-                        .map_err(|e| construction("delete entry", e))
-                })
-                .collect::<StoreResult<Vec<_>>>()?;
-            let out = retry::run(
-                &self.retry,
-                Idempotency::Idempotent,
-                "delete dead letters",
-                &self.name,
-                |_| {
-                    let req = self
-                        .client
-                        .delete_message_batch()
-                        .queue_url(url)
-                        .set_entries(Some(entries.clone()));
-                    async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-                },
-            )
-            .await
-            .map_err(|f| f.into_store("delete dead letters", &self.name))?;
+                .map(|(i, m)| (i, m.receipt_handle().unwrap_or_default()));
+            let out = self
+                .delete_message_batch(url, entries, "delete dead letters")
+                .await?;
             for failed in out.failed() {
                 warn!(queue = %self.name, code = failed.code(), "a redriven dead letter could not be deleted from the dead-letter queue; it may be redriven twice");
             }
         }
         Ok(())
+    }
+
+    /// One `DeleteMessageBatch` of at most ten `(entry ID, receipt)` pairs, retried as a whole.
+    async fn delete_message_batch<'a>(
+        &self,
+        url: &str,
+        receipts: impl Iterator<Item = (usize, &'a str)>,
+        what: &'static str,
+    ) -> StoreResult<aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchOutput> {
+        let entries = receipts
+            .map(|(id, receipt)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(id.to_string())
+                    .receipt_handle(receipt)
+                    .build()
+                    .map_err(|e| construction("delete entry", e))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        retry::run(
+            &self.retry,
+            Idempotency::Idempotent,
+            what,
+            &self.name,
+            |_| {
+                let req = self
+                    .client
+                    .delete_message_batch()
+                    .queue_url(url)
+                    .set_entries(Some(entries.clone()));
+                async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
+            },
+        )
+        .await
+        .map_err(|f| f.into_store(what, &self.name))
     }
 
     /// (visible, not visible) of one queue.
@@ -871,32 +885,8 @@ impl WorkQueue for SqsQueue {
                 .collect()
         };
         for chunk in live.chunks(MAX_BATCH) {
-            let entries = chunk
-                .iter()
-                .map(|&i| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(&receipts[i])
-                        .build()
-                        .map_err(|e| construction("delete entry", e))
-                })
-                .collect::<StoreResult<Vec<_>>>()?;
-            let answer = retry::run(
-                &self.retry,
-                Idempotency::Idempotent,
-                "ack",
-                &self.name,
-                |_| {
-                    let req = self
-                        .client
-                        .delete_message_batch()
-                        .queue_url(&self.url)
-                        .set_entries(Some(entries.clone()));
-                    async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-                },
-            )
-            .await
-            .map_err(|f| f.into_store("ack", &self.name))?;
+            let entries = chunk.iter().map(|&i| (i, receipts[i].as_str()));
+            let answer = self.delete_message_batch(&self.url, entries, "ack").await?;
             for ok in answer.successful() {
                 if let Ok(i) = ok.id().parse::<usize>() {
                     self.ledger().finished(&receipts[i]);
