@@ -3,7 +3,7 @@
 
 use crate::error::{EmbeddedError, io_error, own_error};
 use std::fs::{self, File, Metadata, OpenOptions, TryLockError};
-use std::io::{self, Write as _};
+use std::io;
 use std::os::unix::fs::{FileExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -56,8 +56,20 @@ pub(crate) fn etag_of(hash: &blake3::Hash) -> ETag {
 /// Hash a whole file through an open descriptor (never by path, so the hash is of the exact
 /// version the caller opened).
 pub(crate) fn hash_file(f: &File) -> io::Result<ETag> {
+    hash_chunks(f, CHUNK, false)
+}
+
+/// Hash a file by path on every core: the ETag of content that was just written (and is
+/// still in the page cache). Read in chunks rather than memory-mapped: a mapping's pages count
+/// in the process's resident set, and a scene's 200 MB mapped for its ETag was what set the
+/// peak RSS of `tilegate run`.
+pub(crate) fn hash_path(path: &Path) -> io::Result<ETag> {
+    hash_chunks(&File::open(path)?, PARALLEL_HASH, true)
+}
+
+fn hash_chunks(f: &File, chunk: usize, parallel: bool) -> io::Result<ETag> {
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = vec![0u8; chunk];
     let mut offset = 0u64;
     loop {
         let n = match f.read_at(&mut buf, offset) {
@@ -66,22 +78,35 @@ pub(crate) fn hash_file(f: &File) -> io::Result<ETag> {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        hasher.update(&buf[..n]);
+        if parallel {
+            hasher.update_rayon(&buf[..n]);
+        } else {
+            hasher.update(&buf[..n]);
+        }
         offset += n as u64;
     }
     Ok(etag_of(&hasher.finalize()))
 }
 
-/// Hash a file by path, memory-mapped and on every core for large files: the ETag of content
-/// that was just written (and is still in the page cache).
-pub(crate) fn hash_path(path: &Path) -> io::Result<ETag> {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_mmap_rayon(path)?;
-    Ok(etag_of(&hasher.finalize()))
-}
-
 /// Objects at least this large are hashed on every core, beside their write.
 const PARALLEL_HASH: usize = 8 << 20;
+
+/// The most one `write(2)` is handed. A write of 2 MiB or more lets Linux's page cache (ext4
+/// with large folios) allocate PMD-size folios, and on a virtual machine whose free memory is
+/// reported back to its host each of those costs a fresh fault on the host: measured on the
+/// benchmark machine (Linux 6.18, a few seconds after memory was freed), a 233 MB file written
+/// in 16 MiB or 2 MiB calls took 0.55 s of kernel time, in 1 MiB calls 0.065 s.
+pub(crate) const WRITE_CHUNK: usize = 1 << 20;
+
+/// `write_all_at` in calls of at most [`WRITE_CHUNK`] bytes.
+pub(crate) fn write_all_at(f: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+    let mut at = offset;
+    for chunk in bytes.chunks(WRITE_CHUNK) {
+        f.write_all_at(chunk, at)?;
+        at += chunk.len() as u64;
+    }
+    Ok(())
+}
 
 /// fsync a directory, so that names just created, linked, renamed or removed in it survive a
 /// power loss (POSIX leaves the durability of a directory entry to an fsync of the directory).
@@ -135,9 +160,9 @@ impl Staged {
     /// Write `bytes` to a new temp file and fsync it: after this the content is durable, so a
     /// crash can leave at most a stray temp file, never a partial object at a key.
     pub fn write(tmp_dir: &Path, bytes: &[u8]) -> io::Result<Self> {
-        let mut tmp = TempFile::create(tmp_dir)?;
+        let tmp = TempFile::create(tmp_dir)?;
         if bytes.len() < PARALLEL_HASH {
-            tmp.file.write_all(bytes)?;
+            write_all_at(&tmp.file, bytes, 0)?;
             tmp.file.sync_all()?;
             return Ok(Self {
                 tmp,
@@ -148,7 +173,7 @@ impl Staged {
         // the disk.
         let e_tag = std::thread::scope(|s| -> io::Result<ETag> {
             let hash = s.spawn(|| etag_of(&blake3::Hasher::new().update_rayon(bytes).finalize()));
-            tmp.file.write_all(bytes)?;
+            write_all_at(&tmp.file, bytes, 0)?;
             tmp.file.sync_all()?;
             Ok(hash.join().expect("hashing thread panicked"))
         })?;

@@ -9,14 +9,13 @@
 //! then concatenates the named parts into a new file. A lock file in the upload's directory
 //! serialises part uploads and completion of one upload across processes.
 
-use super::fsx::{Staged, TempFile, etag_of, fsync_dir, hash_path, lock};
+use super::fsx::{Staged, TempFile, etag_of, fsync_dir, hash_path, lock, write_all_at};
 use super::{Local, check_key};
 use crate::error::{EmbeddedError, io_error, own_error};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tilegate_core::object::{MultipartUpload, PartId, PutMode, PutOutcome};
@@ -236,7 +235,7 @@ impl Local {
                 .open(dir.join(SPOOL_FILE))?;
             // Drop anything a crash left after the last recorded part.
             spool.set_len(offset)?;
-            spool.write_all_at(bytes, offset)?;
+            write_all_at(&spool, bytes, offset)?;
             spool.sync_data()?;
             let mut index = fs::OpenOptions::new()
                 .create(true)

@@ -289,3 +289,24 @@ async fn a_failed_completion_leaves_the_upload_completable() {
     assert_eq!(fs::read(dir.path().join(key)).unwrap(), whole);
     assert!(s.list_multipart("", None).await.unwrap().is_empty());
 }
+
+#[test]
+fn writes_cut_into_chunks_land_at_their_offsets() {
+    use std::os::unix::fs::FileExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let f = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dir.path().join("f"))
+        .unwrap();
+    // Two and a half chunks, written past a small offset: every chunk where it belongs.
+    let bytes: Vec<u8> = (0..fsx::WRITE_CHUNK * 5 / 2)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    fsx::write_all_at(&f, &bytes, 7).unwrap();
+    let mut back = vec![0u8; bytes.len() + 7];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(&back[..7], &[0u8; 7]);
+    assert_eq!(&back[7..], &bytes[..]);
+}
