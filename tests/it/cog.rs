@@ -773,3 +773,34 @@ fn native_tiles_equal_gdals() {
         assert_copy_tiles(&src, &tiles, None);
     }
 }
+
+/// Encode one window of a small scene and return GDAL's block cache limit before and after.
+fn block_cache_around_an_encode() -> (u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, meta) = scene(dir.path(), "s", &opts(1024, 512, 1, "UInt16", None, 3));
+    let before = tilegate_cog::block_cache_limit();
+    let reqs = requests(
+        &path,
+        &meta,
+        &recipe(Operation::Copy { bands: None }, Compression::Deflate, 512),
+    );
+    encode_window(&reqs[0]).expect("encode");
+    (before, tilegate_cog::block_cache_limit())
+}
+
+#[test]
+fn gdal_block_cache_is_fitted_down_to_what_windows_share() {
+    // Two rows of 512-pixel windows of a 1024-pixel UInt16 row (with a block row more) are
+    // 4 MiB: the floor of 64 MiB applies, never more than GDAL's default.
+    let (default, fitted) = block_cache_around_an_encode();
+    assert_eq!(fitted, default.min(64 << 20), "default {default}");
+}
+
+#[test]
+fn gdal_block_cache_set_by_the_user_stands() {
+    // SAFETY: this test runs in its own process (nextest), before any thread reads the
+    // environment.
+    unsafe { std::env::set_var("GDAL_CACHEMAX", "300") };
+    let (before, after) = block_cache_around_an_encode();
+    assert_eq!((before, after), (300 << 20, 300 << 20));
+}

@@ -558,9 +558,10 @@ async fn run_source(
     let progress = output::progress(out, b.clone(), &job);
     let report = worker.run(stop_on_signals()).await.context("work")?;
     progress.finish().await;
-    // The encoder threads and their buffers are done with: give their memory back before
-    // the scene is assembled.
+    // The encoder threads, their buffers and the source blocks they read are done with: give
+    // their memory back before the scene is assembled.
     drop(worker);
+    tilegate_cog::release_block_cache();
     crate::release_free_memory();
     let manifest_rows = b.manifest.count_entries(&job.job_id).await?;
     let complete = manifest_rows == p.windows;

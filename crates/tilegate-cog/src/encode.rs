@@ -465,7 +465,7 @@ fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
         path: req.path.clone(),
         source,
     })?;
-    let (block_w, _) =
+    let (block_w, block_h) =
         ds.rasterband(1)
             .map(|b| b.block_size())
             .map_err(|source| CogError::Corrupt {
@@ -473,6 +473,10 @@ fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
                 source,
             })?;
     let shared_reads = block_w as u64 >= u64::from(plan.width) && plan.width > req.recipe.window;
+    if !warped {
+        let row_bytes = u64::from(found.width) * u64::from(found.bands) * dtype.size() as u64;
+        ffi::fit_block_cache(row_bytes, req.recipe.window, block_h as u32);
+    }
     tracing::debug!(path = %req.path, cache_key = %req.cache_key, shared_reads, "opened source for this thread");
     Ok(CachedSource {
         cache_key: req.cache_key.clone(),
