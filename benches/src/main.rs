@@ -55,7 +55,7 @@ enum Cmd {
         #[arg(long)]
         no_imagery: bool,
         /// `tilegate work` process counts to measure on one data directory (comma-separated;
-        /// empty for none).
+        /// `0` for none).
         #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
         procs: Vec<u32>,
         /// A seconds-long configuration for CI: a 1024² scene, one round, no Python peer.
@@ -64,9 +64,14 @@ enum Cmd {
         /// Print the results as JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Run only this contender (e.g. `tilegate_manifest_count_many`).
+        /// Run only these contenders (comma-separated, e.g. `reference,tilegate_run`).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Remove each contender's earlier output just before it runs (the warm condition:
+        /// it reuses the page cache its last round freed, and creates files among inodes
+        /// freed a moment ago), instead of moving it aside until the benchmark ends (cold).
         #[arg(long)]
-        only: Option<String>,
+        remove_just_before: bool,
         /// Count manifest rows written without window facts (rows as they were before they
         /// carried them), to compare the count's cost on one machine.
         #[arg(long)]
@@ -315,6 +320,7 @@ fn main() -> anyhow::Result<()> {
         smoke,
         json,
         only,
+        remove_just_before,
         bare_manifest_rows,
     } = command
     else {
@@ -335,6 +341,7 @@ fn main() -> anyhow::Result<()> {
             procs: vec![2],
             cores,
             only,
+            remove_just_before,
             bare_rows: bare_manifest_rows,
         }
     } else {
@@ -346,13 +353,15 @@ fn main() -> anyhow::Result<()> {
             bin,
             work,
             python: !no_python
-                && only.as_deref().is_none_or(|o| {
-                    o.contains("peer_tiles_rasterio") || o.contains("peer_tiles_cog")
-                }),
+                && (only.is_empty()
+                    || only.iter().any(|o| {
+                        o.contains("peer_tiles_rasterio") || o.contains("peer_tiles_cog")
+                    })),
             imagery: !no_imagery,
-            procs,
+            procs: procs.into_iter().filter(|&p| p > 0).collect(),
             cores,
             only,
+            remove_just_before,
             bare_rows: bare_manifest_rows,
         }
     };
