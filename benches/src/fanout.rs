@@ -280,6 +280,7 @@ fn fresh(c: &Config, name: &str) -> anyhow::Result<PathBuf> {
     if d.exists() && c.remove_just_before {
         std::fs::remove_dir_all(&d).with_context(|| format!("clear {}", d.display()))?;
     } else if d.exists() {
+        // Numbered, since one name is moved aside once per round.
         let trash = c.work.join(TRASH);
         std::fs::create_dir_all(&trash)?;
         static ASIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

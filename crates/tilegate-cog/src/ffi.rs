@@ -510,11 +510,8 @@ static BLOCK_CACHE_FITTED: AtomicU64 = AtomicU64::new(0);
 pub(crate) fn fit_block_cache(row_bytes: u64, window_height: u32, block_height: u32) {
     static DEFAULT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let Some(default) = *DEFAULT.get_or_init(|| {
-        let set = std::env::var_os("GDAL_CACHEMAX").is_some() || {
-            let key = CString::new("GDAL_CACHEMAX").expect("no NUL");
-            // SAFETY: a C string lookup; the result is only tested for null.
-            !unsafe { gdal_sys::CPLGetConfigOption(key.as_ptr(), ptr::null()) }.is_null()
-        };
+        // GDAL's own lookup, which sees the environment as well as options set in-process.
+        let set = gdal::config::get_config_option("GDAL_CACHEMAX", "").is_ok_and(|v| !v.is_empty());
         (!set).then(block_cache_limit)
     }) else {
         return;

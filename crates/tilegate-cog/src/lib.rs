@@ -38,8 +38,6 @@ pub use thumb::thumbnail_png;
 pub use tilegate_cogwrite::{ReducedWindow, ReducedWindows, Resampling};
 pub use warp::warp_grid;
 
-/// Set process-wide GDAL configuration options (how `/vsis3/` reaches S3, say); one that
-/// cannot be set is logged and skipped.
 /// The most GDAL's block cache holds, in bytes: GDAL's default (5 % of RAM) or `GDAL_CACHEMAX`
 /// until a source is opened for encoding, then fitted to the windows (see the encoder).
 pub fn block_cache_limit() -> u64 {
@@ -54,6 +52,8 @@ pub fn release_block_cache() {
     tracing::debug!(bytes, "GDAL block cache flushed");
 }
 
+/// Set process-wide GDAL configuration options (how `/vsis3/` reaches S3, say); one that
+/// cannot be set is logged and skipped.
 pub fn set_config_options(options: impl IntoIterator<Item = (String, String)>) {
     for (key, value) in options {
         if let Err(e) = gdal::config::set_config_option(&key, &value) {
