@@ -248,6 +248,8 @@ fn retention_and_gc_with_an_injected_clock() {
             true,
             t0,
         ));
+        // Begun a moment later, so it is the newer attempt (an order never publishes an
+        // attempt begun before the one published).
         rt.block_on(regen(
             &b,
             &job_a,
@@ -255,7 +257,7 @@ fn retention_and_gc_with_an_injected_clock() {
             bytes(Window::new(1, 3)),
             Retention::default(),
             true,
-            t0,
+            t0 + 1,
         ));
         let hr = rt
             .block_on(attempt::row(
@@ -786,6 +788,99 @@ fn a_regeneration_travels_in_a_message_and_a_redelivery_continues_it() {
     );
 }
 
+/// The reproduction through the CLI: attempt A1 is published by its order, A2 by its own, and
+/// A1's order comes back (`regenerate --enqueue --attempt A1`, as a redelivery would): the
+/// worker acknowledges it as `accept-refused`, the pointer stays on A2, A2 keeps no deadline
+/// and A1 stays retired. On the embedded backend and on AWS.
+#[test]
+fn a_returning_order_through_the_queue_leaves_the_pointer_on_the_newer_attempt() {
+    for target in targets("returning_order") {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let (_, a) = tiles(&target, data, 7, &[]);
+        let rt = rt();
+        let b = rt.block_on(target.backends(data));
+        let s = Subject::Window(Window::new(2, 2));
+        let enqueue = |extra: &[&str]| {
+            let mut args = vec!["regenerate", a.as_str(), "--window", "2_2", "--enqueue"];
+            args.extend_from_slice(extra);
+            let out = target.json(data, &args);
+            let work = target.json(data, &["work", "--until-empty", "--threads", "1"]);
+            (out["attempt"].as_str().unwrap().to_owned(), work)
+        };
+        let (a1, _) = enqueue(&[]);
+        let (a2, _) = enqueue(&[]);
+        let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
+        assert_eq!(p.row.attempt.as_str(), a2);
+        let (again, work) = enqueue(&["--attempt", &a1]);
+        assert_eq!(again, a1);
+        assert_eq!(work["accepts_refused"], 1, "{work}");
+        assert_eq!(work["dead_lettered"], 0, "{work}");
+        assert_eq!(
+            work["counters"][tilegate_core::metrics::ACCEPTS_REFUSED],
+            1,
+            "{work}"
+        );
+        let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
+        assert_eq!(
+            p.row.attempt.as_str(),
+            a2,
+            "a returning order moved the pointer back on {}",
+            target.name()
+        );
+        let rows = rt.block_on(b.ledger.list_attempts(&a)).unwrap();
+        let state = |id: &str| {
+            rows.iter()
+                .find(|r| r.row.attempt.as_str() == id)
+                .map(|r| (r.row.state, r.row.delete_after.is_some()))
+                .unwrap()
+        };
+        assert_eq!(state(&a2), (AttemptState::Accepted, false));
+        assert_eq!(state(&a1), (AttemptState::Retired, true));
+        // The operator may still move it back, explicitly.
+        let acc = target.json(
+            data,
+            &["accept", a.as_str(), "--window", "2_2", "--attempt", &a1],
+        );
+        assert_eq!(acc["publish"]["outcome"], "published", "{acc}");
+    }
+}
+
+/// The other reproduction through the CLI: an order waits in the queue longer than the upload
+/// grace (a backlog; here GC runs with its clock 7 hours on), and is then worked. The row is
+/// not collected while it waits, and the regeneration is published — not dead-lettered as
+/// `attempt-not-uploading`. On the embedded backend and on AWS.
+#[test]
+fn an_enqueued_order_that_waited_past_the_grace_is_still_published() {
+    for target in targets("old_order") {
+        let tmp = tempdir();
+        let data = tmp.path();
+        let (_, a) = tiles(&target, data, 8, &[]);
+        let out = target.json(
+            data,
+            &["regenerate", a.as_str(), "--window", "3_0", "--enqueue"],
+        );
+        let id = out["attempt"].as_str().unwrap().to_owned();
+        let later = (tilegate_core::now_millis() + 7 * HOUR_MS as i64).to_string();
+        let gc = target.json(data, &["gc", "--test-now-ms", &later]);
+        assert_eq!(gc["deleted"], 0, "a waiting order was collected: {gc}");
+        let work = target.json(data, &["work", "--until-empty", "--threads", "1"]);
+        assert_eq!(work["dead_lettered"], 0, "{work}");
+        let rt = rt();
+        let b = rt.block_on(target.backends(data));
+        let p = rt
+            .block_on(b.ledger.get_pointer(&a, Subject::Window(Window::new(3, 0))))
+            .unwrap()
+            .expect("published");
+        assert_eq!(p.row.attempt.as_str(), id, "on {}", target.name());
+        assert!(
+            rt.block_on(b.objects.head(&p.row.output.key))
+                .unwrap()
+                .is_some()
+        );
+    }
+}
+
 /// Embedded only: moto answers every upload's `Initiated` with a fixed placeholder, so an S3
 /// upload started by another process has no age there (`S3Store::initiated_of`; the S3
 /// cleanup path is covered in-process by the conformance suite's `list_multipart_older_than`).
@@ -961,11 +1056,13 @@ fn a_worker_killed_mid_upload_leaves_a_row_gc_collects() {
         object.metadata.get(tilegate_core::object::ATTEMPT_METADATA),
         Some(&id.to_string())
     );
-    // Before the grace has passed nothing is collected; after it, both go.
-    let soon = (row.created_at + 60_000).to_string();
+    // The grace counts from when the worker began the upload. Before it has passed nothing
+    // is collected; after it, both go.
+    let started = row.upload_started_at.expect("the worker began the upload");
+    let soon = (started + 60_000).to_string();
     let r = target.json(data, &["gc", "--test-now-ms", &soon]);
     assert_eq!(r["deleted"], 0, "{r}");
-    let later = (row.created_at + 6 * HOUR_MS as i64).to_string();
+    let later = (started + 6 * HOUR_MS as i64).to_string();
     let r = target.json(data, &["gc", "--test-now-ms", &later]);
     assert_eq!(r["deleted"], 1, "{r}");
     assert_eq!(r["items"][0]["key"], key.as_str());
@@ -982,12 +1079,70 @@ fn a_worker_killed_mid_upload_leaves_a_row_gc_collects() {
     let dead = rt.block_on(b.queue.list_dead_letters(10)).unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert!(
-        dead[0].reason.starts_with("attempt-not-uploading"),
+        dead[0].reason.starts_with("attempt-collected"),
         "{}",
         dead[0].reason
     );
     assert!(rt.block_on(b.objects.head(&key)).unwrap().is_none());
     assert!(rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().is_none());
+}
+
+/// A data directory copied the way people copy directories (`cp -r`, which keeps no extended
+/// attributes, so the local store's sidecars and the attempt token in them are gone): GC still
+/// collects an upload that died before it recorded itself — the attempt's key names the
+/// attempt, so the object there is its own without the token.
+#[test]
+fn gc_collects_a_dead_upload_in_a_data_directory_copied_without_attributes() {
+    let target = Target::Embedded;
+    let tmp = tempdir();
+    let data = tmp.path().join("original");
+    std::fs::create_dir_all(&data).unwrap();
+    let (_, a) = tiles(&target, &data, 6, &[]);
+    let out = target.json(
+        &data,
+        &["regenerate", a.as_str(), "--window", "1_2", "--enqueue"],
+    );
+    let key = out["key"].as_str().unwrap().to_owned();
+    let killed = tilegate_tests::work_until_fault(&data, "attempt-after-put", 0);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&killed.status),
+        Some(libc::SIGKILL)
+    );
+    let copy = tmp.path().join("copy");
+    let cp = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&data)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let rt = rt();
+    let b = rt.block_on(target.backends(&copy));
+    let object = rt.block_on(b.objects.head(&key)).unwrap().expect("copied");
+    assert!(
+        !object
+            .metadata
+            .contains_key(tilegate_core::object::ATTEMPT_METADATA),
+        "the copy kept the attempt token: {object:?}"
+    );
+    let id = tilegate_core::ledger::AttemptId::parse(out["attempt"].as_str().unwrap()).unwrap();
+    let row = rt
+        .block_on(attempt::row(
+            &b,
+            &a,
+            Subject::Window(Window::new(1, 2)),
+            &id,
+        ))
+        .unwrap()
+        .row;
+    let due = (row.delete_after.expect("a started upload has a deadline") + 1).to_string();
+    let r = target.json(&copy, &["gc", "--test-now-ms", &due]);
+    assert_eq!(
+        (r["deleted"].as_u64(), r["skipped_mismatch"].as_u64()),
+        (Some(1), Some(0)),
+        "{r}"
+    );
+    assert!(rt.block_on(b.objects.head(&key)).unwrap().is_none());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1015,12 +1170,15 @@ impl Rng {
     }
 }
 
-/// GC passes running beside regenerations, uploads that die after their row or after their
-/// object, an upload slower than its grace, re-links onto retired and marked attempts (some
-/// landing between a mark and its sweep), and legal holds — on a virtual clock the GC task
-/// moves 30 minutes per pass. Judged by the store's request log and the final rows: no
-/// referenced or held object deleted, every due object deleted, no delete issued for a key
-/// that is not a ledger row's exact key.
+/// GC passes running beside regenerations, orders no worker took, uploads that die after their
+/// start or after their object, an upload slower than its grace (holds racing its late record),
+/// orders that waited longer than the grace, returning (redelivered) orders, re-links onto
+/// retired and marked attempts (some landing between a mark and its sweep), and legal holds —
+/// on a virtual clock the GC task moves 30 minutes per pass. Judged by the store's request log,
+/// the final rows and the publishes seen: no referenced or held object deleted, every due
+/// object deleted, no delete issued for a key that is not a ledger row's exact key, no order's
+/// publish moved a pointer onto an attempt older than one already published, and some
+/// returning order was refused.
 #[test]
 fn ledger_chaos() {
     for target in targets("ledger_chaos") {
@@ -1061,24 +1219,52 @@ fn ledger_chaos() {
             upload_grace_ms: 2 * HOUR_MS,
         };
         let collected = Arc::new(AtomicU64::new(0));
+        let old_orders = Arc::new(AtomicU64::new(0));
+        let history = History::default();
         rt.block_on(async {
             let mut tasks = Vec::new();
             for r in 0..3u64 {
-                let (b, job_a, windows, tile_bytes, clock, collected) = (
+                let (b, job_a, windows, tile_bytes, clock, collected, old_orders) = (
                     b.clone(),
                     job_a.clone(),
                     windows.clone(),
                     tile_bytes.clone(),
                     clock.clone(),
                     collected.clone(),
+                    old_orders.clone(),
                 );
+                let history = history.clone();
                 tasks.push(tokio::spawn(async move {
                     let mut rng = Rng(seed ^ (r + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                    for _ in 0..25 {
+                    // Orders this task finished, for redeliveries.
+                    let mut done_orders: Vec<(Window, tilegate_core::ledger::AttemptOrder)> =
+                        Vec::new();
+                    for _ in 0..30 {
                         let i = rng.below(windows.len() as u64) as usize;
                         let w = windows[i];
+                        let s = Subject::Window(w);
                         let now = || clock.load(Ordering::SeqCst);
-                        let action = rng.below(10);
+                        let action = rng.below(12);
+                        // A returning order: one this task finished comes back (an SQS
+                        // duplicate, a lost acknowledgement, a visibility timeout).
+                        if action == 11 && !done_orders.is_empty() {
+                            let k = rng.below(done_orders.len() as u64) as usize;
+                            let (w, order) = done_orders[k].clone();
+                            let s = Subject::Window(w);
+                            let row = attempt::row(&b, &job_a.job_id, s, &order.id).await.unwrap();
+                            if row.row.state == AttemptState::Deleted {
+                                continue;
+                            }
+                            let before = history.snapshot(s);
+                            match regenerate::finish(&b, row, &order, Bytes::new(), now()).await {
+                                Ok(done) => history.order_outcome(s, &done, before),
+                                Err(regenerate::RegenerateError::Ledger(
+                                    LedgerError::CollectedWhileUploading { .. },
+                                )) => {}
+                                Err(e) => panic!("returning order: {e}"),
+                            }
+                            continue;
+                        }
                         let req = regenerate::Request {
                             id: None,
                             retention: retention(action == 9),
@@ -1087,30 +1273,60 @@ fn ledger_chaos() {
                         let (row, order) =
                             regenerate::start(&b, &job_a, w, req, now()).await.unwrap();
                         match action {
-                            // A worker killed after writing its row.
+                            // An order no worker ever took: no deadline, no object.
                             0 => {}
-                            // A worker killed after its object, before recording it.
-                            1 => {
-                                let opts = tilegate_core::object::PutOptions {
-                                    metadata: [(
-                                        tilegate_core::object::ATTEMPT_METADATA.to_owned(),
-                                        order.id.to_string(),
-                                    )]
-                                    .into(),
-                                    ..tilegate_core::object::PutOptions::create()
-                                };
-                                b.objects
-                                    .put_opts(&row.row.key, tile_bytes[i].clone(), opts)
-                                    .await
-                                    .unwrap();
+                            // A worker killed after starting the upload, or after its object
+                            // before recording it.
+                            1 | 10 => {
+                                let row = attempt::start_upload(&b, row, now()).await.unwrap();
+                                if action == 1 {
+                                    let opts = tilegate_core::object::PutOptions {
+                                        metadata: [(
+                                            tilegate_core::object::ATTEMPT_METADATA.to_owned(),
+                                            order.id.to_string(),
+                                        )]
+                                        .into(),
+                                        ..tilegate_core::object::PutOptions::create()
+                                    };
+                                    b.objects
+                                        .put_opts(&row.row.key, tile_bytes[i].clone(), opts)
+                                        .await
+                                        .unwrap();
+                                }
                             }
-                            // An upload slower than its grace.
+                            // An upload slower than its grace: begun, then the object and its
+                            // record land after GC may have collected the row (a hold may
+                            // have landed in between).
                             2 => {
-                                let until = row.row.created_at + 3 * HOUR_MS as i64;
+                                let row = attempt::start_upload(&b, row, now()).await.unwrap();
+                                let until = now() + 3 * HOUR_MS as i64;
                                 while now() < until {
                                     tokio::time::sleep(Duration::from_millis(5)).await;
                                 }
-                                match regenerate::finish(
+                                let put = attempt::put(&b, &row.row, tile_bytes[i].clone()).await;
+                                let meta = match put {
+                                    Ok(m) => m,
+                                    Err(e) => panic!("slow upload's put: {e}"),
+                                };
+                                match attempt::record(&b, row, meta.size, meta.e_tag, now()).await {
+                                    Ok(_) => {}
+                                    Err(LedgerError::CollectedWhileUploading { .. }) => {
+                                        collected.fetch_add(1, Ordering::SeqCst);
+                                    }
+                                    Err(e) => panic!("slow upload: {e}"),
+                                }
+                            }
+                            // An order that waited in the queue longer than the upload grace:
+                            // never collected for having waited.
+                            3 => {
+                                let until = now() + 3 * HOUR_MS as i64;
+                                while now() < until {
+                                    tokio::time::sleep(Duration::from_millis(5)).await;
+                                }
+                                let row =
+                                    attempt::row(&b, &job_a.job_id, s, &order.id).await.unwrap();
+                                let before = history.snapshot(s);
+                                let done = regenerate::finish(
                                     &b,
                                     row,
                                     &order,
@@ -1118,20 +1334,24 @@ fn ledger_chaos() {
                                     now(),
                                 )
                                 .await
-                                {
-                                    Ok(_) => {}
-                                    Err(regenerate::RegenerateError::Ledger(
-                                        LedgerError::CollectedWhileUploading { .. },
-                                    )) => {
-                                        collected.fetch_add(1, Ordering::SeqCst);
-                                    }
-                                    Err(e) => panic!("slow upload: {e}"),
-                                }
+                                .unwrap_or_else(|e| panic!("an order older than the grace: {e}"));
+                                history.order_outcome(s, &done, before);
+                                done_orders.push((w, order));
+                                old_orders.fetch_add(1, Ordering::SeqCst);
                             }
                             _ => {
-                                regenerate::finish(&b, row, &order, tile_bytes[i].clone(), now())
-                                    .await
-                                    .unwrap();
+                                let before = history.snapshot(s);
+                                let done = regenerate::finish(
+                                    &b,
+                                    row,
+                                    &order,
+                                    tile_bytes[i].clone(),
+                                    now(),
+                                )
+                                .await
+                                .unwrap();
+                                history.order_outcome(s, &done, before);
+                                done_orders.push((w, order));
                             }
                         }
                         tokio::time::sleep(Duration::from_millis(rng.below(8))).await;
@@ -1140,30 +1360,34 @@ fn ledger_chaos() {
             }
             // Re-links onto retired or marked attempts, and legal holds.
             {
-                let (b, a, windows, clock, done) = (
+                let (b, a, clock, done, history) = (
                     b.clone(),
                     a.clone(),
-                    windows.clone(),
                     clock.clone(),
                     done.clone(),
+                    history.clone(),
                 );
                 tasks.push(tokio::spawn(async move {
                     let mut rng = Rng(seed.rotate_left(17) | 1);
                     while !done.load(Ordering::SeqCst) {
                         let rows = b.ledger.list_attempts(&a).await.unwrap();
+                        // Holds also go on marked rows whose upload has not recorded yet: they
+                        // race a slow upload's late record.
                         let candidates: Vec<_> = rows
                             .iter()
                             .filter(|r| {
-                                r.row.publishable() && r.row.state != AttemptState::Uploaded
+                                (r.row.publishable() && r.row.state != AttemptState::Uploaded)
+                                    || (r.row.state == AttemptState::Deleting
+                                        && r.row.sweep_started_at.is_none())
                             })
                             .collect();
                         if !candidates.is_empty() {
                             let r = &candidates[rng.below(candidates.len() as u64) as usize].row;
-                            if rng.below(4) == 0 {
+                            if rng.below(4) == 0 || !r.publishable() {
                                 let _ =
                                     attempt::set_hold(&b, &a, r.subject, &r.attempt, true).await;
                             } else {
-                                attempt::accept_current(
+                                let out = attempt::accept_current(
                                     &b,
                                     &a,
                                     r.subject,
@@ -1172,9 +1396,11 @@ fn ledger_chaos() {
                                 )
                                 .await
                                 .unwrap();
+                                if matches!(out, PublishOutcome::Published { .. }) {
+                                    history.published(r.subject, r);
+                                }
                             }
                         }
-                        let _ = windows.len();
                         tokio::time::sleep(Duration::from_millis(3)).await;
                     }
                 }));
@@ -1270,6 +1496,14 @@ fn ledger_chaos() {
                 if r.e_tag.is_some() && !present {
                     bad.push(format!("held `{}` ({}) is gone", r.key, r.state));
                 }
+            } else if r.state == AttemptState::Uploading && r.upload_started_at.is_none() {
+                // An order no worker took: no deadline, and nothing at its key.
+                if r.delete_after.is_some() || present {
+                    bad.push(format!(
+                        "untaken order `{}`: {:?}, object {present}",
+                        r.key, r.delete_after
+                    ));
+                }
             } else if r.state != AttemptState::Accepted {
                 // Everything else was due long ago: deleted, verified, object gone.
                 if r.state != AttemptState::Deleted || r.deletion_verified_at.is_none() {
@@ -1287,17 +1521,21 @@ fn ledger_chaos() {
                 bad.push(format!("deleted the tile `{k}`"));
             }
         }
+        bad.extend(history.violations());
         let rec = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
         if !rec.orphans.is_empty() || !rec.missing.is_empty() || !rec.mismatched.is_empty() {
             bad.push(format!("reconcile: {rec:?}"));
         }
         println!(
-            "ledger_chaos on {}: {} rows, {} pointers, {held} held, {} deletes issued, {} slow uploads collected",
+            "ledger_chaos on {}: {} rows, {} pointers, {held} held, {} deletes issued, {} slow uploads collected, {} orders older than the grace, {} order publishes checked ({} refused)",
             target.name(),
             rows.len(),
             pointers.len(),
             deletes.len(),
-            collected.load(Ordering::SeqCst)
+            collected.load(Ordering::SeqCst),
+            old_orders.load(Ordering::SeqCst),
+            history.checked(),
+            history.refused(),
         );
         assert!(bad.is_empty(), "seed {seed}: {}", bad.join("\n"));
         assert!(
@@ -1305,5 +1543,85 @@ fn ledger_chaos() {
             "GC must have deleted something: {}",
             deletes.len()
         );
+        assert!(
+            history.refused() > 0,
+            "no returning order was refused: the chaos missed it"
+        );
+    }
+}
+
+/// What the chaos saw published, to judge orders by: an order's publish that moved the
+/// pointer must have moved it onto an attempt begun after every attempt whose publish had
+/// returned before that order's publish began (subjects that had a preview published are left
+/// out: a preview's expiry withdraws the pointer, and the subject starts afresh).
+#[derive(Clone, Default)]
+struct History(Arc<Mutex<HistoryState>>);
+
+#[derive(Default)]
+struct HistoryState {
+    newest: std::collections::HashMap<Subject, (UnixMillis, String)>,
+    previewed: std::collections::HashSet<Subject>,
+    violations: Vec<String>,
+    checked: u64,
+    refused: u64,
+}
+
+impl History {
+    fn snapshot(&self, s: Subject) -> Option<(UnixMillis, String)> {
+        self.0.lock().unwrap().newest.get(&s).cloned()
+    }
+
+    fn published(&self, s: Subject, r: &tilegate_core::ledger::AttemptRow) {
+        let mut h = self.0.lock().unwrap();
+        if r.retention.preview_ms.is_some() {
+            h.previewed.insert(s);
+        }
+        let this = (r.created_at, r.attempt.to_string());
+        let e = h.newest.entry(s).or_insert_with(|| this.clone());
+        if this > *e {
+            *e = this;
+        }
+    }
+
+    fn order_outcome(
+        &self,
+        s: Subject,
+        done: &regenerate::Regenerated,
+        before: Option<(UnixMillis, String)>,
+    ) {
+        let r = &done.row.row;
+        if done.accept_refused().is_some() {
+            self.0.lock().unwrap().refused += 1;
+        }
+        if !matches!(done.published, Some(PublishOutcome::Published { .. })) {
+            return;
+        }
+        {
+            let mut h = self.0.lock().unwrap();
+            h.checked += 1;
+            let this = (r.created_at, r.attempt.to_string());
+            if !h.previewed.contains(&s)
+                && let Some(b) = before
+                && this <= b
+            {
+                h.violations.push(format!(
+                    "an order moved {s}'s pointer back onto {} (begun {}), below {} (begun {})",
+                    r.attempt, r.created_at, b.1, b.0
+                ));
+            }
+        }
+        self.published(s, r);
+    }
+
+    fn violations(&self) -> Vec<String> {
+        self.0.lock().unwrap().violations.clone()
+    }
+
+    fn checked(&self) -> u64 {
+        self.0.lock().unwrap().checked
+    }
+
+    fn refused(&self) -> u64 {
+        self.0.lock().unwrap().refused
     }
 }

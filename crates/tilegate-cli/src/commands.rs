@@ -471,6 +471,7 @@ async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> 
         "written": report.written,
         "already_present": report.already_present,
         "skipped": report.skipped,
+        "accepts_refused": report.accepts_refused,
         "dead_lettered": report.dead_lettered,
         "retried": report.retried,
         "released": report.released,
@@ -482,11 +483,12 @@ async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> 
     });
     out.emit(&doc, || {
         format!(
-            "handled {} message(s): {} written, {} already present, {} skipped, {} dead-lettered, {} retried ({:.2} s)",
+            "handled {} message(s): {} written, {} already present, {} skipped, {} accept(s) refused, {} dead-lettered, {} retried ({:.2} s)",
             report.handled,
             report.written,
             report.already_present,
             report.skipped,
+            report.accepts_refused,
             report.dead_lettered,
             report.retried,
             started.elapsed().as_secs_f64()

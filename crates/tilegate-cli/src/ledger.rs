@@ -66,6 +66,11 @@ fn publish_doc(out: &PublishOutcome) -> serde_json::Value {
         PublishOutcome::NotPublishable(row) => json!({
             "outcome": "not-publishable",
             "state": row.as_ref().map(|r| r.row.state.name()),
+            "published_before": row.as_ref().is_some_and(|r| r.row.ever_published()),
+        }),
+        PublishOutcome::Outdated { current } => json!({
+            "outcome": "outdated",
+            "current": current.as_ref().map(|c| c.row.attempt.clone()),
         }),
     }
 }
@@ -82,9 +87,26 @@ fn publish_text(out: &PublishOutcome) -> String {
                 .as_ref()
                 .map_or("nothing".to_owned(), |c| c.row.attempt.to_string())
         ),
+        PublishOutcome::NotPublishable(Some(r))
+            if r.row.ever_published()
+                && r.row.state != tilegate_core::ledger::AttemptState::Accepted =>
+        {
+            format!(
+                "not published: the attempt was published before and is {} now (only `accept` \
+                 re-links it)",
+                r.row.state.name()
+            )
+        }
         PublishOutcome::NotPublishable(row) => format!(
             "not published: the attempt is {}",
             row.as_ref().map_or("unknown", |r| r.row.state.name())
+        ),
+        PublishOutcome::Outdated { current } => format!(
+            "not published: a newer attempt was published (the pointer is at {}; only \
+             `accept` moves it back)",
+            current
+                .as_ref()
+                .map_or("nothing".to_owned(), |c| c.row.attempt.to_string())
         ),
     }
 }

@@ -209,8 +209,16 @@ pub struct AttemptRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub e_tag: Option<ETag>,
     pub created_at: UnixMillis,
+    /// When a worker began the upload ([`AttemptRow::started`]); `None` for an order still
+    /// waiting in the queue, which has no deadline yet (there is nothing to collect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_started_at: Option<UnixMillis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uploaded_at: Option<UnixMillis>,
+    /// When a pointer first named it. Once set it stays: an attempt that was ever published
+    /// is never published again by an order, only by an explicit accept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at: Option<UnixMillis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_at: Option<UnixMillis>,
     /// When GC may delete it; `None` while it is published (and not a preview) or deleted.
@@ -230,7 +238,8 @@ pub struct AttemptRow {
 }
 
 impl AttemptRow {
-    /// The row written before an upload starts: `uploading`, due after the upload grace.
+    /// The row written by whoever is about to upload at once: `uploading`, its upload begun
+    /// `now` and due after the upload grace (see [`Self::queued`] for an order that waits).
     pub fn begin(
         tenant: Tenant,
         job_id: JobId,
@@ -251,7 +260,9 @@ impl AttemptRow {
             size: None,
             e_tag: None,
             created_at: now,
+            upload_started_at: Some(now),
             uploaded_at: None,
+            published_at: None,
             retired_at: None,
             delete_after: Some(after(now, retention.upload_grace_ms)),
             retention,
@@ -260,6 +271,52 @@ impl AttemptRow {
             sweep_started_at: None,
             deletion_verified_at: None,
         }
+    }
+
+    /// The row written before an order is sent to the queue: `uploading`, but with no upload
+    /// begun and so no deadline. The upload grace counts from the moment a worker begins the
+    /// upload ([`Self::started`]), never from enqueueing: an order that waits in a backlog,
+    /// in retries or in the dead-letter queue for longer than the grace is not collected
+    /// under it. Until a worker starts, no object can exist at the key (a worker starts the
+    /// row before it writes), so there is nothing for GC to delete.
+    pub fn queued(
+        tenant: Tenant,
+        job_id: JobId,
+        subject: Subject,
+        attempt: AttemptId,
+        root: &Prefix,
+        retention: Retention,
+        now: UnixMillis,
+    ) -> Self {
+        Self {
+            upload_started_at: None,
+            delete_after: None,
+            ..Self::begin(tenant, job_id, subject, attempt, root, retention, now)
+        }
+    }
+
+    /// A worker begins (or, on a redelivery, begins again) the upload at `now`: due after
+    /// the upload grace from now.
+    pub fn started(&self, now: UnixMillis) -> Self {
+        Self {
+            upload_started_at: Some(now),
+            delete_after: Some(after(now, self.retention.upload_grace_ms)),
+            ..self.clone()
+        }
+    }
+
+    /// Whether a pointer ever named it (rows written before `published_at` existed: retired
+    /// or accepted).
+    pub fn ever_published(&self) -> bool {
+        self.published_at.is_some()
+            || self.retired_at.is_some()
+            || matches!(self.state, AttemptState::Accepted | AttemptState::Retired)
+    }
+
+    /// The order attempts were begun in (creation time, then attempt ID): what "newer" means
+    /// when an order publishes.
+    pub fn begun(&self) -> (UnixMillis, &AttemptId) {
+        (self.created_at, &self.attempt)
     }
 
     /// `job/subject/attempt`, for logs and errors.
@@ -289,10 +346,11 @@ impl AttemptRow {
         }
     }
 
-    /// Published: kept while referenced (a preview still ends at its deadline).
-    pub fn accepted(&self) -> Self {
+    /// Published at `now`: kept while referenced (a preview still ends at its deadline).
+    pub fn accepted(&self, now: UnixMillis) -> Self {
         Self {
             state: AttemptState::Accepted,
+            published_at: Some(self.published_at.unwrap_or(now)),
             retired_at: None,
             delete_after: self.preview_deadline(),
             marked_at: None,
@@ -384,6 +442,41 @@ pub struct Pointer {
     pub attempt: AttemptId,
     pub output: OutputRef,
     pub moved_at: UnixMillis,
+    /// The newest attempt (in the order they were begun) this pointer has ever named: an
+    /// order never moves it onto one begun before that. `None` on pointers written before
+    /// this was kept (the attempt named then stands in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest: Option<Begun>,
+}
+
+/// Where an attempt stands in the order attempts were begun ([`AttemptRow::begun`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Begun {
+    pub created_at: UnixMillis,
+    pub attempt: AttemptId,
+}
+
+impl Begun {
+    pub fn of(row: &AttemptRow) -> Self {
+        Self {
+            created_at: row.created_at,
+            attempt: row.attempt.clone(),
+        }
+    }
+}
+
+/// Who asks for a publish, which decides what it may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PublishBy {
+    /// An explicit accept (the `accept` command): may move the pointer onto any publishable
+    /// attempt — back onto a retired one, or onto an older one — as the operator decided.
+    Explicit,
+    /// An order carried with a regeneration (a queue message, a `regenerate` that accepts,
+    /// and every redelivery or re-run of them): publishes only an attempt that was never
+    /// published, and never one begun before the newest the pointer has named. A returning
+    /// order therefore cannot move the pointer back.
+    #[default]
+    Order,
 }
 
 /// A request to move a pointer onto an attempt.
@@ -396,6 +489,52 @@ pub struct Publish {
     /// if the pointer is still there.
     pub seen: Option<AttemptId>,
     pub now: UnixMillis,
+    pub by: PublishBy,
+}
+
+impl Publish {
+    /// The rules of a publish, applied by every backend to the rows it read (and then writes
+    /// conditionally on their versions): the pointer still at `seen` is the backend's own
+    /// compare-and-swap; this decides the rest. `new` is the attempt's row, `current` the
+    /// pointer and `seen_row` the row it names. Returns the pointer to write, or the outcome
+    /// that refuses the move (boxed: it carries rows).
+    pub fn decide(
+        &self,
+        new: Option<&Versioned<AttemptRow>>,
+        current: Option<&Versioned<Pointer>>,
+        seen_row: Option<&AttemptRow>,
+    ) -> Result<Pointer, Box<PublishOutcome>> {
+        let refused = || Box::new(PublishOutcome::NotPublishable(new.cloned()));
+        let Some(row) = new.map(|n| &n.row).filter(|r| r.publishable()) else {
+            return Err(refused());
+        };
+        let output = row.output().ok_or_else(refused)?;
+        let newest = current
+            .and_then(|c| c.row.newest.clone())
+            .into_iter()
+            .chain(seen_row.map(Begun::of))
+            .max();
+        let this = Begun::of(row);
+        if self.by == PublishBy::Order {
+            if row.ever_published() {
+                return Err(refused());
+            }
+            if newest.as_ref().is_some_and(|n| this <= *n) {
+                return Err(Box::new(PublishOutcome::Outdated {
+                    current: current.cloned(),
+                }));
+            }
+        }
+        Ok(Pointer {
+            tenant: row.tenant.clone(),
+            job_id: self.job_id.clone(),
+            subject: self.subject,
+            attempt: self.attempt.clone(),
+            output,
+            moved_at: self.now,
+            newest: newest.into_iter().chain([this]).max(),
+        })
+    }
 }
 
 /// The result of [`LedgerTable::publish`].
@@ -406,8 +545,11 @@ pub enum PublishOutcome {
     /// The pointer is no longer at the attempt the caller saw; nothing changed.
     Superseded { current: Option<Versioned<Pointer>> },
     /// The attempt cannot be published in its state (uploading, deleted, being swept, already
-    /// accepted) or has no row; nothing changed.
+    /// accepted — or, asked by an order, published before) or has no row; nothing changed.
     NotPublishable(Option<Versioned<AttemptRow>>),
+    /// Asked by an order: an attempt begun after this one is (or was) published; the pointer
+    /// does not move back. Nothing changed.
+    Outdated { current: Option<Versioned<Pointer>> },
 }
 
 /// One page of rows due for GC.
@@ -511,7 +653,7 @@ mod tests {
         let up = r.uploaded(5, ETag::new("\"e\""), 2_000);
         assert_eq!(up.delete_after, Some(2_000 + 7 * DAY_MS as i64));
         assert!(up.publishable());
-        let acc = up.accepted();
+        let acc = up.accepted(3_000);
         assert_eq!(acc.delete_after, None, "kept while referenced");
         let ret = acc.retired(10_000);
         assert_eq!(ret.delete_after, Some(10_000 + 7 * DAY_MS as i64));
@@ -523,10 +665,111 @@ mod tests {
             ..r
         }
         .uploaded(5, ETag::new("\"e\""), 2_000)
-        .accepted();
+        .accepted(3_000);
         assert_eq!(preview.delete_after, Some(1_000 + 6 * HOUR_MS as i64));
         let marked = ret.marked(20_000);
         assert!(marked.publishable(), "a re-link before the sweep wins");
         assert!(!marked.sweeping(20_001).publishable());
+    }
+
+    #[test]
+    fn an_order_waits_without_a_deadline_until_a_worker_starts_it() {
+        let r = row();
+        let q = AttemptRow::queued(
+            r.tenant.clone(),
+            r.job_id.clone(),
+            r.subject,
+            r.attempt.clone(),
+            &Prefix::default(),
+            Retention::default(),
+            1_000,
+        );
+        assert_eq!((q.delete_after, q.upload_started_at), (None, None));
+        assert!(!q.in_due_index());
+        let s = q.started(50 * DAY_MS as i64);
+        assert_eq!(
+            s.delete_after,
+            Some(50 * DAY_MS as i64 + 6 * HOUR_MS as i64)
+        );
+        assert!(s.in_due_index());
+    }
+
+    fn v(row: AttemptRow) -> Versioned<AttemptRow> {
+        Versioned { version: 1, row }
+    }
+
+    fn at(created: UnixMillis, n: u128) -> AttemptRow {
+        AttemptRow {
+            created_at: created,
+            attempt: AttemptId::from_random(n),
+            ..row()
+        }
+        .uploaded(5, ETag::new("\"e\""), created)
+    }
+
+    fn publish(a: &AttemptRow, by: PublishBy) -> Publish {
+        Publish {
+            job_id: a.job_id.clone(),
+            subject: a.subject,
+            attempt: a.attempt.clone(),
+            seen: None,
+            now: 99,
+            by,
+        }
+    }
+
+    #[test]
+    fn an_order_publishes_only_forward() {
+        let (old, new) = (at(10, 1), at(20, 2));
+        let pointer = |a: &AttemptRow| Versioned {
+            version: 1,
+            row: publish(a, PublishBy::Explicit)
+                .decide(Some(&v(a.clone())), None, None)
+                .unwrap(),
+        };
+        let on_new = pointer(&new);
+        assert_eq!(on_new.row.newest, Some(Begun::of(&new)));
+        // Older than the attempt the pointer names: outdated for an order, fine when explicit.
+        assert!(matches!(
+            publish(&old, PublishBy::Order).decide(
+                Some(&v(old.clone())),
+                Some(&on_new),
+                Some(&new)
+            ),
+            Err(o) if matches!(*o, PublishOutcome::Outdated { .. })
+        ));
+        let back = publish(&old, PublishBy::Explicit)
+            .decide(Some(&v(old.clone())), Some(&on_new), Some(&new))
+            .unwrap();
+        assert_eq!(
+            back.newest,
+            Some(Begun::of(&new)),
+            "the newest stays the bar"
+        );
+        // Published before (retired now): refused to an order, even if it is the newest.
+        let retired = new.accepted(30).retired(40);
+        assert!(retired.ever_published());
+        assert!(matches!(
+            publish(&retired, PublishBy::Order).decide(Some(&v(retired.clone())), None, None),
+            Err(o) if matches!(*o, PublishOutcome::NotPublishable(Some(_)))
+        ));
+        assert!(
+            publish(&retired, PublishBy::Explicit)
+                .decide(Some(&v(retired.clone())), None, None)
+                .is_ok()
+        );
+        // A newer attempt's order goes through.
+        let newer = at(30, 3);
+        let p = publish(&newer, PublishBy::Order)
+            .decide(Some(&v(newer.clone())), Some(&on_new), Some(&new))
+            .unwrap();
+        assert_eq!(p.newest, Some(Begun::of(&newer)));
+        // Ties in time are ordered by attempt ID.
+        let twin = at(20, 1);
+        assert!(
+            publish(&twin, PublishBy::Order)
+                .decide(Some(&v(twin.clone())), Some(&on_new), Some(&new))
+                .is_err()
+        );
     }
 }

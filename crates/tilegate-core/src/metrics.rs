@@ -14,9 +14,13 @@ pub const DEAD_LETTERED: &str = "dead_lettered_total";
 pub const SOURCE_CHANGED: &str = "source_changed_total";
 pub const WINDOW_PANICS: &str = "window_panics_total";
 pub const MANIFEST_MISMATCH: &str = "manifest_mismatch_total";
+/// Regeneration orders whose attempt was uploaded but whose accept the ledger refused (a newer
+/// attempt published, this one published before, the pointer contended): the order is done,
+/// the pointer did not move.
+pub const ACCEPTS_REFUSED: &str = "attempt_accepts_refused_total";
 
 /// Every counter name, in reporting order.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     TILES_WRITTEN,
     PRECONDITION_FAILED,
     DUPLICATE_ENCODES_SKIPPED,
@@ -28,6 +32,7 @@ pub const ALL: [&str; 11] = [
     SOURCE_CHANGED,
     WINDOW_PANICS,
     MANIFEST_MISMATCH,
+    ACCEPTS_REFUSED,
 ];
 
 /// The name under which dead letters of one reason are counted: `dead_lettered_total{reason="x"}`.

@@ -1,17 +1,21 @@
-//! An attempt's life up to publication: [`begin`] writes the row (`uploading`) before any
-//! byte moves, [`upload`] puts the object at the attempt's own key with create-if-absent and
-//! records it, [`accept`] moves the pointer in one conditional write.
+//! An attempt's life up to publication: [`begin`] (or [`begin_queued`], for an order sent
+//! through the queue) writes the row (`uploading`) before any byte moves, [`start_upload`]
+//! starts the upload grace when a worker takes the order, [`upload`] puts the object at the
+//! attempt's own key with create-if-absent and records it, [`publish_order`] and [`accept`]
+//! move the pointer in one conditional write.
 //!
 //! The attempt ID is the idempotency key: a transport retry (a redelivered message, a re-run
-//! command given `--attempt`) finds its row and continues; the attempt token in the object's
-//! metadata tells its own earlier write (an answer lost) from a collision.
+//! command given `--attempt`) finds its row and continues. The attempt's key names the
+//! attempt and is written only by it (create-if-absent), so an object there is its own
+//! earlier write (an answer lost); the attempt token in the object's metadata, where the store
+//! kept it, only tells a collision by hand apart — the ledger does not depend on it.
 
 use crate::LedgerError;
 use bytes::Bytes;
 use tilegate_core::ledger::{
-    AttemptId, AttemptRow, AttemptState, Publish, PublishOutcome, Retention, Subject,
+    AttemptId, AttemptRow, AttemptState, Publish, PublishBy, PublishOutcome, Retention, Subject,
 };
-use tilegate_core::object::{ATTEMPT_METADATA, DeleteOptions, ObjectMeta, PutOptions, PutOutcome};
+use tilegate_core::object::{ATTEMPT_METADATA, ObjectMeta, PutOptions, PutOutcome};
 use tilegate_core::table::{CreateOutcome, JobRecord, UpdateOutcome, Versioned};
 use tilegate_core::{Backends, JobId, UnixMillis};
 
@@ -29,8 +33,9 @@ pub async fn job(b: &Backends, id: &JobId) -> Result<JobRecord, LedgerError> {
         .row)
 }
 
-/// Write the attempt's row before its upload starts. An existing row of the same attempt (a
-/// retry) is returned as it is.
+/// Write the attempt's row for an upload that starts now (this process uploads next): due
+/// after the upload grace from now. An existing row of the same attempt (a retry) is
+/// returned as it is.
 pub async fn begin(
     b: &Backends,
     job: &JobRecord,
@@ -39,14 +44,6 @@ pub async fn begin(
     retention: Retention,
     now: UnixMillis,
 ) -> Result<Versioned<AttemptRow>, LedgerError> {
-    if let Subject::Window(w) = subject
-        && !job.grid.contains(w)
-    {
-        return Err(LedgerError::OutsideGrid {
-            job: job.job_id.clone(),
-            subject,
-        });
-    }
     let row = AttemptRow::begin(
         job.tenant.clone(),
         job.job_id.clone(),
@@ -56,12 +53,96 @@ pub async fn begin(
         retention,
         now,
     );
+    create(b, job, row).await
+}
+
+/// Write the attempt's row for an order about to be sent through the queue: no deadline
+/// until a worker starts the upload ([`start_upload`]), so a backlog, retries or a redrive
+/// never collect it. An existing row of the same attempt is returned as it is.
+pub async fn begin_queued(
+    b: &Backends,
+    job: &JobRecord,
+    subject: Subject,
+    id: AttemptId,
+    retention: Retention,
+    now: UnixMillis,
+) -> Result<Versioned<AttemptRow>, LedgerError> {
+    let row = AttemptRow::queued(
+        job.tenant.clone(),
+        job.job_id.clone(),
+        subject,
+        id,
+        &job.prefix,
+        retention,
+        now,
+    );
+    create(b, job, row).await
+}
+
+async fn create(
+    b: &Backends,
+    job: &JobRecord,
+    row: AttemptRow,
+) -> Result<Versioned<AttemptRow>, LedgerError> {
+    if let Subject::Window(w) = row.subject
+        && !job.grid.contains(w)
+    {
+        return Err(LedgerError::OutsideGrid {
+            job: job.job_id.clone(),
+            subject: row.subject,
+        });
+    }
     match b.ledger.create_attempt(&row).await? {
         CreateOutcome::Created => {
             tracing::info!(row = %row.shown(), key = %row.key, "attempt begun");
             Ok(Versioned { version: 1, row })
         }
         CreateOutcome::AlreadyExists(existing) => Ok(existing),
+    }
+}
+
+/// A worker begins the upload of an `uploading` row at `now`: the upload grace counts from
+/// here (a redelivery begins it again). Returns the row to upload under; a row already
+/// uploaded (or further) is returned as it is, with nothing left to upload. A row GC
+/// collected — its upload was begun once and then abandoned past the grace — is refused by
+/// name: regenerating makes a new attempt.
+pub async fn start_upload(
+    b: &Backends,
+    mut row: Versioned<AttemptRow>,
+    now: UnixMillis,
+) -> Result<Versioned<AttemptRow>, LedgerError> {
+    loop {
+        match row.row.state {
+            AttemptState::Uploading => {}
+            AttemptState::Uploaded | AttemptState::Accepted | AttemptState::Retired => {
+                return Ok(row);
+            }
+            state @ (AttemptState::Deleting | AttemptState::Deleted) => {
+                return Err(LedgerError::CollectedWhileUploading {
+                    attempt: row.row.attempt.clone(),
+                    state,
+                });
+            }
+        }
+        let started = row.row.started(now);
+        match b.ledger.update_attempt(&started, row.version).await? {
+            UpdateOutcome::Updated { version } => {
+                tracing::debug!(row = %started.shown(), "upload started");
+                return Ok(Versioned {
+                    version,
+                    row: started,
+                });
+            }
+            // A hold, a duplicate's start or record, or GC's mark landed first: look again.
+            UpdateOutcome::Superseded(Some(current)) => row = current,
+            UpdateOutcome::Superseded(None) => {
+                return Err(LedgerError::UnknownAttempt {
+                    job: started.job_id,
+                    subject: started.subject,
+                    attempt: started.attempt,
+                });
+            }
+        }
     }
 }
 
@@ -82,15 +163,17 @@ pub async fn row(
         })
 }
 
-/// Put `bytes` at the attempt's key (create-if-absent, attempt token in the metadata) and
-/// record size and ETag on its row. A retry of an attempt whose upload was recorded returns
-/// the row; a row GC took while the upload ran makes the upload delete its own object again.
+/// Start the upload ([`start_upload`]), put `bytes` at the attempt's key (create-if-absent,
+/// attempt token in the metadata) and record size and ETag on its row. A retry of an attempt
+/// whose upload was recorded returns the row; a row GC took while the upload ran makes the
+/// upload's own object go again, through the sweep's claim.
 pub async fn upload(
     b: &Backends,
     row: Versioned<AttemptRow>,
     bytes: Bytes,
     now: UnixMillis,
 ) -> Result<Versioned<AttemptRow>, LedgerError> {
+    let row = start_upload(b, row, now).await?;
     match row.row.state {
         AttemptState::Uploading => {}
         AttemptState::Uploaded | AttemptState::Accepted | AttemptState::Retired => return Ok(row),
@@ -131,7 +214,6 @@ pub async fn record(
     e_tag: tilegate_core::ETag,
     now: UnixMillis,
 ) -> Result<Versioned<AttemptRow>, LedgerError> {
-    let key = row.row.key.clone();
     loop {
         let done = row.row.uploaded(size, e_tag.clone(), now);
         match b.ledger.update_attempt(&done, row.version).await? {
@@ -158,16 +240,9 @@ pub async fn record(
                 }
                 state @ (AttemptState::Deleting | AttemptState::Deleted) => {
                     // GC judged the upload dead (it outlived the grace). Its row no longer
-                    // vouches for the object, so the object goes too: the exact key, at the
-                    // version just written.
-                    b.objects
-                        .delete_opts(
-                            &key,
-                            DeleteOptions {
-                                if_match: Some(e_tag.clone()),
-                            },
-                        )
-                        .await?;
+                    // vouches for the object, so the object goes too — through the sweep's
+                    // own claim, which a legal hold or a re-link refuses.
+                    crate::gc::collect_late_upload(b, current, &e_tag, now).await?;
                     return Err(LedgerError::CollectedWhileUploading {
                         attempt: done.attempt,
                         state,
@@ -184,11 +259,13 @@ pub async fn record(
     }
 }
 
-/// The object at `key` if it carries attempt token `token`; otherwise a collision.
+/// The object at `key`, this attempt's own earlier write: the key names the attempt and only
+/// the attempt writes it. Its attempt token, where the store kept it, must agree; an object
+/// that carries another token was put there by hand, and is a named collision.
 async fn own_object(b: &Backends, key: &str, token: &str) -> Result<ObjectMeta, LedgerError> {
     let found = b.objects.head(key).await?;
     match found {
-        Some(m) if m.metadata.get(ATTEMPT_METADATA).map(String::as_str) == Some(token) => {
+        Some(m) if is_own(&m, token) => {
             tracing::info!(
                 key,
                 "attempt object already in place: this attempt's own write"
@@ -203,8 +280,18 @@ async fn own_object(b: &Backends, key: &str, token: &str) -> Result<ObjectMeta, 
     }
 }
 
-/// Move the pointer of `subject` from `seen` (the attempt the caller saw; `None`: no
-/// pointer) to `attempt`, retiring `seen`, in one conditional write.
+/// Whether the object at an attempt's own key is that attempt's: it carries the attempt's
+/// token, or none at all (a copy that dropped its metadata, such as a local data directory
+/// copied without extended attributes).
+pub(crate) fn is_own(m: &ObjectMeta, token: &str) -> bool {
+    m.metadata
+        .get(ATTEMPT_METADATA)
+        .is_none_or(|t| t.as_str() == token)
+}
+
+/// An explicit accept: move the pointer of `subject` from `seen` (the attempt the caller saw;
+/// `None`: no pointer) to `attempt`, retiring `seen`, in one conditional write. Only this may
+/// move a pointer back onto an attempt published before.
 pub async fn accept(
     b: &Backends,
     job: &JobId,
@@ -212,6 +299,18 @@ pub async fn accept(
     attempt: &AttemptId,
     seen: Option<AttemptId>,
     now: UnixMillis,
+) -> Result<PublishOutcome, LedgerError> {
+    publish(b, job, subject, attempt, seen, now, PublishBy::Explicit).await
+}
+
+async fn publish(
+    b: &Backends,
+    job: &JobId,
+    subject: Subject,
+    attempt: &AttemptId,
+    seen: Option<AttemptId>,
+    now: UnixMillis,
+    by: PublishBy,
 ) -> Result<PublishOutcome, LedgerError> {
     let out = b
         .ledger
@@ -221,17 +320,21 @@ pub async fn accept(
             attempt: attempt.clone(),
             seen,
             now,
+            by,
         })
         .await?;
     match &out {
         PublishOutcome::Published { previous } => {
-            tracing::info!(%job, %subject, %attempt, previous = ?previous.as_ref().map(AttemptId::as_str), "pointer moved");
+            tracing::info!(%job, %subject, %attempt, previous = ?previous.as_ref().map(AttemptId::as_str), by = ?by, "pointer moved");
         }
         PublishOutcome::Superseded { current } => {
             tracing::info!(%job, %subject, %attempt, current = ?current.as_ref().map(|c| c.row.attempt.as_str()), outcome = "superseded", "pointer not moved: it moved meanwhile");
         }
         PublishOutcome::NotPublishable(row) => {
-            tracing::info!(%job, %subject, %attempt, state = ?row.as_ref().map(|r| r.row.state), "pointer not moved: the attempt is not publishable");
+            tracing::info!(%job, %subject, %attempt, state = ?row.as_ref().map(|r| r.row.state), by = ?by, "pointer not moved: the attempt is not publishable");
+        }
+        PublishOutcome::Outdated { current } => {
+            tracing::info!(%job, %subject, %attempt, current = ?current.as_ref().map(|c| c.row.attempt.as_str()), outcome = "outdated", "pointer not moved: a newer attempt was published");
         }
     }
     Ok(out)
@@ -246,12 +349,47 @@ pub async fn accept_current(
     attempt: &AttemptId,
     now: UnixMillis,
 ) -> Result<PublishOutcome, LedgerError> {
-    let seen = b
-        .ledger
+    let seen = pointed(b, job, subject).await?;
+    accept(b, job, subject, attempt, seen, now).await
+}
+
+async fn pointed(
+    b: &Backends,
+    job: &JobId,
+    subject: Subject,
+) -> Result<Option<AttemptId>, LedgerError> {
+    Ok(b.ledger
         .get_pointer(job, subject)
         .await?
-        .map(|p| p.row.attempt);
-    accept(b, job, subject, attempt, seen, now).await
+        .map(|p| p.row.attempt))
+}
+
+/// How many times [`publish_order`] reads the pointer again after it moved meanwhile.
+const ORDER_TRIES: u32 = 8;
+
+/// Publish an attempt as its regeneration order asked (`accept`), from wherever the pointer is
+/// now. The order's rules hold in the ledger's own conditional write
+/// ([`PublishBy::Order`]): an attempt published before is never published again, and none
+/// begun before the newest one published — so a redelivered, re-run or late order never
+/// moves the pointer back. A pointer that moved meanwhile is read again (the rules still
+/// decide), a few times.
+pub async fn publish_order(
+    b: &Backends,
+    job: &JobId,
+    subject: Subject,
+    attempt: &AttemptId,
+    now: UnixMillis,
+) -> Result<PublishOutcome, LedgerError> {
+    let mut out = None;
+    for _ in 0..ORDER_TRIES {
+        let seen = pointed(b, job, subject).await?;
+        let o = publish(b, job, subject, attempt, seen, now, PublishBy::Order).await?;
+        if !matches!(o, PublishOutcome::Superseded { .. }) {
+            return Ok(o);
+        }
+        out = Some(o);
+    }
+    Ok(out.expect("tried at least once"))
 }
 
 /// Set (or release) a legal hold on an attempt, by a conditional write on the version read. A

@@ -10,13 +10,18 @@
 //! mark has changed that version, and the sweep skips it: the re-link wins); then the row's
 //! **exact key** is deleted with `If-Match` on the recorded ETag, the key is verified absent,
 //! and the row becomes `deleted` with the time verified. A row whose upload never recorded an
-//! ETag has its object deleted only if the object there carries the row's attempt token.
+//! ETag has its object deleted only if the object there is the attempt's own (the key names
+//! the attempt; a token in its metadata, where the store kept one, must agree).
+//!
+//! Every ledger delete goes through that one claim: an upload that finds its row collected
+//! ([`collect_late_upload`]) sweeps its own object with it, so a legal hold or a re-link that
+//! landed after the mark is never overridden.
 
 use crate::LedgerError;
 use serde::Serialize;
 use tilegate_core::UnixMillis;
 use tilegate_core::ledger::{AttemptRow, AttemptState};
-use tilegate_core::object::{ATTEMPT_METADATA, DeleteOptions, DeleteOutcome};
+use tilegate_core::object::{DeleteOptions, DeleteOutcome};
 use tilegate_core::table::{UpdateOutcome, Versioned};
 use tilegate_core::{Backends, ETag};
 
@@ -193,37 +198,91 @@ async fn sweep(
     now: UnixMillis,
     report: &mut GcReport,
 ) -> Result<(), LedgerError> {
-    // Claim the row for the sweep: from here on no pointer can be moved onto it. A re-link
-    // since the mark changed its version, and this write is refused.
-    let row = if row.row.sweep_started_at.is_some() {
-        row
-    } else {
-        let claimed = row.row.sweeping(now);
+    sweep_known(b, row, now, report, None).await
+}
+
+/// An upload that found its row `deleting` or `deleted` (GC judged it dead past its grace)
+/// after it put `e_tag` at the key: the object goes, through the sweep's claim. A held row, or
+/// one re-linked or changed since it was read, keeps it (the claim is refused).
+pub(crate) async fn collect_late_upload(
+    b: &Backends,
+    current: Versioned<AttemptRow>,
+    e_tag: &ETag,
+    now: UnixMillis,
+) -> Result<(), LedgerError> {
+    match current.row.state {
+        // The sweep claimed and finished this row before the late object landed: its claim
+        // stands (no hold or publish can reach a deleted row), and the object is this
+        // attempt's own write at the version given.
+        AttemptState::Deleted => {
+            b.objects
+                .delete_opts(
+                    &current.row.key,
+                    DeleteOptions {
+                        if_match: Some(e_tag.clone()),
+                    },
+                )
+                .await?;
+            Ok(())
+        }
+        AttemptState::Deleting => {
+            let mut report = GcReport::default();
+            sweep_known(b, current, now, &mut report, Some(e_tag)).await
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The sweep's claim on a `deleting` row, on the version read: from here on no pointer can be
+/// moved onto it and no hold set. `None` if the row is held, no longer `deleting`, or changed
+/// since it was read (a re-link, a hold, a finished upload).
+async fn claim(
+    b: &Backends,
+    row: Versioned<AttemptRow>,
+    now: UnixMillis,
+) -> Result<Option<Versioned<AttemptRow>>, LedgerError> {
+    if row.row.state != AttemptState::Deleting || row.row.legal_hold {
+        return Ok(None);
+    }
+    if row.row.sweep_started_at.is_some() {
+        return Ok(Some(row));
+    }
+    let claimed = row.row.sweeping(now);
+    Ok(
         match b.ledger.update_attempt(&claimed, row.version).await? {
-            UpdateOutcome::Updated { version } => Versioned {
+            UpdateOutcome::Updated { version } => Some(Versioned {
                 version,
                 row: claimed,
-            },
-            UpdateOutcome::Superseded(_) => {
-                tracing::info!(row = %row.row.shown(), "sweep skipped: the row changed since it was marked");
-                report.skipped_changed += 1;
-                return Ok(());
-            }
-        }
+            }),
+            UpdateOutcome::Superseded(_) => None,
+        },
+    )
+}
+
+/// Sweep one row: claim it, delete its exact key at the recorded version (or `known`, the
+/// version an upload just wrote), verify, record.
+async fn sweep_known(
+    b: &Backends,
+    row: Versioned<AttemptRow>,
+    now: UnixMillis,
+    report: &mut GcReport,
+    known: Option<&ETag>,
+) -> Result<(), LedgerError> {
+    let shown = row.row.shown();
+    let Some(row) = claim(b, row, now).await? else {
+        tracing::info!(row = %shown, "sweep skipped: the row is held or changed since it was marked");
+        report.skipped_changed += 1;
+        return Ok(());
     };
     let key = &row.row.key;
-    let expected: Option<ETag> = match &row.row.e_tag {
+    let token = row.row.attempt.as_str();
+    let expected: Option<ETag> = match known.or(row.row.e_tag.as_ref()) {
         Some(e) => Some(e.clone()),
-        // The upload never recorded its object: whatever is at the key is this attempt's only
-        // if it carries the attempt token.
+        // The upload never recorded its object: whatever is at the key is this attempt's own
+        // (the key names it), unless it carries another attempt's token.
         None => match b.objects.head(key).await? {
             None => None,
-            Some(m)
-                if m.metadata.get(ATTEMPT_METADATA).map(String::as_str)
-                    == Some(row.row.attempt.as_str()) =>
-            {
-                Some(m.e_tag)
-            }
+            Some(m) if crate::attempt::is_own(&m, token) => Some(m.e_tag),
             Some(_) => {
                 report.skipped_mismatch += 1;
                 tracing::warn!(
@@ -234,14 +293,25 @@ async fn sweep(
             }
         },
     };
-    let outcome = match expected {
+    let mut outcome = match &expected {
         None => DeleteOutcome::NotFound,
-        Some(e) => {
-            b.objects
-                .delete_opts(key, DeleteOptions { if_match: Some(e) })
-                .await?
-        }
+        Some(e) => delete_at(b, key, e).await?,
     };
+    if outcome == DeleteOutcome::Superseded {
+        // Not at the recorded ETag. A store that lost the object's own record of its ETag (a
+        // local data directory copied without extended attributes rehashes the content, and a
+        // multipart object's ETag is then the plain content hash) still holds this attempt's
+        // object if it is the attempt's own with the recorded size: delete that version.
+        outcome = match b.objects.head(key).await? {
+            None => DeleteOutcome::NotFound,
+            Some(m) if crate::attempt::is_own(&m, token) && Some(m.size) == row.row.size => {
+                tracing::info!(key, recorded = ?expected, found = %m.e_tag,
+                    "the attempt's object reports another ETag than recorded; same size, its own key: deleting that version");
+                delete_at(b, key, &m.e_tag).await?
+            }
+            Some(_) => DeleteOutcome::Superseded,
+        };
+    }
     match outcome {
         DeleteOutcome::Deleted => {}
         DeleteOutcome::NotFound => report.already_absent += 1,
@@ -271,6 +341,17 @@ async fn sweep(
         UpdateOutcome::Superseded(_) => report.skipped_changed += 1,
     }
     Ok(())
+}
+
+async fn delete_at(b: &Backends, key: &str, e_tag: &ETag) -> Result<DeleteOutcome, LedgerError> {
+    Ok(b.objects
+        .delete_opts(
+            key,
+            DeleteOptions {
+                if_match: Some(e_tag.clone()),
+            },
+        )
+        .await?)
 }
 
 /// The deletion SLO: the age of the oldest row past its deadline and not yet deleted (nor

@@ -23,6 +23,34 @@ pub struct Grant {
     pub capped_by_retention: bool,
 }
 
+/// When a URL of `row` asked for `expires` from `now` must stop working, and whether the row's
+/// retention (not the request) set that. Never past the row's deadline; and for an accepted
+/// attempt, which has no deadline while it is published, never past `now` plus its retention
+/// after retirement — the earliest deadline a retirement from now on can give it — so a URL
+/// never outlives the object it reads.
+fn expiry(
+    row: &tilegate_core::ledger::AttemptRow,
+    expires: Duration,
+    now: UnixMillis,
+) -> Result<(UnixMillis, bool), LedgerError> {
+    let asked = now.saturating_add(i64::try_from(expires.as_millis()).unwrap_or(i64::MAX));
+    let deadline = match row.delete_after {
+        Some(deadline) if deadline <= now => {
+            return Err(LedgerError::Expired {
+                key: row.key.clone(),
+                deadline,
+            });
+        }
+        Some(deadline) => deadline,
+        None => now.saturating_add(i64::try_from(row.retention.retired_ms).unwrap_or(i64::MAX)),
+    };
+    Ok(if deadline < asked {
+        (deadline, true)
+    } else {
+        (asked, false)
+    })
+}
+
 /// Authorise `tenant` for `subject` of `job` and sign a URL of its accepted attempt.
 pub async fn grant(
     b: &Backends,
@@ -54,17 +82,7 @@ pub async fn grant(
     if &row.row.tenant != tenant {
         return Err(refuse());
     }
-    let asked_ms = i64::try_from(expires.as_millis()).unwrap_or(i64::MAX);
-    let (until, capped) = match row.row.delete_after {
-        Some(deadline) if deadline <= now => {
-            return Err(LedgerError::Expired {
-                key: row.row.key.clone(),
-                deadline,
-            });
-        }
-        Some(deadline) if deadline < now.saturating_add(asked_ms) => (deadline, true),
-        _ => (now.saturating_add(asked_ms), false),
-    };
+    let (until, capped) = expiry(&row.row, expires, now)?;
     let valid = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
     let url = b.objects.presign_get(&row.row.key, valid).await?;
     tracing::info!(tenant = %tenant, key = %row.row.key, valid_s = valid.as_secs(), capped, "url granted");
@@ -76,4 +94,55 @@ pub async fn grant(
         expires_at: until,
         capped_by_retention: capped,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tilegate_core::ledger::{AttemptId, AttemptRow, HOUR_MS, Retention};
+    use tilegate_core::{ETag, JobId, Prefix, Window};
+
+    fn accepted(retired_ms: u64) -> AttemptRow {
+        AttemptRow::begin(
+            Tenant::default(),
+            JobId::derive("u", "e", "r", "p"),
+            Subject::Window(Window::new(0, 0)),
+            AttemptId::from_random(1),
+            &Prefix::default(),
+            Retention {
+                retired_ms,
+                ..Retention::default()
+            },
+            0,
+        )
+        .uploaded(1, ETag::new("\"e\""), 1)
+        .accepted(2)
+    }
+
+    #[test]
+    fn a_url_of_an_accepted_attempt_never_outlives_its_retention_after_retirement() {
+        let row = accepted(HOUR_MS);
+        let now = 10_000;
+        let (until, capped) = expiry(&row, Duration::from_secs(7 * 24 * 3600), now).unwrap();
+        assert_eq!((until, capped), (now + HOUR_MS as i64, true));
+        // Retired right after the URL was issued, the row is due no sooner than that.
+        let retired = row.retired(now);
+        assert!(retired.delete_after.unwrap() >= until);
+        let (until, capped) = expiry(&row, Duration::from_secs(60), now).unwrap();
+        assert_eq!((until, capped), (now + 60_000, false));
+    }
+
+    #[test]
+    fn a_url_past_the_deadline_is_refused() {
+        let row = accepted(HOUR_MS).retired(0);
+        let due = row.delete_after.unwrap();
+        assert!(matches!(
+            expiry(&row, Duration::from_secs(1), due),
+            Err(LedgerError::Expired { .. })
+        ));
+        assert_eq!(
+            expiry(&row, Duration::from_secs(3600 * 5), due - 1000).unwrap(),
+            (due, true)
+        );
+    }
 }

@@ -158,33 +158,38 @@ impl LedgerTable for MemoryTables {
         if current.as_ref().map(|c| &c.row.attempt) != p.seen.as_ref() {
             return Ok(PublishOutcome::Superseded { current });
         }
-        let new = match st.rows.get(&row_key(&p.job_id, p.subject, &p.attempt)) {
-            Some(r) if r.row.publishable() => r.clone(),
-            row => return Ok(PublishOutcome::NotPublishable(row.cloned())),
+        let new = st
+            .rows
+            .get(&row_key(&p.job_id, p.subject, &p.attempt))
+            .cloned();
+        let prev = match &p.seen {
+            Some(seen) => Some(
+                st.rows
+                    .get(&row_key(&p.job_id, p.subject, seen))
+                    .cloned()
+                    .ok_or_else(|| lost(format!("{}/{}/{seen}", p.job_id, p.subject)))?,
+            ),
+            None => None,
         };
-        let output = new.row.output().ok_or_else(|| lost(new.row.shown()))?;
-        if let Some(seen) = &p.seen {
-            let prev = st
-                .rows
-                .get(&row_key(&p.job_id, p.subject, seen))
-                .cloned()
-                .ok_or_else(|| lost(format!("{}/{}/{seen}", p.job_id, p.subject)))?;
+        let pointer = match p.decide(
+            new.as_ref(),
+            current.as_ref(),
+            prev.as_ref().map(|r| &r.row),
+        ) {
+            Ok(pointer) => pointer,
+            Err(refused) => return Ok(*refused),
+        };
+        let new = new.expect("decide published a row");
+        if let Some(prev) = prev {
             st.put(prev.row.retired(p.now), prev.version + 1);
         }
-        st.put(new.row.accepted(), new.version + 1);
+        st.put(new.row.accepted(p.now), new.version + 1);
         let version = current.map_or(1, |c| c.version + 1);
         st.pointers.insert(
             pkey,
             Versioned {
                 version,
-                row: Pointer {
-                    tenant: new.row.tenant.clone(),
-                    job_id: p.job_id.clone(),
-                    subject: p.subject,
-                    attempt: p.attempt.clone(),
-                    output,
-                    moved_at: p.now,
-                },
+                row: pointer,
             },
         );
         Ok(PublishOutcome::Published {

@@ -64,6 +64,53 @@ impl PendingAcks {
     pub(crate) fn is_empty(&self) -> bool {
         self.0.lock().expect("pending acks lock").acks.is_empty()
     }
+
+    /// Hand a batch back (its send did not finish): it is sent with the next ones.
+    fn put_back(&self, batch: Vec<(Option<JobId>, String)>) {
+        let mut p = self.0.lock().expect("pending acks lock");
+        p.since.get_or_insert_with(Instant::now);
+        p.acks.extend(batch);
+    }
+
+    /// A batch on its way: dropped before [`Sending::sent`] (its handler aborted by a shutdown
+    /// whose grace ran out), it goes back to the pending acknowledgements, which the pool sends
+    /// when it stops.
+    pub(crate) fn sending(&self, batch: &[(Option<JobId>, String)]) -> Sending<'_> {
+        Sending {
+            pending: self,
+            batch: Some(batch.to_vec()),
+        }
+    }
+}
+
+/// See [`PendingAcks::sending`].
+pub(crate) struct Sending<'a> {
+    pending: &'a PendingAcks,
+    batch: Option<Vec<(Option<JobId>, String)>>,
+}
+
+impl Sending<'_> {
+    pub(crate) fn sent(mut self) {
+        self.batch = None;
+    }
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        if let Some(batch) = self.batch.take() {
+            self.pending.put_back(batch);
+        }
+    }
+}
+
+/// Send a full batch from a handler. A handler aborted part-way (the shutdown grace ran out)
+/// hands the batch back to the pending acknowledgements instead of dropping it with itself; a
+/// receipt sent twice is harmless, one never sent would cost its window a receive, and a
+/// window recorded long ago could then be dead-lettered as `max-receives-exceeded`.
+pub(crate) async fn send_full(shared: &Shared, full: Vec<(Option<JobId>, String)>) {
+    let guard = shared.acks.sending(&full);
+    send(shared, full).await;
+    guard.sent();
 }
 
 /// Send `acks`, ten to a request, each request charged to the job of the messages in it. A
@@ -99,6 +146,16 @@ mod tests {
         assert_eq!(full.len(), ACK_BATCH);
         assert!(p.is_empty());
         assert!(p.take(None).is_empty());
+    }
+
+    #[test]
+    fn a_batch_whose_send_was_abandoned_goes_back() {
+        let p = PendingAcks::default();
+        let full: Vec<_> = (0..ACK_BATCH).map(|i| (None, format!("r{i}"))).collect();
+        drop(p.sending(&full));
+        assert_eq!(p.take(None).len(), ACK_BATCH, "abandoned: handed back");
+        p.sending(&full).sent();
+        assert!(p.is_empty(), "sent: not handed back");
     }
 
     #[tokio::test(start_paused = true)]

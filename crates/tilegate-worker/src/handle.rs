@@ -29,6 +29,10 @@ pub enum WindowOutcome {
     AlreadyPresent,
     /// The tile was already there before encoding; encoding was skipped.
     Skipped,
+    /// A regeneration order's attempt was uploaded, but the accept it asked for was refused by
+    /// the ledger (for this reason): the order is done and acknowledged, the pointer did not
+    /// move — a redelivered or late order never moves it back.
+    AcceptRefused(&'static str),
     /// Permanently unusable: moved to the dead-letter queue with this reason.
     DeadLettered(String),
     /// A genuine, retryable fault: left for redelivery after a backoff.
@@ -42,6 +46,7 @@ impl WindowOutcome {
             Self::Written => "written",
             Self::AlreadyPresent => "already-present",
             Self::Skipped => "skipped",
+            Self::AcceptRefused(_) => "accept-refused",
             Self::DeadLettered(_) => "dead-lettered",
             Self::Retry(_) => "retry",
         }
@@ -253,7 +258,7 @@ async fn handle(
                 .acks
                 .push(job_for_counters.clone(), msg.receipt.clone())
             {
-                crate::acks::send(shared, full).await;
+                crate::acks::send_full(shared, full).await;
             }
             outcome
         }
@@ -451,18 +456,27 @@ async fn regenerate_window(
         })?;
     // A redelivery after the upload was recorded: only what is left (publishing) remains.
     let row = if row.row.state == AttemptState::Uploading {
-        verify_source(shared, job, deltas).await?;
-        let (bytes, _, _) = encode(shared, job, window, receive_count, deltas).await?;
-        verify_source(shared, job, deltas).await?;
-        let meta = tilegate_ledger::attempt::put(&shared.b, &row.row, bytes)
+        // The upload grace counts from here, not from when the order was sent: an order that
+        // waited in a backlog is not collected for having waited.
+        let row = tilegate_ledger::attempt::start_upload(&shared.b, row, now_millis())
             .await
             .map_err(attempt_failure)?;
-        // Killed here, the object is in place and the row still says `uploading`: a
-        // redelivery records it, or GC collects both after the upload grace.
-        fault::point("attempt-after-put", receive_count);
-        tilegate_ledger::attempt::record(&shared.b, row, meta.size, meta.e_tag, now_millis())
-            .await
-            .map_err(attempt_failure)?
+        if row.row.state == AttemptState::Uploading {
+            verify_source(shared, job, deltas).await?;
+            let (bytes, _, _) = encode(shared, job, window, receive_count, deltas).await?;
+            verify_source(shared, job, deltas).await?;
+            let meta = tilegate_ledger::attempt::put(&shared.b, &row.row, bytes)
+                .await
+                .map_err(attempt_failure)?;
+            // Killed here, the object is in place and the row still says `uploading`: a
+            // redelivery records it, or GC collects both after the upload grace.
+            fault::point("attempt-after-put", receive_count);
+            tilegate_ledger::attempt::record(&shared.b, row, meta.size, meta.e_tag, now_millis())
+                .await
+                .map_err(attempt_failure)?
+        } else {
+            row
+        }
     } else {
         row
     };
@@ -470,7 +484,15 @@ async fn regenerate_window(
     match regenerate::finish(&shared.b, row, order, bytes, now_millis()).await {
         Ok(done) => {
             tracing::info!(attempt = %order.id, key = %done.row.row.key, published = ?done.published, "attempt uploaded");
-            Ok(WindowOutcome::Written)
+            match done.accept_refused() {
+                None => Ok(WindowOutcome::Written),
+                Some(reason) => {
+                    tracing::info!(attempt = %order.id, reason, outcome = "accept-refused",
+                        "the order's accept was refused by the ledger; the pointer did not move");
+                    deltas.bump(shared, m::ACCEPTS_REFUSED);
+                    Ok(WindowOutcome::AcceptRefused(reason))
+                }
+            }
         }
         Err(RegenerateError::Ledger(e)) => Err(attempt_failure(e)),
         Err(e) => Err(Failure::permanent(e.reason_code(), chain(&e))),

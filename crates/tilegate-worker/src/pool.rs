@@ -119,6 +119,8 @@ pub struct WorkReport {
     pub written: u64,
     pub already_present: u64,
     pub skipped: u64,
+    /// Regeneration orders done whose accept the ledger refused (the pointer did not move).
+    pub accepts_refused: u64,
     pub dead_lettered: u64,
     pub retried: u64,
     /// In flight when the shutdown grace ran out, or received while the pool was stopping:
@@ -137,6 +139,7 @@ impl WorkReport {
             WindowOutcome::Written => self.written += 1,
             WindowOutcome::AlreadyPresent => self.already_present += 1,
             WindowOutcome::Skipped => self.skipped += 1,
+            WindowOutcome::AcceptRefused(_) => self.accepts_refused += 1,
             WindowOutcome::DeadLettered(r) => {
                 self.dead_lettered += 1;
                 self.dead_letter_reasons.push(r.clone());
@@ -564,20 +567,21 @@ impl Worker {
                 "stopping: finishing in-flight windows"
             );
         }
+        // The windows in flight get the shutdown grace to finish — after a stop, and after a
+        // permanent queue fault too (the loop is bounded either way) — and the
+        // acknowledgements of those that finish are sent as they linger, not only at the end.
         let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
         loop {
-            let next = if stop.asked() {
-                tokio::time::timeout_at(deadline, flight.tasks.join_next_with_id()).await
-            } else {
-                Ok(flight.tasks.join_next_with_id().await)
-            };
-            match next {
+            acks::send(shared, shared.acks.take(Some(ACK_LINGER))).await;
+            let tick = deadline.min(tokio::time::Instant::now() + ACK_LINGER);
+            match tokio::time::timeout_at(tick, flight.tasks.join_next_with_id()).await {
                 Ok(Some(done)) => flight.finished(done),
                 Ok(None) => break,
-                Err(_elapsed) => {
+                Err(_elapsed) if tokio::time::Instant::now() >= deadline => {
                     flight.report.released = self.release(&mut flight).await;
                     break;
                 }
+                Err(_elapsed) => {}
             }
         }
         // Windows that finished are acknowledged, whatever stopped the pool.

@@ -62,6 +62,22 @@ pub struct Regenerated {
     pub published: Option<PublishOutcome>,
 }
 
+impl Regenerated {
+    /// Why the accept the order asked for did not move the pointer, if it did not: a stable
+    /// name for logs, counters and `--json`.
+    pub fn accept_refused(&self) -> Option<&'static str> {
+        match self.published.as_ref()? {
+            PublishOutcome::Published { .. } => None,
+            PublishOutcome::Outdated { .. } => Some("newer-attempt-published"),
+            PublishOutcome::Superseded { .. } => Some("pointer-contended"),
+            PublishOutcome::NotPublishable(Some(r)) if r.row.ever_published() => {
+                Some("published-before")
+            }
+            PublishOutcome::NotPublishable(_) => Some("not-publishable"),
+        }
+    }
+}
+
 /// What a regeneration is asked for.
 #[derive(Debug, Clone, Default)]
 pub struct Request {
@@ -72,7 +88,8 @@ pub struct Request {
     pub accept: bool,
 }
 
-/// Write the attempt's row (`uploading`) and return the order that finishes it.
+/// Write the attempt's row (`uploading`, its upload not yet begun: no deadline until a
+/// worker takes the order) and return the order that finishes it.
 pub async fn start(
     b: &Backends,
     job: &JobRecord,
@@ -81,7 +98,7 @@ pub async fn start(
     now: UnixMillis,
 ) -> Result<(Versioned<AttemptRow>, AttemptOrder), RegenerateError> {
     let id = req.id.unwrap_or_else(attempt::new_id);
-    let row = attempt::begin(
+    let row = attempt::begin_queued(
         b,
         job,
         Subject::Window(window),
@@ -115,7 +132,10 @@ pub async fn encode(
     Ok(Bytes::from(bytes))
 }
 
-/// Upload `bytes` as the attempt of `order` and publish it if the order says so.
+/// Upload `bytes` as the attempt of `order` and publish it if the order says so. The publish
+/// is an order's ([`attempt::publish_order`]): a redelivered or re-run order never publishes
+/// an attempt again once it was published, nor one older than the newest published — its
+/// outcome says so, and [`Regenerated::accept_refused`] names it.
 pub async fn finish(
     b: &Backends,
     row: Versioned<AttemptRow>,
@@ -126,11 +146,10 @@ pub async fn finish(
     let row = attempt::upload(b, row, bytes, now).await?;
     let published = if order.accept {
         match row.row.state {
-            // A redelivery of an order that was already published.
+            // A redelivery of an order that was already published, and still is.
             tilegate_core::ledger::AttemptState::Accepted => None,
             _ => Some(
-                attempt::accept_current(b, &row.row.job_id, row.row.subject, &order.id, now)
-                    .await?,
+                attempt::publish_order(b, &row.row.job_id, row.row.subject, &order.id, now).await?,
             ),
         }
     } else {

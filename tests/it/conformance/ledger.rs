@@ -5,8 +5,8 @@ use super::{Harness, unique};
 use std::collections::HashSet;
 use std::sync::Arc;
 use tilegate_core::ledger::{
-    AttemptId, AttemptRow, AttemptState, HOUR_MS, LedgerTable, Publish, PublishOutcome, Retention,
-    Subject,
+    AttemptId, AttemptRow, AttemptState, HOUR_MS, LedgerTable, Publish, PublishBy, PublishOutcome,
+    Retention, Subject,
 };
 use tilegate_core::table::{CreateOutcome, UpdateOutcome, Versioned};
 use tilegate_core::{ETag, JobId, Prefix, Tenant, Window};
@@ -63,7 +63,110 @@ fn publish(job: &JobId, w: Window, a: &AttemptId, seen: Option<&AttemptId>, now:
         attempt: a.clone(),
         seen: seen.cloned(),
         now,
+        by: PublishBy::Explicit,
     }
+}
+
+/// An order's publish (a regeneration message, a `regenerate` that accepts).
+fn order(job: &JobId, w: Window, a: &AttemptId, seen: Option<&AttemptId>, now: i64) -> Publish {
+    Publish {
+        by: PublishBy::Order,
+        ..publish(job, w, a, seen, now)
+    }
+}
+
+/// An order never moves the pointer back: not onto an attempt published before (a returning
+/// order), not onto one begun before the newest published (a late order); an explicit accept
+/// may, and the newest stays the bar for orders after it.
+pub async fn ledger_an_order_never_moves_the_pointer_back(h: &dyn Harness) {
+    let l = h.ledger();
+    let job = job();
+    let w = Window::new(3, 1);
+    let s = Subject::Window(w);
+    let (a1, a2, late, a4) = (id(21), id(22), id(23), id(24));
+    uploaded(&*l, &job, w, &a1, Retention::default(), 1_000).await;
+    uploaded(&*l, &job, w, &a2, Retention::default(), 2_000).await;
+    // Begun between A1 and A2, uploaded last.
+    uploaded(&*l, &job, w, &late, Retention::default(), 1_500).await;
+    assert_eq!(
+        l.publish(&order(&job, w, &a1, None, 3_000)).await.unwrap(),
+        PublishOutcome::Published { previous: None }
+    );
+    assert_eq!(
+        l.publish(&order(&job, w, &a2, Some(&a1), 4_000))
+            .await
+            .unwrap(),
+        PublishOutcome::Published {
+            previous: Some(a1.clone())
+        }
+    );
+    // A1's order comes back: A1 was published before, so it stays retired.
+    match l
+        .publish(&order(&job, w, &a1, Some(&a2), 5_000))
+        .await
+        .unwrap()
+    {
+        PublishOutcome::NotPublishable(Some(r)) => {
+            assert_eq!(r.row.state, AttemptState::Retired);
+            assert!(r.row.ever_published());
+        }
+        other => panic!("a returning order re-published: {other:?}"),
+    }
+    // A late order, begun before A2: outdated.
+    assert!(matches!(
+        l.publish(&order(&job, w, &late, Some(&a2), 5_500)).await.unwrap(),
+        PublishOutcome::Outdated { current: Some(c) } if c.row.attempt == a2
+    ));
+    let p = l.get_pointer(&job, s).await.unwrap().unwrap();
+    assert_eq!(p.row.attempt, a2, "the pointer stays on the newest");
+    assert_eq!(
+        l.get_attempt(&job, s, &a2)
+            .await
+            .unwrap()
+            .unwrap()
+            .row
+            .state,
+        AttemptState::Accepted
+    );
+    // An explicit accept moves it back onto A1 ...
+    assert_eq!(
+        l.publish(&publish(&job, w, &a1, Some(&a2), 6_000))
+            .await
+            .unwrap(),
+        PublishOutcome::Published {
+            previous: Some(a2.clone())
+        }
+    );
+    // ... after which a late order still cannot go below the newest ever named (A2) ...
+    assert!(matches!(
+        l.publish(&order(&job, w, &late, Some(&a1), 6_500))
+            .await
+            .unwrap(),
+        PublishOutcome::Outdated { .. }
+    ));
+    assert_eq!(
+        l.get_pointer(&job, s).await.unwrap().unwrap().row.attempt,
+        a1
+    );
+    // ... and a newer attempt's order publishes as usual.
+    uploaded(&*l, &job, w, &a4, Retention::default(), 7_000).await;
+    assert_eq!(
+        l.publish(&order(&job, w, &a4, Some(&a1), 8_000))
+            .await
+            .unwrap(),
+        PublishOutcome::Published {
+            previous: Some(a1.clone())
+        }
+    );
+    let accepted: Vec<_> = l
+        .list_attempts(&job)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.row.state == AttemptState::Accepted)
+        .map(|r| r.row.attempt)
+        .collect();
+    assert_eq!(accepted, vec![a4]);
 }
 
 pub async fn ledger_create_get_update(h: &dyn Harness) {

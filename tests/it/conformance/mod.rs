@@ -17,6 +17,7 @@ mod azure;
 mod embedded;
 mod gcs;
 mod ledger;
+mod ledger_protocol;
 mod memory;
 mod objects;
 mod queue;
@@ -167,6 +168,13 @@ macro_rules! conformance_suite {
             ledger_publishable_states,
             ledger_due_index_pages,
             ledger_mark_withdraws_an_expired_preview,
+            ledger_an_order_never_moves_the_pointer_back,
+        ]);
+        conformance_suite!(@group $harness, ledger_protocol, [
+            a_returning_order_does_not_republish_an_older_attempt,
+            an_order_older_than_the_upload_grace_is_not_collected,
+            a_late_record_leaves_a_held_object,
+            a_late_record_sweeps_its_own_object_through_the_claim,
         ]);
         conformance_suite!(@group $harness, queue, [
             send_receive_ack,

@@ -53,7 +53,7 @@ fn job(source: &str, created_at: i64) -> JobRecord {
     }
 }
 
-fn new_job(tag: &str) -> JobRecord {
+pub(super) fn new_job(tag: &str) -> JobRecord {
     job(&format!("file:///{}.tif", unique(tag)), now_millis())
 }
 

@@ -376,21 +376,25 @@ impl LedgerTable for DynamoTables {
                 return Ok(PublishOutcome::Superseded { current });
             }
             let row = self.get_attempt(&p.job_id, p.subject, &p.attempt).await?;
-            let Some(new) = row.clone().filter(|r| r.row.publishable()) else {
-                return Ok(PublishOutcome::NotPublishable(row));
+            let prev = match &p.seen {
+                Some(seen) => Some(
+                    self.get_attempt(&p.job_id, p.subject, seen)
+                        .await?
+                        .ok_or_else(|| {
+                            corrupt(ROW, &shown, "the pointer names an attempt with no row")
+                        })?,
+                ),
+                None => None,
             };
-            let output = new
-                .row
-                .output()
-                .ok_or_else(|| corrupt(ROW, &shown, "publishable without an object"))?;
-            let pointer = Pointer {
-                tenant: new.row.tenant.clone(),
-                job_id: p.job_id.clone(),
-                subject: p.subject,
-                attempt: p.attempt.clone(),
-                output,
-                moved_at: p.now,
+            let pointer = match p.decide(
+                row.as_ref(),
+                current.as_ref(),
+                prev.as_ref().map(|r| &r.row),
+            ) {
+                Ok(pointer) => pointer,
+                Err(refused) => return Ok(*refused),
             };
+            let new = row.expect("decide published a row");
             let mut items = Vec::with_capacity(3);
             items.push(match (&current, &p.seen) {
                 (Some(c), Some(seen)) => guarded_put(
@@ -411,14 +415,12 @@ impl LedgerTable for DynamoTables {
                     HashMap::new(),
                 )?,
             });
-            items.push(row_put(&self.ledger, &new.row.accepted(), new.version)?);
-            if let Some(seen) = &p.seen {
-                let prev = self
-                    .get_attempt(&p.job_id, p.subject, seen)
-                    .await?
-                    .ok_or_else(|| {
-                        corrupt(ROW, &shown, "the pointer names an attempt with no row")
-                    })?;
+            items.push(row_put(
+                &self.ledger,
+                &new.row.accepted(p.now),
+                new.version,
+            )?);
+            if let Some(prev) = &prev {
                 items.push(row_put(
                     &self.ledger,
                     &prev.row.retired(p.now),

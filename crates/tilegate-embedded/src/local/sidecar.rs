@@ -54,6 +54,19 @@ fn unsupported(e: &io::Error) -> bool {
     )
 }
 
+/// True for the errors after which a sidecar goes to a file instead of an attribute: no user
+/// attributes at all, or no room for this one — a value over the filesystem's attribute size
+/// (`E2BIG`, `ERANGE`), or attribute space exhausted (`ENOSPC`, `EDQUOT`: tmpfs counts user
+/// attributes against its inode space since Linux 6.6, ext4 keeps them in one block). A disk
+/// that is really full fails the file write too, and that error is returned.
+fn falls_back(e: &io::Error) -> bool {
+    unsupported(e)
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::E2BIG | libc::ERANGE | libc::ENOSPC | libc::EDQUOT)
+        )
+}
+
 /// The sidecar attribute of `file`: `Ok(None)` if it has none.
 fn get_xattr(file: &File) -> io::Result<Option<Vec<u8>>> {
     use std::os::fd::AsRawFd as _;
@@ -133,7 +146,9 @@ pub(crate) fn write(
             }
             return Ok(());
         }
-        Err(e) if unsupported(&e) => {}
+        Err(e) if falls_back(&e) => {
+            tracing::debug!(error = %e, "sidecar attribute refused; writing a sidecar file");
+        }
         Err(e) => return Err(e),
     }
     let mut f = File::create(path)?;
@@ -152,5 +167,27 @@ pub(crate) fn remove(path: &Path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(path = %path.display(), error = %e, "remove sidecar"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attribute_without_room_falls_back_to_a_file() {
+        for errno in [
+            libc::ENOTSUP,
+            libc::EPERM,
+            libc::E2BIG,
+            libc::ERANGE,
+            libc::ENOSPC,
+            libc::EDQUOT,
+        ] {
+            assert!(falls_back(&io::Error::from_raw_os_error(errno)), "{errno}");
+        }
+        for errno in [libc::EIO, libc::EBADF, libc::EACCES] {
+            assert!(!falls_back(&io::Error::from_raw_os_error(errno)), "{errno}");
+        }
     }
 }

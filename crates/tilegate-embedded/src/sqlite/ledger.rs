@@ -270,32 +270,32 @@ impl LedgerTable for SqliteBackend {
                 debug!(store = "sqlite", row = %shown, outcome = "superseded", "publish");
                 return Ok(PublishOutcome::Superseded { current });
             }
-            let new = match get_row(tx, job, &subject, p.attempt.as_str())? {
-                Some(r) if r.row.publishable() => r,
-                row => return Ok(PublishOutcome::NotPublishable(row)),
+            let new = get_row(tx, job, &subject, p.attempt.as_str())?;
+            let prev = match &p.seen {
+                Some(seen) => Some(
+                    get_row(tx, job, &subject, seen.as_str())?
+                        .ok_or_else(|| lost(ROW, format!("{job}/{subject}/{seen}")))?,
+                ),
+                None => None,
             };
-            let output = new.row.output().ok_or_else(|| lost(ROW, shown.clone()))?;
-            if let Some(seen) = &p.seen {
-                let prev = get_row(tx, job, &subject, seen.as_str())?
-                    .ok_or_else(|| lost(ROW, format!("{job}/{subject}/{seen}")))?;
-                if !write_row(tx, &prev.row.retired(p.now), prev.version)? {
-                    return Err(lost(ROW, prev.row.shown()));
-                }
+            let pointer = match p.decide(
+                new.as_ref(),
+                current.as_ref(),
+                prev.as_ref().map(|r| &r.row),
+            ) {
+                Ok(pointer) => pointer,
+                Err(refused) => return Ok(*refused),
+            };
+            let new = new.expect("decide published a row");
+            if let Some(prev) = prev
+                && !write_row(tx, &prev.row.retired(p.now), prev.version)?
+            {
+                return Err(lost(ROW, prev.row.shown()));
             }
-            if !write_row(tx, &new.row.accepted(), new.version)? {
+            if !write_row(tx, &new.row.accepted(p.now), new.version)? {
                 return Err(lost(ROW, shown.clone()));
             }
-            put_pointer(
-                tx,
-                &Pointer {
-                    tenant: new.row.tenant.clone(),
-                    job_id: p.job_id.clone(),
-                    subject: p.subject,
-                    attempt: p.attempt.clone(),
-                    output,
-                    moved_at: p.now,
-                },
-            )?;
+            put_pointer(tx, &pointer)?;
             debug!(store = "sqlite", row = %shown, outcome = "published", "publish");
             Ok(PublishOutcome::Published { previous: p.seen })
         })
