@@ -3,7 +3,11 @@
 //! through the claim gate — multipart above a threshold, completed with create-if-absent.
 //!
 //! Architecture invariant: a claim loser never starts a multipart upload; a holder that finds
-//! its lease lost aborts its upload instead of completing it.
+//! its lease lost aborts its upload instead of completing it. A scene is recorded (claim done,
+//! job row, STAC Item) only if the object the store published has the size that was laid out:
+//! a store may keep fewer bytes than it was sent (a GCS session's short `308`), and a
+//! create-if-absent key holding the wrong bytes would be permanent, so such an object is
+//! deleted by its ETag and the claim released for a retry.
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -13,7 +17,10 @@ use tilegate_claim::{ClaimGate, ClaimOutcome, KeepAlive, Lease, LeaseState};
 use tilegate_cogwrite::{AssemblyPath, LaidOut, ReducedWindows, Resampling, SceneSpec, TileInput};
 use tilegate_core::ledger::Subject;
 use tilegate_core::metrics::{self as m, Counters};
-use tilegate_core::object::{ObjectStoreExt, PartId, PutMode, PutOptions, PutOutcome};
+use tilegate_core::object::{
+    CompletionMismatch, Differs, ObjectStoreExt, PartId, PutMode, PutOptions, PutOutcome,
+    withdraw_completed,
+};
 use tilegate_core::table::{JobRecord, OutputRef, UpdateOutcome};
 use tilegate_core::{Backends, ETag, JobId, StoreError, UnixMillis, Window};
 
@@ -170,6 +177,19 @@ pub enum AssembleError {
         #[source]
         source: tilegate_cogwrite::AssembleError,
     },
+    /// The object published at the scene key is not the scene laid out (the store kept other
+    /// bytes than it was sent, or its own completion check refused them). Nothing was
+    /// recorded and the claim was released; the object was deleted by its ETag unless
+    /// `mismatch.withdrawn` says otherwise. Retryable when it was: assembling again publishes
+    /// the scene afresh.
+    #[error("assemble job {job}: publish the scene `{key}` as the {laid_out} bytes laid out")]
+    PublishedMismatch {
+        job: JobId,
+        key: String,
+        laid_out: u64,
+        #[source]
+        mismatch: CompletionMismatch,
+    },
     #[error("assemble: storage")]
     Store(#[from] StoreError),
 }
@@ -191,7 +211,22 @@ impl AssembleError {
             Self::SizeMismatch { .. } => "manifest-size-mismatch",
             Self::ETagMismatch { .. } => "manifest-etag-mismatch",
             Self::Build { source, .. } => source.reason_code(),
+            Self::PublishedMismatch { .. } => "published-scene-mismatch",
             Self::Store(_) => "storage",
+        }
+    }
+
+    /// Whether assembling again may succeed: a storage fault classified so, or a wrong scene
+    /// that was withdrawn from its key.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Store(e) => e.is_retryable(),
+            Self::PublishedMismatch { mismatch, .. } => mismatch.withdrawn,
+            Self::UnknownJob(_)
+            | Self::Incomplete { .. }
+            | Self::SizeMismatch { .. }
+            | Self::ETagMismatch { .. }
+            | Self::Build { .. } => false,
         }
     }
 }
@@ -365,6 +400,20 @@ async fn build_and_publish(
     let key = report.scene_key.clone();
 
     let uploaded = Instant::now();
+    // A store's own completion check refusing what it published is the same fault as the
+    // check below finding it: the scene is not recorded, and assembling again may publish it.
+    let mismatched = |e: AssembleError| match e {
+        AssembleError::Store(s) => match CompletionMismatch::of(&s) {
+            Some(m) => AssembleError::PublishedMismatch {
+                job: job.job_id.clone(),
+                key: key.clone(),
+                laid_out: size,
+                mismatch: m.clone(),
+            },
+            None => AssembleError::Store(s),
+        },
+        other => other,
+    };
     // The scene's checksum (for its STAC Item), hashed from the bytes as they are sent.
     let mut hasher = blake3::Hasher::new();
     let outcome = if size <= opts.multipart_threshold.min(SINGLE_PUT_CEILING) {
@@ -391,7 +440,8 @@ async fn build_and_publish(
             report,
             &mut hasher,
         )
-        .await?
+        .await
+        .map_err(mismatched)?
         {
             Some(outcome) => outcome,
             None => {
@@ -402,6 +452,20 @@ async fn build_and_publish(
     };
     report.upload_s = uploaded.elapsed().as_secs_f64();
     let meta = match outcome {
+        // What the store published must be what was laid out before anything records it: the
+        // claim done, the job row and the STAC Item would make a wrong scene permanent.
+        PutOutcome::Written(meta) if meta.size != size => {
+            let differs = Differs::Size {
+                meant: size,
+                found: meta.size,
+            };
+            let e = withdraw_completed(&*b.objects, &key, &meta, differs).await;
+            let err = mismatched(AssembleError::Store(e));
+            tracing::warn!(job_id = %job.job_id, key = %key, laid_out = size, published = meta.size,
+                e_tag = %meta.e_tag, error = %tilegate_core::error::chain(&err),
+                "published scene is not the one laid out; not recorded");
+            return Err(err);
+        }
         PutOutcome::Written(meta) => meta,
         // A lapsed holder's upload landed first; its bytes are the same deterministic scene.
         PutOutcome::AlreadyPresent | PutOutcome::Superseded => {
@@ -572,11 +636,16 @@ async fn multipart(
         ))
     }
     .await;
-    if sent.is_err()
-        && let Err(e) = b.objects.abort_multipart(key, &upload_id).await
-    {
-        tracing::warn!(key, upload_id, error = %tilegate_core::error::chain(&e),
-            "could not abort a failed multipart upload; cleanup-uploads will");
+    if sent.is_err() {
+        match b.objects.abort_multipart(key, &upload_id).await {
+            Ok(()) => {}
+            // A completion that published and then refused its object spent the upload.
+            Err(StoreError::NotFound { .. }) => {}
+            Err(e) => {
+                tracing::warn!(key, upload_id, error = %tilegate_core::error::chain(&e),
+                    "could not abort a failed multipart upload; cleanup-uploads will");
+            }
+        }
     }
     sent
 }

@@ -12,6 +12,10 @@
 //!   final answer is classified. On `CompleteMultipartUpload` a 409 means the upload must be
 //!   re-initiated, so it is a retryable error there, for the claim gate to act on.
 //! - A 304 on a conditional GET has no error code: it is recognised by its status.
+//! - A completion states the object's size (`x-amz-mp-object-size`, which S3 checks before
+//!   publishing), and the object it published is checked against its parts' sizes and part
+//!   count (the ETag's `-N`): one that differs is deleted (`If-Match` on its ETag) and the
+//!   completion answers `CompletionMismatch`, never `Written`.
 //! - `DeleteObject` answers 204 whether or not the key existed, so `DeleteOutcome::NotFound` is
 //!   learnt from a HEAD beforehand. That HEAD only *reports*; a conditional delete is still
 //!   guarded by the `If-Match` sent with the DELETE itself.
@@ -47,8 +51,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tilegate_core::keys::{check_list_prefix, check_store_key as check_key};
 use tilegate_core::object::{
-    DeleteOptions, DeleteOutcome, Describe, GetOptions, GetOutcome, GetResult, MultipartUpload,
-    ObjectMeta, ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
+    CompletionMismatch, DeleteOptions, DeleteOutcome, Describe, Differs, GetOptions, GetOutcome,
+    GetResult, MultipartUpload, ObjectMeta, ObjectStore, PartId, PutMode, PutOptions, PutOutcome,
+    RangeError, verify_completed,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::{Decision, IfMatch, IfNoneMatch};
@@ -105,6 +110,22 @@ fn expected_etag(mode: &PutMode) -> StoreResult<Option<&ETag>> {
                 operation: "update by provider version without an etag",
                 implementer: "s3",
             }),
+    }
+}
+
+/// The part count a multipart object's ETag names against the parts completed: S3 gives a
+/// multipart-uploaded object the ETag `"<digest of the parts' digests>-<number of parts>"`
+/// (S3 User Guide, "Checking object integrity": "the ETag ... is followed by a hyphen and the
+/// number of parts"). An ETag without that suffix (an S3-compatible server's own form) is not
+/// compared.
+fn check_part_count(e_tag: &ETag, parts: usize) -> Result<(), Differs> {
+    let tag = e_tag.as_str().trim_matches('"');
+    match tag.rsplit_once('-').map(|(_, n)| n.parse::<usize>()) {
+        Some(Ok(n)) if n != parts => Err(Differs::Checksum {
+            meant: format!("an ETag of {parts} parts"),
+            found: e_tag.as_str().to_owned(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -908,6 +929,7 @@ impl ObjectStore for S3Store {
         Ok(PartId {
             part_number,
             e_tag: ETag::new(out.e_tag().unwrap_or_default()),
+            size: bytes.len() as u64,
         })
     }
 
@@ -961,6 +983,10 @@ impl ObjectStore for S3Store {
             ))
             .build();
         let full = self.full(key);
+        // S3 refuses a completion whose object would not have this size (400 InvalidRequest,
+        // "x-amz-mp-object-size"), before publishing it; the object is checked again below,
+        // for the servers that ignore the header (moto 5.2.5 does).
+        let meant = i64::try_from(PartId::total(parts)).unwrap_or(i64::MAX);
         let decision = conditional_write(
             &self.retry,
             Idempotency::CompleteUpload,
@@ -973,6 +999,7 @@ impl ObjectStore for S3Store {
                     .bucket(&self.bucket)
                     .key(&full)
                     .upload_id(upload_id)
+                    .mpu_object_size(meant)
                     .multipart_upload(completed.clone());
                 match (mode, &expected) {
                     (PutMode::Create, _) => req = req.if_none_match("*"),
@@ -1012,7 +1039,17 @@ impl ObjectStore for S3Store {
                     size = meta.size,
                     "complete multipart upload"
                 );
-                Ok(PutOutcome::Written(meta))
+                let checked = verify_completed(self, key, parts, PutOutcome::Written(meta), |m| {
+                    check_part_count(&m.e_tag, parts.len())
+                })
+                .await;
+                if let Err(e) = &checked
+                    && let Some(m) = CompletionMismatch::of(e)
+                {
+                    warn!(store = "s3", key, upload_id, differs = %m.differs, withdrawn = m.withdrawn,
+                        "completed upload is not what its parts make; answered as an error, not written");
+                }
+                checked
             }
             Decision::AlreadyPresent { .. } => {
                 info!(
@@ -1150,6 +1187,18 @@ mod tests {
         assert_eq!(parse_content_range("bytes 2-4/10"), Some((2..5, 10)));
         assert_eq!(parse_content_range("bytes 7-9/10"), Some((7..10, 10)));
         assert_eq!(parse_content_range("bytes */10"), None);
+    }
+
+    #[test]
+    fn a_multipart_etag_names_its_part_count() {
+        let tag = |t: &str| ETag::new(t);
+        assert!(check_part_count(&tag("\"0123456789abcdef0123456789abcdef-2\""), 2).is_ok());
+        assert!(matches!(
+            check_part_count(&tag("\"0123456789abcdef0123456789abcdef-1\""), 2),
+            Err(Differs::Checksum { .. })
+        ));
+        // Not the multipart form: nothing to compare.
+        assert!(check_part_count(&tag("\"0123456789abcdef0123456789abcdef\""), 2).is_ok());
     }
 
     #[test]

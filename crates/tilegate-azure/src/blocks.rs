@@ -9,7 +9,10 @@
 //! condition (`If-None-Match: *` for a Create): of two racing large uploads of one key the
 //! second commit is refused. A committed list discards every other uncommitted block of that
 //! blob name, a racing upload's included, which is why a commit that finds its blocks gone is
-//! read as the race it lost; Azure discards uncommitted blocks after a week by itself.
+//! read as the race it lost; Azure discards uncommitted blocks after a week by itself. Before
+//! the commit each named block's size (as Get Block List reports it) is checked against its
+//! part's; after it the blob's size against the parts' sum: a blob that differs is deleted
+//! (`If-Match` on its ETag) and the completion answers `CompletionMismatch`, never `Written`.
 //!
 //! Azure lists no uploads in progress, so each upload is recorded at
 //! `.tilegate/uploads/<upload-id>` under the store's prefix (its key, its metadata with the
@@ -26,14 +29,15 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tilegate_core::object::{
-    ATTEMPT_METADATA, MultipartUpload, ObjectStore as _, PartId, PutMode, PutOptions, PutOutcome,
+    ATTEMPT_METADATA, CompletionMismatch, MultipartUpload, ObjectStore as _, PartId, PutMode,
+    PutOptions, PutOutcome, verify_completed,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::record::{
     RECORDS, initiated_at, no_upload, parse_upload_id, record_key, upload_id,
 };
 use tilegate_retry::{Answer, Decision, Idempotency, conditional_write, run};
-use tracing::info;
+use tracing::{info, warn};
 
 /// What an upload record holds.
 #[derive(Debug, Serialize, Deserialize)]
@@ -185,6 +189,7 @@ impl AzureStore {
         Ok(PartId {
             part_number: n,
             e_tag: ETag::new(block),
+            size: len,
         })
     }
 
@@ -221,7 +226,7 @@ impl AzureStore {
                 }
             })
             .collect::<StoreResult<Vec<String>>>()?;
-        self.check_latest(key, &blocks).await?;
+        self.check_latest(key, &blocks, parts).await?;
         let blocks: Vec<Vec<u8>> = blocks.into_iter().map(String::into_bytes).collect();
         let Some(conditions) = conditions(mode) else {
             return self.finish(key, id, Ok(PutOutcome::Superseded)).await;
@@ -285,19 +290,32 @@ impl AzureStore {
             }
             Err(f) => return Err(f.into_store(OP, key)),
         };
-        let outcome = self
+        let outcome = match self
             .settle(key, decision, &token, OP, async |_| {
                 self.head(key).await?.ok_or_else(|| no_upload(key))
             })
-            .await;
+            .await
+        {
+            // Put Block List answers no size (its Content-MD5 is of the request's list, not the
+            // blob: Blob service REST API, "Put Block List"), so the blob's is read back.
+            Ok(o) => verify_completed(self, key, parts, o, |_| Ok(())).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &outcome
+            && let Some(m) = CompletionMismatch::of(e)
+        {
+            warn!(store = "azure", key, upload_id = id, differs = %m.differs, withdrawn = m.withdrawn,
+                "completed upload is not what its parts make; answered as an error, not written");
+        }
         self.finish(key, id, outcome).await
     }
 
     /// Refuse a part that a later staging of its number replaced (as S3 refuses a replaced
     /// part's ETag): among the uncommitted blocks of the blob, none of the same upload and part
-    /// may be newer than the one named. A named block that is no longer uncommitted (a commit
+    /// may be newer than the one named; and a named block Azure holds with another size than
+    /// its part's was not staged whole. A named block that is no longer uncommitted (a commit
     /// whose answer was lost) is left to the commit's own answer.
-    async fn check_latest(&self, key: &str, named: &[String]) -> StoreResult<()> {
+    async fn check_latest(&self, key: &str, named: &[String], parts: &[PartId]) -> StoreResult<()> {
         let full = self.full(key);
         let blob = self.blob(&full).block_blob_client();
         let list = run(
@@ -314,17 +332,32 @@ impl AzureStore {
             },
         )
         .await;
-        let staged: Vec<String> = match list {
+        let (staged, sizes): (Vec<String>, Vec<Option<i64>>) = match list {
             Ok(l) => l
                 .uncommitted_blocks
                 .unwrap_or_default()
                 .into_iter()
-                .filter_map(|b| String::from_utf8(b.name?).ok())
-                .collect(),
-            Err(f) if f.answer == Answer::NoSuchKey => Vec::new(),
+                .filter_map(|b| Some((String::from_utf8(b.name?).ok()?, b.size)))
+                .unzip(),
+            Err(f) if f.answer == Answer::NoSuchKey => (Vec::new(), Vec::new()),
             Err(f) => return Err(f.into_store("list blocks", key)),
         };
-        for id in named {
+        for (id, p) in named.iter().zip(parts) {
+            if let Some(Some(size)) = staged.iter().position(|b| b == id).map(|i| sizes[i])
+                && u64::try_from(size).ok() != Some(p.size)
+            {
+                return Err(StoreError::backend(
+                    "complete multipart upload",
+                    key,
+                    Retry::Permanent,
+                    AzureError::UploadRecord {
+                        detail: format!(
+                            "part {} was staged as {size} bytes, not its {}",
+                            p.part_number, p.size
+                        ),
+                    },
+                ));
+            }
             let part = block_part(id);
             if let Some(newer) = staged
                 .iter()
@@ -355,7 +388,12 @@ impl AzureStore {
         id: &str,
         outcome: StoreResult<PutOutcome>,
     ) -> StoreResult<PutOutcome> {
-        let outcome = outcome?;
+        // A list committed and found wrong spent the upload as well.
+        if let Err(e) = &outcome
+            && CompletionMismatch::of(e).is_none()
+        {
+            return outcome;
+        }
         self.live_uploads().remove(id);
         if let Err(e) = self
             .delete_full(key, &self.full(&record_key(id)), None)
@@ -363,7 +401,7 @@ impl AzureStore {
         {
             info!(store = "azure", key, upload_id = id, error = %e, "upload record left behind");
         }
-        Ok(outcome)
+        outcome
     }
 
     /// Forget upload `id`: its record is deleted; its uncommitted blocks are discarded by

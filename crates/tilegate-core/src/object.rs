@@ -232,6 +232,86 @@ pub struct PartId {
     /// The store's token for the part: S3's part ETag, the local spool's digest, an Azure
     /// block ID, a GCS session offset.
     pub e_tag: ETag,
+    /// The part's length in bytes, as the caller handed it to
+    /// [`ObjectStore::upload_part`]: a completion checks the object it publishes against the
+    /// sum of these (see [`check_completed`]).
+    pub size: u64,
+}
+
+impl PartId {
+    /// The bytes `parts` make together: the size their completed object must have.
+    pub fn total(parts: &[PartId]) -> u64 {
+        parts.iter().map(|p| p.size).sum()
+    }
+}
+
+/// How a completed upload differs from what its parts make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Differs {
+    /// The object's size is not the sum of the parts' sizes.
+    Size { meant: u64, found: u64 },
+    /// The object's checksum (as the store reports it) is not the one its parts make.
+    Checksum { meant: String, found: String },
+}
+
+impl std::fmt::Display for Differs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Size { meant, found } => {
+                write!(f, "the parts make {meant} bytes, the object has {found}")
+            }
+            Self::Checksum { meant, found } => write!(
+                f,
+                "the parts make checksum {meant}, the object's is {found}"
+            ),
+        }
+    }
+}
+
+/// A multipart completion that published something other than the object its parts make (a
+/// provider that kept fewer bytes than it was sent, a part lost on the way): the completion
+/// answers this instead of `Written`, as a permanent [`crate::StoreError::Backend`] (the
+/// upload is spent; the caller starts another). `withdrawn`: no wrong object is left at the
+/// key — the store checked before publishing and published nothing, or deleted the object it
+/// had just published (only that version, by `If-Match` on its ETag) — so a create-if-absent
+/// key is free again for the retry; `false` if that delete failed or found another version in
+/// place (the store logs which).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("publish the uploaded parts: {differs}; {}", if *.withdrawn { "the object was withdrawn" } else { "the object could not be withdrawn" })]
+pub struct CompletionMismatch {
+    pub differs: Differs,
+    pub withdrawn: bool,
+}
+
+impl CompletionMismatch {
+    /// The mismatch a store error reports, if it is one.
+    pub fn of(e: &crate::StoreError) -> Option<&Self> {
+        match e {
+            crate::StoreError::Backend { source, .. } => source.downcast_ref(),
+            _ => None,
+        }
+    }
+
+    /// The permanent error a completion of `key` answers with.
+    pub fn into_store(self, key: &str) -> crate::StoreError {
+        crate::StoreError::backend(
+            "complete multipart upload",
+            key,
+            crate::Retry::Permanent,
+            self,
+        )
+    }
+}
+
+/// Whether an object of `size` bytes, completed from `parts`, is what they make: its size is
+/// their sizes' sum. (A store that can also compare a checksum does so itself.)
+pub fn check_completed(parts: &[PartId], size: u64) -> Result<(), Differs> {
+    let meant = PartId::total(parts);
+    if size == meant {
+        Ok(())
+    } else {
+        Err(Differs::Size { meant, found: size })
+    }
 }
 
 /// An object store. Keys are `/`-separated and validated by the caller (see
@@ -358,9 +438,84 @@ pub trait ObjectStoreExt: ObjectStore {
 
 impl<T: ObjectStore + ?Sized> ObjectStoreExt for T {}
 
+/// The answer of a completion that a store checks after publishing (the provider assembled
+/// the object): `outcome` as it is when it is no `Written`, or a `Written` object that is what
+/// `parts` make ([`check_completed`], then `also` — a store's own checksum comparison, if
+/// any); otherwise the object just published is withdrawn ([`withdraw_completed`]) and the
+/// completion answers [`CompletionMismatch`].
+pub async fn verify_completed<S: ObjectStore + ?Sized>(
+    store: &S,
+    key: &str,
+    parts: &[PartId],
+    outcome: PutOutcome,
+    also: impl FnOnce(&ObjectMeta) -> Result<(), Differs>,
+) -> StoreResult<PutOutcome> {
+    let PutOutcome::Written(meta) = &outcome else {
+        return Ok(outcome);
+    };
+    match check_completed(parts, meta.size).and_then(|()| also(meta)) {
+        Ok(()) => Ok(outcome),
+        Err(differs) => Err(withdraw_completed(store, key, meta, differs).await),
+    }
+}
+
+/// Delete the object a completion just published at `key` because it is not what was meant —
+/// only that version (`If-Match` on its ETag: a later writer's object is left alone) — and the
+/// completion's error. A create-if-absent key holding the wrong bytes would be permanent;
+/// deleted, the caller's retry publishes the right ones.
+pub async fn withdraw_completed<S: ObjectStore + ?Sized>(
+    store: &S,
+    key: &str,
+    meta: &ObjectMeta,
+    differs: Differs,
+) -> crate::StoreError {
+    let opts = DeleteOptions {
+        if_match: Some(meta.e_tag.clone()),
+    };
+    let withdrawn = matches!(
+        store.delete_opts(key, opts).await,
+        Ok(DeleteOutcome::Deleted | DeleteOutcome::NotFound)
+    );
+    CompletionMismatch { differs, withdrawn }.into_store(key)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::RangeError;
+    use super::{CompletionMismatch, Differs, PartId, RangeError, check_completed};
+    use crate::{ETag, Retry, StoreError};
+
+    #[test]
+    fn a_completion_is_checked_against_its_parts_sizes() {
+        let part = |n, size| PartId {
+            part_number: n,
+            e_tag: ETag::new(format!("\"{n}\"")),
+            size,
+        };
+        let parts = [part(1, 5 << 20), part(2, 1234)];
+        assert_eq!(PartId::total(&parts), (5 << 20) + 1234);
+        assert_eq!(check_completed(&parts, (5 << 20) + 1234), Ok(()));
+        assert_eq!(
+            check_completed(&parts, 5 << 20),
+            Err(Differs::Size {
+                meant: (5 << 20) + 1234,
+                found: 5 << 20
+            })
+        );
+        let e = CompletionMismatch {
+            differs: Differs::Size { meant: 2, found: 1 },
+            withdrawn: true,
+        }
+        .into_store("k");
+        assert_eq!(e.retry(), Retry::Permanent);
+        assert!(CompletionMismatch::of(&e).is_some_and(|m| m.withdrawn));
+        let other = StoreError::backend("put", "k", Retry::Retryable, "x");
+        assert!(CompletionMismatch::of(&other).is_none());
+        assert_eq!(
+            crate::error::chain(&e),
+            "complete multipart upload `k`: publish the uploaded parts: the parts make 2 bytes, \
+             the object has 1; the object was withdrawn"
+        );
+    }
 
     #[test]
     fn ranges_are_served_as_s3_serves_them() {

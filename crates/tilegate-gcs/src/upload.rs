@@ -10,6 +10,16 @@
 //! another handle can find it (`list_multipart`) and cancel it (`abort_multipart`), through
 //! the record kept for it at `.tilegate/uploads/<upload-id>` — GCS itself cannot list
 //! resumable sessions.
+//!
+//! GCS may persist fewer bytes of a chunk than it was sent: its `308 Resume Incomplete` names
+//! the bytes it kept in `Range: bytes=0-<last>`, a `308` without `Range` means it kept none,
+//! and the next request must start at `<last> + 1` (GCS docs, "Perform resumable uploads":
+//! upload in multiple chunks; check the status of an upload). So the handle keeps every byte
+//! GCS has not acknowledged and sends the next chunk (or the last one again) from the
+//! persisted offset, giving up after a few requests in a row that persist nothing. At
+//! finalisation the object's size is checked against the parts' sum: an object that differs
+//! is deleted (that generation only) and the completion answers `CompletionMismatch`, never
+//! `Written`.
 
 use crate::error::{Failure, GcsError};
 use crate::store::{GcsStore, expected_generation};
@@ -24,7 +34,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
-use tilegate_core::object::{MultipartUpload, PartId, PutMode, PutOptions, PutOutcome};
+use tilegate_core::object::{
+    CompletionMismatch, MultipartUpload, PartId, PutMode, PutOptions, PutOutcome, verify_completed,
+};
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::record::{
     RECORDS, initiated_at, no_upload, parse_upload_id, record_key, upload_id,
@@ -34,6 +46,10 @@ use tracing::{info, warn};
 
 /// A session's chunks are multiples of this, except the last.
 const CHUNK: usize = 256 * 1024;
+
+/// Requests in a row that a session may answer without persisting a byte more before the
+/// upload is given up on (each of them already repeated by the retry policy on a fault).
+const STALLS: u32 = 5;
 
 /// What a session record holds.
 #[derive(Debug, Serialize, Deserialize)]
@@ -53,11 +69,86 @@ struct Session {
     /// GCS refused the session's precondition when it was created (an object is there):
     /// parts are accepted without moving bytes and the completion reports the refusal.
     refused: bool,
-    /// Bytes the session has persisted.
-    sent: u64,
-    /// Bytes of the parts not yet sent (less than a chunk after each part).
+    /// Bytes GCS has acknowledged as persisted: where the next request starts.
+    persisted: u64,
+    /// The parts' bytes from `persisted` on, sent or not: a byte leaves only when GCS reports
+    /// it persisted (less than a chunk remains after each part).
     pending: Vec<u8>,
     parts: Vec<PartId>,
+}
+
+impl Session {
+    /// GCS reports `now` bytes persisted after a request that sent the session up to `end`:
+    /// drop what it acknowledged, keep the rest to send again from `now`.
+    fn acknowledge(&mut self, now: u64, end: u64) -> StoreResult<()> {
+        let resume = |detail: String| {
+            StoreError::backend(
+                "upload part",
+                &self.key,
+                Retry::Permanent,
+                GcsError::Resume {
+                    offset: self.persisted,
+                    detail,
+                },
+            )
+        };
+        if now < self.persisted {
+            return Err(resume(format!(
+                "the session reports {now} bytes persisted after acknowledging {}",
+                self.persisted
+            )));
+        }
+        if now > end {
+            return Err(resume(format!(
+                "the session reports {now} bytes persisted of the {end} it was sent"
+            )));
+        }
+        if now < end {
+            info!(
+                store = "gcs",
+                key = %self.key,
+                persisted = now,
+                sent = end,
+                "the session persisted fewer bytes than it was sent; resending from the persisted offset"
+            );
+        }
+        let kept = usize::try_from(now - self.persisted).expect("within pending");
+        self.pending.drain(..kept);
+        self.persisted = now;
+        Ok(())
+    }
+}
+
+/// What a request to a session came to.
+enum Sent {
+    /// The object is finalised.
+    Finished(Box<Object>),
+    /// The session persisted this many bytes so far (`308 Resume Incomplete`).
+    Persisted(u64),
+}
+
+impl Sent {
+    fn of(status: UploadStatus) -> Self {
+        match status {
+            UploadStatus::Ok(o) => Self::Finished(Box::new(o)),
+            UploadStatus::ResumeIncomplete(r) => Self::Persisted(r.last_byte + 1),
+            // A 308 without a Range header: nothing is persisted yet.
+            UploadStatus::NotStarted => Self::Persisted(0),
+        }
+    }
+}
+
+/// The error of a session that made no progress on [`STALLS`] requests in a row.
+fn stalled(key: &str, offset: u64) -> StoreError {
+    StoreError::backend(
+        "upload part",
+        key,
+        Retry::Retryable,
+        GcsError::Resume {
+            offset,
+            detail: format!("the session persisted nothing more on {STALLS} requests in a row"),
+        },
+    )
 }
 
 /// The sessions of a handle and its clones, by upload ID.
@@ -178,7 +269,7 @@ impl GcsStore {
                 mode: opts.mode.clone(),
                 token,
                 refused,
-                sent: 0,
+                persisted: 0,
                 pending: Vec::new(),
                 parts: Vec::new(),
             },
@@ -226,29 +317,39 @@ impl GcsStore {
                 ),
             ));
         }
-        let offset = s.sent + s.pending.len() as u64;
+        let offset = s.persisted + s.pending.len() as u64;
         let part = PartId {
             part_number: n,
             e_tag: ETag::new(format!("{n}:{offset}+{}", bytes.len())),
+            size: bytes.len() as u64,
         };
+        // The part belongs to the session from here on, whatever the sending below comes to:
+        // its bytes are in `pending`, so the same part number is not taken twice.
+        s.parts.push(part.clone());
         if !s.refused {
             s.pending.extend_from_slice(&bytes);
-            let whole = s.pending.len() / CHUNK * CHUNK;
-            if whole > 0 {
-                let chunk = Bytes::from(s.pending.drain(..whole).collect::<Vec<u8>>());
-                self.send_chunk(&mut s, chunk).await?;
+            let mut stalls = 0;
+            while !s.refused && s.pending.len() >= CHUNK {
+                let before = s.persisted;
+                self.send_chunks(&mut s).await?;
+                stalls = if s.persisted == before { stalls + 1 } else { 0 };
+                if stalls >= STALLS {
+                    return Err(stalled(key, s.persisted));
+                }
             }
         }
-        s.parts.push(part.clone());
         Ok(part)
     }
 
-    /// Send one whole chunk at the session's offset.
-    async fn send_chunk(&self, s: &mut Session, chunk: Bytes) -> StoreResult<()> {
-        let first = s.sent;
-        let last = first + chunk.len() as u64 - 1;
+    /// Send the whole chunks of `pending` from the persisted offset; keep what GCS did not
+    /// persist of them.
+    async fn send_chunks(&self, s: &mut Session) -> StoreResult<()> {
+        let whole = s.pending.len() / CHUNK * CHUNK;
+        let chunk = Bytes::copy_from_slice(&s.pending[..whole]);
+        let first = s.persisted;
+        let end = first + whole as u64;
         let client = self.client.get_resumable_upload(s.url.clone());
-        let size = ChunkSize::new(first, last, None);
+        let size = ChunkSize::new(first, end - 1, None);
         let status = run(
             &self.retry,
             Idempotency::Idempotent,
@@ -262,17 +363,17 @@ impl GcsStore {
             },
         )
         .await;
-        match status {
-            Ok(UploadStatus::ResumeIncomplete(r)) => {
-                s.sent = r.last_byte + 1;
-                Ok(())
-            }
-            Ok(other) => Err(StoreError::backend(
+        match status.map(Sent::of) {
+            Ok(Sent::Persisted(now)) => s.acknowledge(now, end),
+            Ok(Sent::Finished(o)) => Err(StoreError::backend(
                 "upload part",
                 &s.key,
                 Retry::Permanent,
                 GcsError::UploadOrder {
-                    detail: format!("the session answered a middle chunk with {other:?}"),
+                    detail: format!(
+                        "the session answered a middle chunk with a finished object of {} bytes",
+                        o.size
+                    ),
                 },
             )),
             Err(f) if f.answer == Answer::PreconditionFailed => {
@@ -318,47 +419,70 @@ impl GcsStore {
                 _ => Decision::AlreadyPresent { resent: false },
             }
         } else {
-            let tail = Bytes::from(std::mem::take(&mut s.pending));
-            let total = s.sent + tail.len() as u64;
+            self.finalise(&mut s, mode).await?
+        };
+        let token = s.token.clone();
+        drop(s);
+        self.sessions.remove(id);
+        self.forget(key, id).await;
+        let outcome = self.settle(key, decision, &token, OP).await?;
+        let checked = verify_completed(self, key, parts, outcome, |_| Ok(())).await;
+        if let Err(e) = &checked
+            && let Some(m) = CompletionMismatch::of(e)
+        {
+            warn!(store = "gcs", key, upload_id = id, differs = %m.differs, withdrawn = m.withdrawn,
+                "completed upload is not what its parts make; answered as an error, not written");
+        }
+        checked
+    }
+
+    /// Send the rest of the session with the object's size until GCS finalises it, resending
+    /// from the persisted offset whenever it keeps fewer bytes than it was sent.
+    async fn finalise(&self, s: &mut Session, mode: &PutMode) -> StoreResult<Decision<Object>> {
+        const OP: &str = "complete multipart upload";
+        let client = self.client.get_resumable_upload(s.url.clone());
+        let full = self.full(&s.key);
+        let total = s.persisted + s.pending.len() as u64;
+        let mut stalls = 0;
+        loop {
+            let tail = Bytes::copy_from_slice(&s.pending);
             let size = if tail.is_empty() {
                 ChunkSize::new(total, total, Some(total))
             } else {
-                ChunkSize::new(s.sent, total - 1, Some(total))
+                ChunkSize::new(s.persisted, total - 1, Some(total))
             };
-            let client = self.client.get_resumable_upload(s.url.clone());
-            let full = self.full(key);
             let r = conditional_write(
                 &self.retry,
                 Idempotency::Idempotent,
                 mode,
                 &full,
                 |_| async {
-                    match client.upload_multiple_chunk(tail.clone(), &size).await {
-                        Ok(UploadStatus::Ok(o)) => Ok(o),
-                        Ok(other) => Err(Failure::own(
-                            Answer::Transient,
-                            GcsError::UploadOrder {
-                                detail: format!(
-                                    "the last chunk did not finalise the object: {other:?}"
-                                ),
-                            },
-                        )),
-                        Err(e) => Err(Failure::of(e)),
-                    }
+                    client
+                        .upload_multiple_chunk(tail.clone(), &size)
+                        .await
+                        .map(Sent::of)
+                        .map_err(Failure::of)
                 },
             )
             .await;
-            match r {
-                Ok(d) => d,
-                Err(f) if matches!(f.status, Some(404 | 410)) => return Err(no_upload(key)),
-                Err(f) => return Err(f.into_store(OP, key)),
+            let now = match r {
+                Ok(Decision::Applied(Sent::Finished(o))) => return Ok(Decision::Applied(*o)),
+                Ok(Decision::Applied(Sent::Persisted(now))) => now,
+                Ok(Decision::AlreadyPresent { resent }) => {
+                    return Ok(Decision::AlreadyPresent { resent });
+                }
+                Ok(Decision::Superseded { resent }) => return Ok(Decision::Superseded { resent }),
+                Err(f) if matches!(f.status, Some(404 | 410)) => return Err(no_upload(&s.key)),
+                Err(f) => return Err(f.into_store(OP, &s.key)),
+            };
+            // Not finalised: GCS kept only `now` bytes; the rest goes again from there.
+            let before = s.persisted;
+            s.acknowledge(now, total)?;
+            stalls = if s.persisted == before { stalls + 1 } else { 0 };
+            if stalls >= STALLS {
+                return Err(stalled(&s.key, s.persisted));
             }
-        };
-        let token = s.token.clone();
-        drop(s);
-        self.sessions.remove(id);
-        self.forget(key, id).await;
-        self.settle(key, decision, &token, OP).await
+        }
     }
 
     /// Cancel the session and drop its record. An upload already gone is not an error.

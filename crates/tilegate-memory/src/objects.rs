@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime};
 use tilegate_core::etag::ETag;
 use tilegate_core::keys::{check_list_prefix, check_store_key};
 use tilegate_core::object::{
-    DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
-    ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError, UpdateVersion,
+    CompletionMismatch, DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult,
+    MultipartUpload, ObjectMeta, ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
+    UpdateVersion, check_completed,
 };
 use tilegate_core::{Retry, StoreError, StoreResult};
 
@@ -267,8 +268,13 @@ impl ObjectStore for MemoryObjectStore {
             .get_mut(upload_id)
             .filter(|u| u.key == key)
             .ok_or_else(|| no_upload(upload_id))?;
+        let size = bytes.len() as u64;
         upload.parts.insert(part_number, (e_tag.clone(), bytes));
-        Ok(PartId { part_number, e_tag })
+        Ok(PartId {
+            part_number,
+            e_tag,
+            size,
+        })
     }
 
     async fn complete_multipart(
@@ -301,6 +307,15 @@ impl ObjectStore for MemoryObjectStore {
                     ));
                 }
             }
+        }
+        // The object is assembled here, before anything is published: one whose size is not
+        // the parts' is refused without writing it (nothing to withdraw).
+        if let Err(differs) = check_completed(parts, whole.len() as u64) {
+            return Err(CompletionMismatch {
+                differs,
+                withdrawn: true,
+            }
+            .into_store(key));
         }
         let metadata = upload.metadata.clone();
         // S3's multipart ETag: a digest of the parts' tags, and the part count.

@@ -7,7 +7,9 @@
 //! fsync of the object's bytes. Any other part (out of order, or uploaded again under a number
 //! already used) is staged as its own file `part-NNNNN`, which takes precedence, and completion
 //! then concatenates the named parts into a new file. A lock file in the upload's directory
-//! serialises part uploads and completion of one upload across processes.
+//! serialises part uploads and completion of one upload across processes. Completion checks
+//! each part's length and the staged object's size against the sizes the caller was given
+//! before publishing anything (`CompletionMismatch` otherwise).
 
 use super::fsx::{Staged, TempFile, etag_of, fsync_dir, hash_path, lock, write_all_at};
 use super::{Local, check_key};
@@ -18,7 +20,9 @@ use std::fs::{self, File};
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tilegate_core::object::{MultipartUpload, PartId, PutMode, PutOutcome};
+use tilegate_core::object::{
+    CompletionMismatch, MultipartUpload, PartId, PutMode, PutOutcome, check_completed,
+};
 use tilegate_core::{ETag, Retry, StoreError, StoreResult, UnixMillis, now_millis};
 use tracing::{debug, warn};
 
@@ -210,6 +214,7 @@ impl Local {
         Ok(PartId {
             part_number,
             e_tag: staged.e_tag.clone(),
+            size: bytes.len() as u64,
         })
     }
 
@@ -246,7 +251,11 @@ impl Local {
             fsync_dir(dir)
         };
         append().map_err(|e| io_error(OP, key, e))?;
-        Ok(PartId { part_number, e_tag })
+        Ok(PartId {
+            part_number,
+            e_tag,
+            size: bytes.len() as u64,
+        })
     }
 
     pub(super) fn complete_multipart(
@@ -301,6 +310,17 @@ impl Local {
         } else {
             self.concatenate(key, &dir, parts, &sources)?
         };
+        // The staged file is the object (link(2) and rename(2) publish this very inode): one
+        // whose size is not the parts' is refused before anything is published.
+        let staged_size = staged.stat().map_err(|e| io_error(OP, key, e))?.size;
+        if let Err(differs) = check_completed(parts, staged_size) {
+            warn!(store = "local", key, upload_id = id, %differs, "completed upload is not what its parts make; nothing published");
+            return Err(CompletionMismatch {
+                differs,
+                withdrawn: true,
+            }
+            .into_store(key));
+        }
 
         // Claim the upload: rename(2) of its directory is atomic, so of two concurrent
         // completions (or a completion and an abort) exactly one moves it; the other sees
@@ -339,6 +359,17 @@ impl Local {
     ) -> StoreResult<Staged> {
         const OP: &str = "complete multipart upload";
         for (p, s) in parts.iter().zip(spooled) {
+            if s.len != p.size {
+                return Err(own_error(
+                    OP,
+                    key,
+                    Retry::Permanent,
+                    EmbeddedError::InvalidPart {
+                        part_number: p.part_number,
+                        reason: "its size differs from the uploaded part's",
+                    },
+                ));
+            }
             if !s.e_tag.strong_eq(&p.e_tag) {
                 return Err(own_error(
                     OP,
@@ -417,6 +448,7 @@ impl Local {
                 }
             };
             let mut part = blake3::Hasher::new();
+            let mut len = 0u64;
             loop {
                 let n = match f.read(&mut buf) {
                     Ok(0) => break,
@@ -426,9 +458,13 @@ impl Local {
                 };
                 part.update(&buf[..n]);
                 whole.update(&buf[..n]);
+                len += n as u64;
                 tmp.file
                     .write_all(&buf[..n])
                     .map_err(|e| io_error(OP, key, e))?;
+            }
+            if len != p.size {
+                return Err(bad("its size differs from the uploaded part's"));
             }
             if !etag_of(&part.finalize()).strong_eq(&p.e_tag) {
                 return Err(bad("its ETag differs from the uploaded part's"));
