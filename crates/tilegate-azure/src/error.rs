@@ -6,7 +6,14 @@
 //! answered 409 `BlobAlreadyExists`, and a failed `If-Match` 412 `ConditionNotMet`; a GET
 //! whose `If-None-Match` matches is 304; 404 `BlobNotFound` / `ContainerNotFound`; 503
 //! `ServerBusy` and 429 are throttling; 500, 503 `OperationTimedOut`, 408 are transient.
+//!
+//! A request whose SAS is outside its time frame is refused like any other that fails
+//! authentication, 403 `AuthenticationFailed` ("Common REST API error codes"), and the body's
+//! `AuthenticationErrorDetail` says why: "Signature not valid in the specified time frame:
+//! Start [..] - Expiry [..] - Current [..]". The SAS policy renews the SAS and sends once more
+//! ([`renews_sas`]); what [`classify`] then sees is final.
 
+use crate::names::Rule;
 use azure_core::error::ErrorKind;
 use std::fmt;
 use std::time::Duration;
@@ -19,6 +26,10 @@ use tilegate_retry::{Answer, Attempted};
 /// 409 `BlobAlreadyExists` is what the documentation and Azurite answer to
 /// `If-None-Match: *` on an existing blob, and 412 `ConditionNotMet` is what Azure front ends
 /// have been seen to answer to the same request. Either proves a blob is in place.
+///
+/// A 403 is `Permanent`: one whose SAS renewing could cure has been sent again with a
+/// renewed one already (see [`renews_sas`]), and any other (a key Azure does not know, a
+/// permission the SAS lacks) is not cured by sending it again.
 pub fn classify(status: Option<u16>, code: Option<&str>) -> Answer {
     let Some(status) = status else {
         // No answer at all: network, timeout, an unreadable body.
@@ -34,6 +45,27 @@ pub fn classify(status: Option<u16>, code: Option<&str>) -> Answer {
         (408 | 500..=599, _) => Answer::Transient,
         _ => Answer::Permanent,
     }
+}
+
+/// The phrase of Azure's `AuthenticationErrorDetail` for a SAS used before its start or
+/// after its expiry.
+const OUTSIDE_TIME_FRAME: &str = "Signature not valid in the specified time frame";
+
+/// Whether a refused request is sent once more with a renewed account SAS: a 403
+/// `AuthenticationFailed` whose detail says the SAS is outside its time frame (expired, or
+/// not yet started on the service's clock), or that gives no detail (a HEAD's answer has no
+/// body), or that was refused with a SAS another request has `renewed_since`. A detail that
+/// names another cause ("Signature did not match": a key Azure does not know) and every other
+/// answer are not: renewing cannot cure them.
+pub fn renews_sas(
+    status: u16,
+    code: Option<&str>,
+    detail: Option<&str>,
+    renewed_since: bool,
+) -> bool {
+    status == 403
+        && code == Some("AuthenticationFailed")
+        && (renewed_since || detail.is_none_or(|d| d.contains(OUTSIDE_TIME_FRAME)))
 }
 
 /// The errors this crate names itself.
@@ -52,13 +84,44 @@ pub enum AzureError {
     /// Settings that cannot be used (connection string, SAS, key).
     #[error("configure azure blob: {detail}")]
     Config { detail: String },
-    /// An `az://` URL that cannot be used.
-    #[error("parse `{url}`: {reason}")]
-    InvalidUrl { url: String, reason: String },
+    /// An `az://` URL refused before any request is made or any URL built from it, by the
+    /// rule it breaks (see [`crate::names`]).
+    #[error("refuse `{url}` [{}]: {rule}", rule.name())]
+    Forbidden {
+        url: String,
+        rule: Rule,
+        /// The same refusal as the source policy names its refusals, so that every path that
+        /// reads sources reports it as `source-forbidden`.
+        #[source]
+        policy: tilegate_core::source_policy::Forbidden,
+    },
+    /// A read URL asked to live longer than [`MAX_URL_LIFETIME`], or not at all.
+    #[error(
+        "sign a read URL valid for {asked:?}: a signed URL lives more than no time and at most \
+         7 days"
+    )]
+    UrlLifetime { asked: Duration },
     /// An upload record that cannot be read.
     #[error("read the upload record: {detail}")]
     UploadRecord { detail: String },
 }
+
+impl AzureError {
+    /// A stable kebab-case name of what was refused, for a refusal this crate makes itself
+    /// (`storage` for every other error).
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            Self::Forbidden { .. } => "source-forbidden",
+            Self::UrlLifetime { asked } if asked.is_zero() => "url-lifetime-empty",
+            Self::UrlLifetime { .. } => "url-lifetime-exceeded",
+            _ => "storage",
+        }
+    }
+}
+
+/// The longest a signed read URL lives: S3's SigV4 and GCS's V4 signatures cannot live longer
+/// (7 days), and a service SAS, which Azure does not bound itself, is held to the same.
+pub const MAX_URL_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// One failed request: its classification and the error behind it.
 #[derive(Debug)]
@@ -212,5 +275,48 @@ mod tests {
             assert_eq!(classify(Some(s), Some(c)), Answer::Permanent, "{s} {c}");
         }
         assert_eq!(classify(None, None), Answer::Transient);
+        assert_eq!(
+            classify(Some(403), Some("AuthenticationFailed")),
+            Answer::Permanent,
+            "final once the SAS policy has renewed and sent again"
+        );
+    }
+
+    #[test]
+    fn a_sas_refused_for_its_time_frame_is_renewed() {
+        let expired = "Signature not valid in the specified time frame: Start [Wed, 02 Dec 2026 \
+                       00:00:00 GMT] - Expiry [Wed, 09 Dec 2026 00:00:00 GMT] - Current [Thu, \
+                       10 Dec 2026 00:00:00 GMT]";
+        let mismatch = "Signature did not match. String to sign used was devstoreaccount1";
+        let auth = Some("AuthenticationFailed");
+        for (status, code, detail, renewed_since, renews) in [
+            (403, auth, Some(expired), false, true),
+            (403, auth, None, false, true),
+            (403, auth, Some(mismatch), false, false),
+            (403, auth, Some(mismatch), true, true),
+            (
+                403,
+                Some("AuthorizationFailure"),
+                Some(expired),
+                false,
+                false,
+            ),
+            (
+                403,
+                Some("AuthorizationPermissionMismatch"),
+                None,
+                true,
+                false,
+            ),
+            (403, None, None, false, false),
+            (401, auth, Some(expired), false, false),
+            (412, Some("ConditionNotMet"), None, true, false),
+        ] {
+            assert_eq!(
+                renews_sas(status, code, detail, renewed_since),
+                renews,
+                "{status} {code:?} {detail:?} renewed_since={renewed_since}"
+            );
+        }
     }
 }

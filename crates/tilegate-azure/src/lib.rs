@@ -16,25 +16,38 @@
 //!   `.tilegate/uploads/` in the store's prefix, where `list_multipart` finds it.
 //!
 //! Configuration as Azure's SDKs and GDAL take it: `AZURE_STORAGE_CONNECTION_STRING` with an
-//! `AccountKey` (an account SAS is signed from it: the Rust crate has no shared-key
-//! authorisation) or a `SharedAccessSignature`, and `BlobEndpoint` for an emulator; or
-//! `AZURE_STORAGE_SAS_TOKEN` for the account named in the URL; or, with neither, Entra ID
-//! tokens for `https://account.blob.core.windows.net` ([`entra`]). Azurite (the emulator the
-//! tests run) is reached with its published development key, over plain HTTP.
+//! `AccountKey` (an account SAS is signed from it, the Rust crate having no shared-key
+//! authorisation, and renewed before it expires: [`credential`]) or a
+//! `SharedAccessSignature`, and `BlobEndpoint` for an emulator; or `AZURE_STORAGE_ACCOUNT`
+//! with `AZURE_STORAGE_SAS_TOKEN` or, without one, Entra ID tokens for
+//! `https://account.blob.core.windows.net` ([`entra`]). Azurite (the emulator the tests run)
+//! is reached with its published development key, over plain HTTP.
+//!
+//! Credentials go only to the configured account ([`Account::configured`]): a URL is parsed
+//! once, strictly, by Azure's naming rules ([`names`]), and one that names another account is
+//! refused before any request ([`Rule::OtherAccount`]). An output URL (`--objects`, the
+//! operator's) may name the account itself when none is configured; a source may not
+//! ([`Rule::NoConfiguredAccount`]), and GDAL is pinned to the same account and endpoint
+//! ([`gdal_az_config`]). A SAS is signed for HTTPS only unless the endpoint is plain HTTP (an
+//! emulator), and a read URL lives at most [`MAX_URL_LIFETIME`].
 //!
 //! What Azurite 3.35 does not prove: the 412 some Azure front ends answer to a create, and a
 //! service's 5xx or lost answers; the requests tilegate sends there and its classification of
 //! those answers are covered by tests against a scripted responder.
 
 mod blocks;
+mod credential;
 pub mod entra;
 pub mod error;
 mod meter;
+pub mod names;
 mod sas;
 mod sources;
 mod store;
 
-pub use error::{AzureError, Failure, classify};
+pub use credential::{Clock, system_clock};
+pub use error::{AzureError, Failure, MAX_URL_LIFETIME, classify};
+pub use names::{BlobUri, Rule};
 pub use sources::AzureSources;
 pub use store::AzureStore;
 
@@ -55,64 +68,35 @@ pub struct AzureLocation {
     pub prefix: String,
 }
 
-fn invalid_url(url: &str, reason: &str) -> StoreError {
+fn refused(url: &str, rule: Rule) -> StoreError {
     StoreError::backend(
         "open objects",
-        url,
+        names::shown(url),
         tilegate_core::Retry::Permanent,
-        AzureError::InvalidUrl {
-            url: url.to_owned(),
-            reason: reason.to_owned(),
-        },
+        names::forbidden(url, rule),
     )
 }
 
-/// Whether `name` is a storage account name (3–24 lower-case letters and digits).
-fn valid_account(name: &str) -> bool {
-    (3..=24).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-}
-
-/// Whether `name` is a container name: 3–63 characters of a-z, 0-9 and `-`, starting and
-/// ending with a letter or digit, no `--`.
-fn valid_container(name: &str) -> bool {
-    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    (3..=63).contains(&name.len())
-        && name.bytes().all(|b| alnum(&b) || b == b'-')
-        && name.as_bytes().first().is_some_and(alnum)
-        && name.as_bytes().last().is_some_and(alnum)
-        && !name.contains("--")
-}
-
 impl AzureLocation {
-    /// Parse and validate an `az://` URL.
+    /// Parse and validate an `az://` URL: Azure's account and container naming rules
+    /// ([`names`]), and a prefix of valid output-key segments.
     pub fn parse(url: &str) -> StoreResult<Self> {
         let rest = url
             .strip_prefix("az://")
-            .ok_or_else(|| invalid_url(url, "expected az://account/container[/prefix]"))?;
-        let mut parts = rest.trim_end_matches('/').splitn(3, '/');
-        let account = parts.next().unwrap_or_default();
-        let container = parts.next().unwrap_or_default();
-        let prefix = parts.next().unwrap_or_default();
-        if !valid_account(account) {
-            return Err(invalid_url(
-                url,
-                "an account name is 3-24 lower-case letters and digits \
-                 (expected az://account/container[/prefix])",
-            ));
+            .ok_or_else(|| refused(url, Rule::Shape))?;
+        let (account, rest) = rest.split_once('/').unwrap_or((rest, ""));
+        if !names::valid_account(account) {
+            return Err(refused(url, Rule::AccountName));
         }
-        if !valid_container(container) {
-            return Err(invalid_url(
-                url,
-                "a container name is 3-63 characters of a-z, 0-9 and `-`, starting and ending \
-                 with a letter or digit, without `--`",
-            ));
+        let rest = rest.trim_end_matches('/');
+        let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if !names::valid_container(container) {
+            return Err(refused(url, Rule::ContainerName));
         }
         if !prefix.is_empty() {
-            keys::validate_key(prefix).map_err(|e| {
-                invalid_url(url, &format!("prefix segment `{}`: {}", e.shown, e.reason))
+            keys::validate_key(prefix).map_err(|e| StoreError::InvalidKey {
+                key: names::shown(url),
+                reason: format!("prefix segment `{}`: {}", e.shown, e.reason),
             })?;
         }
         Ok(Self {
@@ -153,40 +137,115 @@ pub struct Account {
     pub auth: Auth,
 }
 
+/// A setting of the environment; blank counts as unset.
+fn env_setting(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.trim().is_empty())
+}
+
 impl Account {
-    /// The account named `name` as the environment configures it:
-    /// `AZURE_STORAGE_CONNECTION_STRING`, else `AZURE_STORAGE_SAS_TOKEN`.
-    pub fn from_env(name: &str) -> Result<Self, AzureError> {
-        Self::from_settings(name, |k| {
-            std::env::var(k).ok().filter(|v| !v.trim().is_empty())
+    /// The account the environment configures, as GDAL's `/vsiaz/` finds it (GDAL's
+    /// `VSIAzureBlobHandleHelper::GetConfiguration`): `AZURE_STORAGE_CONNECTION_STRING` and its
+    /// `AccountName`, else `AZURE_STORAGE_ACCOUNT` (authorised by `AZURE_STORAGE_SAS_TOKEN`,
+    /// else Entra ID tokens), else none. Credentials are only ever sent to this account's
+    /// endpoint.
+    pub fn configured() -> Result<Option<Self>, AzureError> {
+        Self::configured_by(env_setting)
+    }
+
+    fn configured_by(get: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, AzureError> {
+        if let Some(cs) = get("AZURE_STORAGE_CONNECTION_STRING") {
+            return Self::from_connection_string(&cs).map(Some);
+        }
+        let Some(name) = get("AZURE_STORAGE_ACCOUNT") else {
+            return Ok(None);
+        };
+        let name = name.trim();
+        if !names::valid_account(name) {
+            return Err(AzureError::Config {
+                detail: format!(
+                    "AZURE_STORAGE_ACCOUNT `{}`: {}",
+                    names::shown(name),
+                    Rule::AccountName
+                ),
+            });
+        }
+        Self::at_azure(name, get).map(Some)
+    }
+
+    /// `name` at Azure's own endpoint, authorised by `AZURE_STORAGE_SAS_TOKEN` or Entra ID.
+    fn at_azure(name: &str, get: impl Fn(&str) -> Option<String>) -> Result<Self, AzureError> {
+        let blob_endpoint = format!("https://{name}.blob.core.windows.net");
+        let auth = match get("AZURE_STORAGE_SAS_TOKEN") {
+            Some(sas) => Auth::Sas(sas.trim().trim_start_matches('?').to_owned()),
+            None => Auth::Entra(entra::source(get)?),
+        };
+        Ok(Self {
+            name: name.to_owned(),
+            blob_endpoint,
+            auth,
         })
     }
 
-    fn from_settings(name: &str, get: impl Fn(&str) -> Option<String>) -> Result<Self, AzureError> {
-        if let Some(cs) = get("AZURE_STORAGE_CONNECTION_STRING") {
-            let a = Self::from_connection_string(&cs)?;
-            if a.name != name {
-                return Err(AzureError::Config {
-                    detail: format!(
-                        "AZURE_STORAGE_CONNECTION_STRING is for account `{}`, the URL names `{name}`",
-                        a.name
-                    ),
-                });
-            }
-            return Ok(a);
+    /// The account of the output store `url` (`az://name/…`, the operator's own setting): the
+    /// configured account, which must be `name`; with none configured, `name` at Azure's
+    /// endpoint, authorised by `AZURE_STORAGE_SAS_TOKEN` or Entra ID tokens.
+    pub fn for_objects(url: &str, name: &str) -> Result<Self, AzureError> {
+        Self::for_objects_by(url, name, env_setting)
+    }
+
+    fn for_objects_by(
+        url: &str,
+        name: &str,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, AzureError> {
+        match Self::configured_by(&get)? {
+            Some(a) => a.only(url, name),
+            None if names::valid_account(name) => Self::at_azure(name, get),
+            None => Err(names::forbidden(url, Rule::AccountName)),
         }
-        if let Some(sas) = get("AZURE_STORAGE_SAS_TOKEN") {
-            return Ok(Self {
-                name: name.to_owned(),
-                blob_endpoint: format!("https://{name}.blob.core.windows.net"),
-                auth: Auth::Sas(sas.trim_start_matches('?').to_owned()),
-            });
+    }
+
+    /// The account of the source `uri` (input, not the operator's: a STAC Item's asset, a
+    /// tenant's request), which must be the configured one; with none configured, a source is
+    /// refused ([`Rule::NoConfiguredAccount`]) — GDAL, which reads it, would not know where.
+    pub fn for_source(uri: &str, name: &str) -> Result<Self, AzureError> {
+        Self::for_source_by(uri, name, env_setting)
+    }
+
+    fn for_source_by(
+        uri: &str,
+        name: &str,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, AzureError> {
+        match Self::configured_by(get)? {
+            Some(a) => a.only(uri, name),
+            None => Err(names::forbidden(uri, Rule::NoConfiguredAccount)),
         }
-        Ok(Self {
-            name: name.to_owned(),
-            blob_endpoint: format!("https://{name}.blob.core.windows.net"),
-            auth: Auth::Entra(entra::source(get)?),
-        })
+    }
+
+    /// This account, if `url` names it.
+    fn only(self, url: &str, name: &str) -> Result<Self, AzureError> {
+        if self.name == name {
+            Ok(self)
+        } else {
+            Err(names::forbidden(
+                url,
+                Rule::OtherAccount {
+                    configured: self.name,
+                },
+            ))
+        }
+    }
+
+    /// The protocols a SAS for this account is signed for (`spr`, "Create an account SAS" /
+    /// "Create a service SAS": `https` or `https,http`): HTTPS only, except for a plain-HTTP
+    /// endpoint — an emulator such as Azurite serves HTTP, and refuses a SAS that forbids it.
+    pub fn sas_protocols(&self) -> &'static str {
+        if self.blob_endpoint.starts_with("http://") {
+            "https,http"
+        } else {
+            "https"
+        }
     }
 
     /// Parse a connection string as Azure's SDKs do: `Key=Value` pairs separated by `;`
@@ -219,6 +278,15 @@ impl Account {
             .get("accountname")
             .cloned()
             .ok_or_else(|| missing("AccountName"))?;
+        if !names::valid_account(&name) {
+            return Err(AzureError::Config {
+                detail: format!(
+                    "AZURE_STORAGE_CONNECTION_STRING: AccountName `{}`: {}",
+                    names::shown(&name),
+                    Rule::AccountName
+                ),
+            });
+        }
         let auth = match (get.get("accountkey"), get.get("sharedaccesssignature")) {
             (Some(k), _) => Auth::Key(k.clone()),
             (None, Some(s)) => Auth::Sas(s.trim_start_matches('?').to_owned()),
@@ -234,23 +302,72 @@ impl Account {
                     .map_or("core.windows.net", String::as_str)
             ),
         };
+        check_endpoint(&blob_endpoint)?;
         Ok(Self {
             name,
             blob_endpoint,
             auth,
         })
     }
+}
 
-    /// The SAS query string requests carry (signed now for a key; as given for a SAS; none
-    /// for Entra ID tokens).
-    pub(crate) fn sas(&self) -> Result<Option<String>, AzureError> {
-        match &self.auth {
-            Auth::Sas(s) => Ok(Some(s.clone())),
-            Auth::Key(k) => {
-                sas::account_sas(&self.name, k, time::OffsetDateTime::now_utc()).map(Some)
-            }
-            Auth::Entra(_) => Ok(None),
-        }
+/// Refuse a blob endpoint that is not a plain `http(s)://host[:port][/path]` URL: anything
+/// else (a user, a query, a fragment) would change where requests go or what they carry.
+fn check_endpoint(endpoint: &str) -> Result<(), AzureError> {
+    let bad = |why: &str| AzureError::Config {
+        detail: format!(
+            "AZURE_STORAGE_CONNECTION_STRING: blob endpoint `{}`: {why}",
+            names::shown(endpoint)
+        ),
+    };
+    let url = azure_core::http::Url::parse(endpoint).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("expected http:// or https://"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(bad("a user or password in the endpoint"));
+    }
+    if url.query().is_some() || url.fragment().is_some() || endpoint.contains(['?', '#']) {
+        return Err(bad("a query or fragment in the endpoint"));
+    }
+    Ok(())
+}
+
+/// GDAL configuration options that make `/vsiaz/` read exactly the account, at exactly the
+/// endpoint, that [`AzureSources`] pins a source on: the configured account ([`Account::
+/// configured`]) as a connection string with its `BlobEndpoint` (an account key or SAS), or
+/// as `AZURE_STORAGE_ACCOUNT` with `CPL_AZURE_ENDPOINT` (Entra ID, which GDAL obtains
+/// itself). Set as process-wide options (not thread-local), they hold on every thread and take
+/// precedence over the environment, where `CPL_AZURE_ENDPOINT` or an Azure CLI configuration
+/// could otherwise send GDAL elsewhere. Empty when no account is configured: every `az://`
+/// source is then refused before GDAL sees it.
+pub fn gdal_az_config() -> Vec<(String, String)> {
+    match Account::configured() {
+        Ok(Some(a)) => gdal_config_of(&a),
+        _ => Vec::new(),
+    }
+}
+
+fn gdal_config_of(a: &Account) -> Vec<(String, String)> {
+    let cs = |credential: String| {
+        vec![(
+            "AZURE_STORAGE_CONNECTION_STRING".to_owned(),
+            format!(
+                "AccountName={};{credential};BlobEndpoint={}",
+                a.name, a.blob_endpoint
+            ),
+        )]
+    };
+    match &a.auth {
+        Auth::Key(k) => cs(format!("AccountKey={k}")),
+        Auth::Sas(sas) => cs(format!("SharedAccessSignature={sas}")),
+        Auth::Entra(_) => vec![
+            ("AZURE_STORAGE_ACCOUNT".to_owned(), a.name.clone()),
+            ("CPL_AZURE_ENDPOINT".to_owned(), a.blob_endpoint.clone()),
+        ],
     }
 }
 
@@ -277,6 +394,9 @@ mod tests {
             "az://acct1/Tiles",
             "az://acct1/ti--les",
             "az://acct1/tiles/../x",
+            "az://evil.example#/tiles",
+            "az://acct1@evil.example/tiles",
+            "az://evil.example:443/tiles",
         ] {
             assert!(AzureLocation::parse(bad).is_err(), "{bad}");
         }
@@ -304,20 +424,174 @@ mod tests {
         assert!(Account::from_connection_string("garbage").is_err());
     }
 
+    /// Settings from a table, as the environment would give them.
+    fn settings(table: &[(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        let table = table.to_vec();
+        move |k: &str| {
+            table
+                .iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    fn rule(r: Result<Account, AzureError>) -> &'static str {
+        match r {
+            Err(AzureError::Forbidden { rule, .. }) => rule.name(),
+            other => panic!("not refused by a rule: {other:?}"),
+        }
+    }
+
+    const CS: (&str, &str) = (
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AccountName=acct1;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:10000/acct1",
+    );
+    const ACCOUNT: (&str, &str) = ("AZURE_STORAGE_ACCOUNT", "acct1");
+    const TOKEN: (&str, &str) = ("AZURE_STORAGE_SAS_TOKEN", "?sv=1&sig=2");
+
     #[test]
-    fn the_connection_string_must_name_the_urls_account() {
-        let cs = "AccountName=other;AccountKey=a2V5";
-        let got = Account::from_settings("acct1", |k| {
-            (k == "AZURE_STORAGE_CONNECTION_STRING").then(|| cs.to_owned())
-        });
-        assert!(matches!(got, Err(AzureError::Config { .. })), "{got:?}");
-        let got = Account::from_settings("acct1", |k| {
-            (k == "AZURE_STORAGE_SAS_TOKEN").then(|| "?sv=1&sig=2".to_owned())
-        })
-        .unwrap();
-        assert_eq!(got.auth, Auth::Sas("sv=1&sig=2".into()));
-        let entra = Account::from_settings("acct1", |_| None).unwrap();
-        assert_eq!(entra.auth, Auth::Entra(entra::Source::DeveloperTools));
-        assert_eq!(entra.blob_endpoint, "https://acct1.blob.core.windows.net");
+    fn the_configured_account_is_found_as_gdal_finds_it() {
+        let a = Account::configured_by(settings(&[CS, ("AZURE_STORAGE_ACCOUNT", "other1")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (a.name.as_str(), a.blob_endpoint.as_str()),
+            ("acct1", "http://127.0.0.1:10000/acct1"),
+            "the connection string first"
+        );
+        let a = Account::configured_by(settings(&[ACCOUNT, TOKEN]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.blob_endpoint, "https://acct1.blob.core.windows.net");
+        assert_eq!(a.auth, Auth::Sas("sv=1&sig=2".into()));
+        let a = Account::configured_by(settings(&[ACCOUNT]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.auth, Auth::Entra(entra::Source::DeveloperTools));
+        assert_eq!(Account::configured_by(settings(&[TOKEN])).unwrap(), None);
+        assert_eq!(Account::configured_by(settings(&[])).unwrap(), None);
+        for bad in ["evil.example#", "Acct1", "a"] {
+            let got =
+                Account::configured_by(|k| (k == "AZURE_STORAGE_ACCOUNT").then(|| bad.into()));
+            assert!(
+                matches!(got, Err(AzureError::Config { .. })),
+                "{bad}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn credentials_go_only_to_the_configured_account() {
+        let url = "az://other1/tiles";
+        // An output URL: the configured account, by either setting, must be the URL's.
+        for configured in [&[CS][..], &[ACCOUNT, TOKEN][..], &[ACCOUNT][..]] {
+            let get = settings(configured);
+            assert_eq!(
+                rule(Account::for_objects_by(url, "other1", &get)),
+                "other-account"
+            );
+            assert_eq!(
+                Account::for_objects_by("az://acct1/tiles", "acct1", &get)
+                    .unwrap()
+                    .name,
+                "acct1"
+            );
+        }
+        // With none configured, the operator's URL names the account, at Azure's endpoint.
+        let a = Account::for_objects_by(url, "other1", settings(&[TOKEN])).unwrap();
+        assert_eq!(a.blob_endpoint, "https://other1.blob.core.windows.net");
+        assert_eq!(a.auth, Auth::Sas("sv=1&sig=2".into()));
+        // A source: only the configured account, and none without one.
+        assert_eq!(
+            rule(Account::for_source_by(
+                "az://other1/c/k",
+                "other1",
+                settings(&[CS])
+            )),
+            "other-account"
+        );
+        assert_eq!(
+            Account::for_source_by("az://acct1/c/k", "acct1", settings(&[CS]))
+                .unwrap()
+                .name,
+            "acct1"
+        );
+        for none in [&[TOKEN][..], &[][..]] {
+            assert_eq!(
+                rule(Account::for_source_by(
+                    "az://acct1/c/k",
+                    "acct1",
+                    settings(none)
+                )),
+                "no-configured-account"
+            );
+        }
+    }
+
+    #[test]
+    fn a_connection_string_cannot_name_an_account_or_endpoint_that_steers_requests() {
+        for bad in [
+            "AccountName=evil.example#;AccountKey=a2V5",
+            "AccountName=Acct1;AccountKey=a2V5",
+            "AccountName=acct1;AccountKey=a2V5;BlobEndpoint=ftp://h/acct1",
+            "AccountName=acct1;AccountKey=a2V5;BlobEndpoint=http://user@h/acct1",
+            "AccountName=acct1;AccountKey=a2V5;BlobEndpoint=http://h/acct1?x=1",
+            "AccountName=acct1;AccountKey=a2V5;BlobEndpoint=http://h/acct1#",
+            "AccountName=acct1;AccountKey=a2V5;EndpointSuffix=evil.example#",
+            "AccountName=acct1;AccountKey=a2V5;DefaultEndpointsProtocol=file",
+        ] {
+            let got = Account::from_connection_string(bad);
+            assert!(
+                matches!(got, Err(AzureError::Config { .. })),
+                "{bad}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_sas_allows_plain_http_only_for_a_plain_http_endpoint() {
+        let mut a = Account::from_connection_string(CS.1).unwrap();
+        assert_eq!(a.sas_protocols(), "https,http");
+        a.blob_endpoint = "https://acct1.blob.core.windows.net".into();
+        assert_eq!(a.sas_protocols(), "https");
+    }
+
+    #[test]
+    fn gdal_is_pinned_to_the_account_and_endpoint_the_pin_uses() {
+        let keyed = Account::from_connection_string(CS.1).unwrap();
+        assert_eq!(
+            gdal_config_of(&keyed),
+            [(
+                "AZURE_STORAGE_CONNECTION_STRING".to_owned(),
+                "AccountName=acct1;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:10000/acct1"
+                    .to_owned()
+            )]
+        );
+        let sas = Account::configured_by(settings(&[ACCOUNT, TOKEN]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            gdal_config_of(&sas)[0].1,
+            "AccountName=acct1;SharedAccessSignature=sv=1&sig=2;\
+             BlobEndpoint=https://acct1.blob.core.windows.net"
+        );
+        // What GDAL reads back from it is this very account.
+        assert_eq!(
+            Account::from_connection_string(&gdal_config_of(&sas)[0].1).unwrap(),
+            sas
+        );
+        let entra = Account::configured_by(settings(&[ACCOUNT]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            gdal_config_of(&entra),
+            [
+                ("AZURE_STORAGE_ACCOUNT".to_owned(), "acct1".to_owned()),
+                (
+                    "CPL_AZURE_ENDPOINT".to_owned(),
+                    "https://acct1.blob.core.windows.net".to_owned()
+                )
+            ]
+        );
     }
 }

@@ -1,11 +1,14 @@
-//! Sources on Azure Blob: `az://account/container/key` pinned by the blob's ETag. Any
-//! container, any key — source keys belong to the user, so they are not held to tilegate's
-//! output-key rules. GDAL reads them through `/vsiaz/container/key`, and finds the same
-//! settings (`AZURE_STORAGE_CONNECTION_STRING`, `AZURE_STORAGE_SAS_TOKEN`) in the environment
-//! itself.
+//! Sources on Azure Blob: `az://account/container/blob` pinned by the blob's ETag. Any
+//! container, any blob — source keys belong to the user, so they are not held to tilegate's
+//! output-key rules — but only in the configured account ([`Account::for_source`]), and only
+//! names Azure allows ([`crate::names`]): a source URI is input, and the account it names
+//! must never steer where the deployment's credentials go. GDAL reads a source through
+//! `/vsiaz/container/blob`, which names no account: it reads the configured one
+//! ([`crate::gdal_az_config`]), so the blob the pin checked is the blob GDAL reads.
 
 use crate::Account;
 use crate::error::{AzureError, Failure};
+use crate::names::BlobUri;
 use crate::store::{container_client, meta_of_headers};
 use async_trait::async_trait;
 use azure_storage_blob::BlobContainerClient;
@@ -14,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tilegate_core::source::SourceObjects;
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::{Answer, Idempotency, RetryPolicy, run};
+use tracing::warn;
 
 /// Looks `az://` sources up; credentials are read when a source is first looked up, so a
 /// deployment that reads only local files never needs Azure settings. One client per
@@ -36,36 +40,41 @@ impl AzureSources {
         Self::default()
     }
 
-    fn client(
-        &self,
-        account: &str,
-        container: &str,
-    ) -> Result<Arc<BlobContainerClient>, AzureError> {
+    /// The client of `source`'s container, made only once its account is known to be the
+    /// configured one.
+    fn client(&self, uri: &str, source: &BlobUri) -> Result<Arc<BlobContainerClient>, AzureError> {
+        let account = Account::for_source(uri, &source.account)?;
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
-        let k = (account.to_owned(), container.to_owned());
+        let k = (source.account.clone(), source.container.clone());
         if let Some(c) = clients.get(&k) {
             return Ok(Arc::clone(c));
         }
-        let c = Arc::new(container_client(&Account::from_env(account)?, container)?);
+        let c = Arc::new(container_client(
+            &account,
+            &source.container,
+            &crate::system_clock(),
+        )?);
         clients.insert(k, Arc::clone(&c));
         Ok(c)
     }
 }
 
-/// Split `az://account/container/key` into its parts.
-pub fn split_source(uri: &str) -> StoreResult<(&str, &str, &str)> {
-    let bad = || StoreError::InvalidKey {
-        key: uri.to_owned(),
-        reason: "expected az://account/container/key".into(),
-    };
-    let rest = uri.strip_prefix("az://").ok_or_else(bad)?;
-    let mut parts = rest.splitn(3, '/');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(a), Some(c), Some(k)) if !a.is_empty() && !c.is_empty() && !k.is_empty() => {
-            Ok((a, c, k))
-        }
-        _ => Err(bad()),
-    }
+/// Split `az://account/container/blob` into its parts, every one checked by Azure's naming
+/// rules ([`BlobUri::parse`]); a refusal names the rule.
+fn split_source(uri: &str) -> StoreResult<BlobUri> {
+    BlobUri::parse(uri).map_err(|e| refused(uri, e))
+}
+
+/// A source refused before any request: permanent, named ([`AzureError::reason_code`]).
+fn refused(uri: &str, e: AzureError) -> StoreError {
+    warn!(
+        store = "azure",
+        uri = %crate::names::shown(uri),
+        reason = e.reason_code(),
+        error = %e,
+        "source refused"
+    );
+    StoreError::backend("head source", crate::names::shown(uri), Retry::Permanent, e)
 }
 
 #[async_trait]
@@ -75,10 +84,12 @@ impl SourceObjects for AzureSources {
     }
 
     async fn head_source(&self, uri: &str) -> StoreResult<Option<(ETag, u64)>> {
-        let (account, container, key) = split_source(uri)?;
-        let client = self
-            .client(account, container)
-            .map_err(|e| StoreError::backend("head source", uri, Retry::Permanent, e))?;
+        let source = split_source(uri)?;
+        let client = self.client(uri, &source).map_err(|e| match e {
+            e @ AzureError::Forbidden { .. } => refused(uri, e),
+            e => StoreError::backend("head source", uri, Retry::Permanent, e),
+        })?;
+        let key = source.blob.as_str();
         let blob = client.blob_client(key);
         match run(
             &self.retry,
@@ -96,7 +107,7 @@ impl SourceObjects for AzureSources {
             Err(f) if f.answer == Answer::NoSuchKey => Ok(None),
             Err(f) if f.answer == Answer::MissingResource => Err(StoreError::NotFound {
                 what: "azure container",
-                key: format!("{account}/{container}"),
+                key: format!("{}/{}", source.account, source.container),
             }),
             Err(f) => Err(f.into_store("head source", uri)),
         }

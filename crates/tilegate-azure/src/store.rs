@@ -1,10 +1,12 @@
 //! [`AzureStore`]: single-request operations (head, reads, writes, deletes, listing). Block
 //! lists behind multipart uploads are in [`crate::blocks`].
 
+use crate::credential::{SasCredential, SasPolicy};
 use crate::error::{AzureError, Failure};
 use crate::{Account, AzureLocation};
 use async_trait::async_trait;
 use azure_core::http::headers::Headers;
+use azure_core::http::policies::Policy;
 use azure_core::http::{ClientOptions, Etag, NoFormat, RequestContent, RetryOptions, Url};
 use azure_storage_blob::models::{
     BlobClientDeleteOptions, BlobClientDownloadOptions, BlobClientGetPropertiesOptions,
@@ -51,9 +53,19 @@ pub struct AzureStore {
     /// Uploads this handle and its clones started or have seen recorded (ID → key), so a
     /// part does not read the record again.
     pub(crate) live: Arc<Mutex<HashMap<String, String>>>,
-    /// The blob endpoint and account key, when the account was given by its key: what a
-    /// read URL is signed with. (A SAS or an Entra credential cannot sign one.)
-    pub(crate) signer: Option<(String, String)>,
+    /// The blob endpoint, account key and `spr` protocols, when the account was given by its
+    /// key: what a read URL is signed with. (A SAS or an Entra credential cannot sign one.)
+    pub(crate) signer: Option<Signer>,
+    /// The clock the account SAS and read URLs are signed on.
+    pub(crate) clock: crate::Clock,
+}
+
+/// What a read URL is signed with.
+#[derive(Clone)]
+pub(crate) struct Signer {
+    pub(crate) endpoint: String,
+    pub(crate) key: String,
+    pub(crate) protocols: &'static str,
 }
 
 impl std::fmt::Debug for AzureStore {
@@ -66,28 +78,41 @@ impl std::fmt::Debug for AzureStore {
     }
 }
 
-/// A client of `container` in `account`, authorised by a SAS in its URL or by Entra ID
+/// A client of `container` in `account`, authorised by a SAS in its URL (one given), an
+/// account SAS set on each request and renewed on `clock` (an account key), or Entra ID
 /// tokens; the crate's own retries are off (every request is repeated by `tilegate-retry`, in
 /// one place).
 pub(crate) fn container_client(
     account: &Account,
     container: &str,
+    clock: &crate::Clock,
 ) -> Result<BlobContainerClient, AzureError> {
     let mut url = Url::parse(&format!("{}/{container}", account.blob_endpoint)).map_err(|e| {
         AzureError::Config {
             detail: format!("blob endpoint `{}`: {e}", account.blob_endpoint),
         }
     })?;
-    url.set_query(account.sas()?.as_deref());
-    let credential = match account.auth {
-        crate::Auth::Entra(source) => Some(crate::entra::credential(source)?),
-        _ => None,
-    };
+    let mut per_try_policies: Vec<Arc<dyn Policy>> = Vec::new();
+    let mut credential = None;
+    match &account.auth {
+        crate::Auth::Sas(sas) => url.set_query(Some(sas)),
+        crate::Auth::Key(key) => {
+            per_try_policies.push(Arc::new(SasPolicy(Arc::new(SasCredential::new(
+                &account.name,
+                key,
+                account.sas_protocols(),
+                Arc::clone(clock),
+            )?))))
+        }
+        crate::Auth::Entra(source) => credential = Some(crate::entra::credential(*source)?),
+    }
+    // Counts every transmission for the job it serves (`tilegate_retry::meter`), after the
+    // SAS policy, which may send a request twice.
+    per_try_policies.push(Arc::new(crate::meter::RequestMeter));
     let options = BlobContainerClientOptions {
         client_options: ClientOptions {
             retry: RetryOptions::none(),
-            // Counts every transmission for the job it serves (`tilegate_retry::meter`).
-            per_try_policies: vec![Arc::new(crate::meter::RequestMeter)],
+            per_try_policies,
             ..ClientOptions::default()
         },
         ..BlobContainerClientOptions::default()
@@ -184,20 +209,34 @@ pub(crate) fn meta_of_headers(key: &str, h: &Headers, size: Option<u64>) -> Obje
 
 impl AzureStore {
     /// Open `az://account/container[/prefix]` with the standard configuration
-    /// (`AZURE_STORAGE_CONNECTION_STRING` or `AZURE_STORAGE_SAS_TOKEN`). The container is not
-    /// checked here (see [`AzureStore::check_container`]).
+    /// ([`Account::for_objects`]: the configured account, which the URL must name). The
+    /// container is not checked here (see [`AzureStore::check_container`]).
     pub async fn connect(url: &str) -> StoreResult<Self> {
         let location = AzureLocation::parse(url)?;
-        let account = Account::from_env(&location.account)
+        let account = Account::for_objects(url, &location.account)
             .map_err(|e| StoreError::backend("open objects", url, Retry::Permanent, e))?;
         Self::connect_with(url, &account)
     }
 
     /// Open `url` with `account`'s endpoint and credentials (tests point it at a proxy or a
-    /// scripted responder).
+    /// scripted responder); `url` must name `account`.
     pub fn connect_with(url: &str, account: &Account) -> StoreResult<Self> {
+        Self::connect_with_clock(url, account, crate::system_clock())
+    }
+
+    /// [`AzureStore::connect_with`], signing SAS on `clock` (tests move it on by days).
+    pub fn connect_with_clock(
+        url: &str,
+        account: &Account,
+        clock: crate::Clock,
+    ) -> StoreResult<Self> {
         let location = AzureLocation::parse(url)?;
-        let container = container_client(account, &location.container)
+        let account = account
+            .clone()
+            .only(url, &location.account)
+            .map_err(|e| StoreError::backend("open objects", url, Retry::Permanent, e))?;
+        let account = &account;
+        let container = container_client(account, &location.container, &clock)
             .map_err(|e| StoreError::backend("open objects", url, Retry::Permanent, e))?;
         let key_prefix = if location.prefix.is_empty() {
             String::new()
@@ -212,9 +251,14 @@ impl AzureStore {
             retry: RetryPolicy::default(),
             live: Arc::default(),
             signer: match &account.auth {
-                crate::Auth::Key(k) => Some((account.blob_endpoint.clone(), k.clone())),
+                crate::Auth::Key(k) => Some(Signer {
+                    endpoint: account.blob_endpoint.clone(),
+                    key: k.clone(),
+                    protocols: account.sas_protocols(),
+                }),
                 _ => None,
             },
+            clock,
         })
     }
 
@@ -557,29 +601,30 @@ impl ObjectStore for AzureStore {
     }
 
     /// A URL with a service SAS that reads this one blob (`sr=b`, `sp=r`), signed locally with
-    /// the account key; an account opened with a SAS or Entra ID cannot sign one.
+    /// the account key; an account opened with a SAS or Entra ID cannot sign one. It lives at
+    /// most [`crate::MAX_URL_LIFETIME`] (a longer or empty lifetime is refused, not
+    /// shortened), and is signed for HTTPS only unless the endpoint is plain HTTP.
     async fn presign_get(&self, key: &str, expires: std::time::Duration) -> StoreResult<String> {
         check_key(key)?;
-        let Some((endpoint, account_key)) = &self.signer else {
+        let Some(signer) = &self.signer else {
             return Err(StoreError::NotImplemented {
                 operation: "sign a read URL without the account key",
                 implementer: "azure",
             });
         };
         let full = self.full(key);
-        let valid = time::Duration::try_from(expires)
-            .map_err(|e| StoreError::backend("sign a read URL", &full, Retry::Permanent, e))?;
         let sas = crate::sas::blob_read_sas(
             &self.account,
-            account_key,
-            &self.container_name,
-            &full,
-            time::OffsetDateTime::now_utc(),
-            valid,
+            &signer.key,
+            (&self.container_name, &full),
+            (self.clock)().into(),
+            expires,
+            signer.protocols,
         )
         .map_err(|e| StoreError::backend("sign a read URL", &full, Retry::Permanent, e))?;
         Ok(format!(
-            "{endpoint}/{}/{}?{sas}",
+            "{}/{}/{}?{sas}",
+            signer.endpoint,
             self.container_name,
             crate::sas::blob_path(&full)
         ))
@@ -735,7 +780,7 @@ mod tests {
             blob_endpoint: "https://acct1.blob.core.windows.net".into(),
             auth: crate::Auth::Entra(crate::entra::Source::DeveloperTools),
         };
-        let c = container_client(&account, "tiles").unwrap();
+        let c = container_client(&account, "tiles", &crate::system_clock()).unwrap();
         assert_eq!(
             c.url().as_str(),
             "https://acct1.blob.core.windows.net/tiles"
@@ -745,14 +790,97 @@ mod tests {
             ..account
         };
         assert!(
-            container_client(&plain, "tiles").is_err(),
+            container_client(&plain, "tiles", &crate::system_clock()).is_err(),
             "a token over plain HTTP"
         );
         let keyed = Account {
             auth: crate::Auth::Key(crate::DEV_KEY.into()),
             ..plain
         };
-        let c = container_client(&keyed, "tiles").unwrap();
-        assert!(c.url().query().is_some_and(|q| q.contains("sig=")));
+        let c = container_client(&keyed, "tiles", &crate::system_clock()).unwrap();
+        assert_eq!(
+            c.url().query(),
+            None,
+            "an account key's SAS is set on each request, not in the URL"
+        );
+        let given = Account {
+            auth: crate::Auth::Sas("sv=1&sig=x".into()),
+            ..keyed
+        };
+        let c = container_client(&given, "tiles", &crate::system_clock()).unwrap();
+        assert_eq!(c.url().query(), Some("sv=1&sig=x"));
+    }
+
+    fn keyed(endpoint: &str) -> Account {
+        Account {
+            name: "acct1".into(),
+            blob_endpoint: endpoint.into(),
+            auth: crate::Auth::Key(crate::DEV_KEY.into()),
+        }
+    }
+
+    #[test]
+    fn a_blob_name_is_one_literal_path_segment() {
+        let c = container_client(
+            &keyed("http://127.0.0.1:10000/acct1"),
+            "tiles",
+            &crate::system_clock(),
+        )
+        .unwrap();
+        // `?`, `#` and `%` are the name's own characters, `/` a character of the one segment
+        // (Azure decodes `%2F`): nothing in a blob name becomes a query, fragment or escape.
+        assert_eq!(
+            c.blob_client("a?b#c%2Fd/e@f:g").url().as_str(),
+            "http://127.0.0.1:10000/acct1/tiles/a%3Fb%23c%252Fd%2Fe@f:g"
+        );
+    }
+
+    #[test]
+    fn a_store_url_must_name_its_accounts_account() {
+        let err =
+            AzureStore::connect_with("az://other1/tiles", &keyed("http://h/acct1")).unwrap_err();
+        let StoreError::Backend { source, .. } = &err else {
+            panic!("{err}")
+        };
+        let e = source.downcast_ref::<AzureError>().unwrap();
+        assert_eq!(e.reason_code(), "source-forbidden", "{e}");
+        assert!(e.to_string().contains("[other-account]"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_read_url_is_https_only_for_an_https_endpoint_and_lives_at_most_a_week() {
+        use std::time::Duration;
+        let day = Duration::from_secs(86_400);
+        for (endpoint, spr) in [
+            ("https://acct1.blob.core.windows.net", "https"),
+            ("http://127.0.0.1:10000/acct1", "https,http"),
+        ] {
+            let store = AzureStore::connect_with("az://acct1/tiles/p", &keyed(endpoint)).unwrap();
+            let url = store
+                .presign_get("a.tif", Duration::from_secs(3600))
+                .await
+                .unwrap();
+            assert!(
+                url.starts_with(&format!("{endpoint}/tiles/p/a.tif?")),
+                "{url}"
+            );
+            assert!(url.contains(&format!("&spr={spr}&")), "{url}");
+            assert!(store.presign_get("a.tif", 7 * day).await.is_ok());
+            for (asked, reason) in [
+                (8 * day, "url-lifetime-exceeded"),
+                (36_500 * day, "url-lifetime-exceeded"),
+                (Duration::from_secs(u64::MAX), "url-lifetime-exceeded"),
+                (Duration::MAX, "url-lifetime-exceeded"),
+                (Duration::ZERO, "url-lifetime-empty"),
+            ] {
+                let err = store.presign_get("a.tif", asked).await.unwrap_err();
+                assert!(!err.is_retryable());
+                let StoreError::Backend { source, .. } = &err else {
+                    panic!("{asked:?}: {err}")
+                };
+                let e = source.downcast_ref::<AzureError>().unwrap();
+                assert_eq!(e.reason_code(), reason, "{asked:?}: {e}");
+            }
+        }
     }
 }

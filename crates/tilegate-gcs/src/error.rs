@@ -45,6 +45,13 @@ pub enum GcsError {
     /// Credentials could not be found or refreshed.
     #[error("authenticate to gcs: {detail}")]
     Auth { detail: String },
+    /// A signed URL asked to live longer than V4 signing allows (7 days: "V4 signing
+    /// process", `X-Goog-Expires` at most 604800), or not at all.
+    #[error(
+        "sign a read URL valid for {asked:?}: a signed URL lives more than no time and at most \
+         7 days"
+    )]
+    UrlLifetime { asked: Duration },
     /// A `gs://` URL that cannot be used.
     #[error("parse `{url}`: {reason}")]
     InvalidUrl { url: String, reason: String },
@@ -57,6 +64,11 @@ pub enum GcsError {
     /// A multipart request this store cannot serve (a session is written in order).
     #[error("{detail}")]
     UploadOrder { detail: String },
+    /// A resumable session reported its persisted bytes in a way that cannot be resumed from:
+    /// fewer than it had already acknowledged, more than it was sent, or no progress on
+    /// several requests in a row.
+    #[error("resume the upload at byte {offset}: {detail}")]
+    Resume { offset: u64, detail: String },
 }
 
 /// One failed request: its classification and the error behind it.

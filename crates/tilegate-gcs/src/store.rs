@@ -108,6 +108,18 @@ pub(crate) fn e_tag_of(generation: i64) -> ETag {
     ETag::new(format!("\"{generation}\""))
 }
 
+/// The longest a V4 signed URL lives ("V4 signing process": `X-Goog-Expires` at most 604800).
+const MAX_URL_LIFETIME: std::time::Duration = std::time::Duration::from_secs(604_800);
+
+/// Refuse a signed URL's lifetime V4 signing cannot give: none at all (`X-Goog-Expires`
+/// counts whole seconds, and 0 is refused) or more than [`MAX_URL_LIFETIME`].
+fn check_url_lifetime(expires: std::time::Duration) -> Result<(), GcsError> {
+    if expires.as_secs() == 0 || expires > MAX_URL_LIFETIME {
+        return Err(GcsError::UrlLifetime { asked: expires });
+    }
+    Ok(())
+}
+
 fn time_of(t: Option<time::OffsetDateTime>) -> SystemTime {
     t.map_or(UNIX_EPOCH, SystemTime::from)
 }
@@ -507,11 +519,15 @@ impl ObjectStore for GcsStore {
 
     /// A V4 signed URL (GET), signed by the client's credentials: a service account key
     /// signs locally, other Google credentials through IAM `signBlob`. Anonymous clients (an
-    /// emulator) have nothing to sign with and are refused.
+    /// emulator) have nothing to sign with and are refused. A V4 signature lives at most 7
+    /// days ("V4 signing process": `X-Goog-Expires` at most 604800 seconds); a longer or
+    /// empty lifetime is refused by name here, before any credential is asked to sign.
     async fn presign_get(&self, key: &str, expires: std::time::Duration) -> StoreResult<String> {
         use gcloud_storage::sign::{SignedURLMethod, SignedURLOptions};
         check_key(key)?;
         let full = self.full(key);
+        check_url_lifetime(expires)
+            .map_err(|e| StoreError::backend("sign a read URL", &full, Retry::Permanent, e))?;
         self.client
             .signed_url(
                 &self.bucket,
@@ -624,6 +640,38 @@ impl ObjectStore for GcsStore {
 mod tests {
     use super::*;
     use tilegate_core::object::UpdateVersion;
+
+    #[tokio::test]
+    async fn a_signed_url_lives_at_most_seven_days_and_no_lifetime_panics() {
+        use std::time::Duration;
+        let day = Duration::from_secs(86_400);
+        assert!(check_url_lifetime(Duration::from_secs(1)).is_ok());
+        assert!(check_url_lifetime(7 * day).is_ok());
+        // Refused before any credential is asked: an anonymous client (which cannot sign at
+        // all) names the lifetime, not its missing key.
+        let store = GcsStore::connect_to("gs://tg-presign/p", "http://127.0.0.1:9", true)
+            .await
+            .unwrap();
+        for asked in [
+            7 * day + Duration::from_secs(1),
+            8 * day,
+            36_500 * day,
+            Duration::from_secs(u64::MAX),
+            Duration::MAX,
+            Duration::ZERO,
+            Duration::from_millis(999),
+        ] {
+            let err = store.presign_get("a.tif", asked).await.unwrap_err();
+            assert!(!err.is_retryable());
+            let StoreError::Backend { source, .. } = &err else {
+                panic!("{asked:?}: {err}")
+            };
+            assert!(
+                matches!(source.downcast_ref(), Some(GcsError::UrlLifetime { asked: a }) if *a == asked),
+                "{asked:?}: {err}: {source}"
+            );
+        }
+    }
 
     #[test]
     fn versions_are_generations() {
