@@ -8,8 +8,9 @@ Checks what the generic linters cannot know about tilegate:
   SAM `Policies`, no grant on a wider or different resource); the queues, event source and
   tables have the names, redrive, visibility and key schemas the code depends on.
 * k8s/*.yaml — the worker's probes, its shutdown grace against the pod's termination grace, its
-  security context, and a structural check of the KEDA objects (whose CRD schemas
-  kubernetes-validate does not ship).
+  security context, its metrics endpoint (bound to the pod IP, reached only from one named
+  namespace through the NetworkPolicy), and a structural check of the KEDA objects (whose CRD
+  schemas kubernetes-validate does not ship).
 
 `--self-test` proves the check itself: the real files must pass, and every fixture in tests/
 (a patch that breaks one rule of the real files) must fail with the message it names.
@@ -602,6 +603,20 @@ def check_k8s(files: dict[str, list[dict]]) -> list[str]:
         fail(f"{where}: args must set --metrics-addr HOST:PORT (the probes' endpoint)")
     else:
         metrics_port = int(metrics_addr.rsplit(":", 1)[-1])
+    env = {e.get("name"): e for e in (c.get("env") or []) if isinstance(e, dict)}
+    if metrics_addr is not None:
+        host = metrics_addr.rsplit(":", 1)[0].strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            fail(
+                f"{where}: --metrics-addr {metrics_addr} listens on every interface; "
+                "bind the pod IP ($(POD_IP) from the downward API's status.podIP)"
+            )
+        # The kubelet expands $(VAR) in args only for a variable the container defines; any
+        # other is passed through as text and the worker cannot parse the address.
+        for var in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", metrics_addr):
+            ref = (((env.get(var) or {}).get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            if ref != "status.podIP":
+                fail(f"{where}: --metrics-addr uses $({var}) but env {var} is not set from fieldRef status.podIP")
     ports = {p.get("name"): p.get("containerPort") for p in (c.get("ports") or [])}
     for probe_name in ("livenessProbe", "readinessProbe"):
         probe = c.get(probe_name)
@@ -655,6 +670,44 @@ def check_k8s(files: dict[str, list[dict]]) -> list[str]:
     for key in ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION"):
         if key not in config:
             fail(f"{where}: {key} is not set by its ConfigMap")
+
+    # -- NetworkPolicy: the metrics port, from one named namespace only
+    pod_labels = (((dep.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+
+    def selects_worker(pol: dict) -> bool:
+        sel = (pol.get("spec") or {}).get("podSelector") or {}
+        wanted = sel.get("matchLabels") or {}
+        return not sel.get("matchExpressions") and all(pod_labels.get(k) == v for k, v in wanted.items())
+
+    policies = [
+        (n, d)
+        for n, d in of_kind("NetworkPolicy")
+        if (d.get("metadata") or {}).get("namespace") == ns and selects_worker(d)
+    ]
+    if not policies:
+        fail(f"k8s: no NetworkPolicy in {ns} selects the worker's pods (the metrics port would be open to all)")
+    for pname, pol in policies:
+        pwhere = f"{pname}: NetworkPolicy {(pol.get('metadata') or {}).get('name')}"
+        pspec = pol.get("spec") or {}
+        if "Ingress" not in (pspec.get("policyTypes") or ["Ingress"]):
+            fail(f"{pwhere}: policyTypes must include Ingress")
+        for i, rule in enumerate(pspec.get("ingress") or []):
+            rule = rule or {}
+            peers = rule.get("from") or []
+            if not peers:
+                fail(f"{pwhere}: ingress rule {i} has no `from`, so it admits every source")
+            for peer in peers:
+                nsel = (peer or {}).get("namespaceSelector") or {}
+                name = (nsel.get("matchLabels") or {}).get("kubernetes.io/metadata.name")
+                if "ipBlock" in (peer or {}) or not name or nsel.get("matchExpressions"):
+                    fail(
+                        f"{pwhere}: ingress rule {i} must come from one namespace named by namespaceSelector "
+                        f"matchLabels kubernetes.io/metadata.name, found {show(peer)}"
+                    )
+            rports = rule.get("ports") or []
+            allowed = {metrics_port, "metrics"} if metrics_port is not None else {"metrics"}
+            if not rports or any((p or {}).get("port") not in allowed for p in rports):
+                fail(f"{pwhere}: ingress rule {i} must be limited to the metrics port {metrics_port}, found {show(rports)}")
 
     # -- KEDA: structural check (kubernetes-validate has no schema for these CRDs)
     sos = of_kind("ScaledObject")

@@ -31,6 +31,7 @@ fn synthetic_job(windows: u32) -> JobRecord {
         size: 0,
         stat: None,
         assets: Vec::new(),
+        signed: false,
     };
     let recipe = Recipe::copy_all();
     let prefix = Prefix::default();
@@ -71,6 +72,7 @@ async fn build(b: &Backends, job: &JobRecord, windows: u32, attempts: u32) -> an
                     Subject::Window(w),
                     attempt::new_id(),
                     Retention::default(),
+                    false,
                     now,
                 )
                 .await?;

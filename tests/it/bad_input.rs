@@ -70,6 +70,7 @@ fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
             size: 1,
             stat: None,
             assets: Vec::new(),
+            signed: false,
         };
         let recipe = Recipe {
             window: job.recipe.window,

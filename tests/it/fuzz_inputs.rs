@@ -8,10 +8,11 @@ use tilegate_core::fuzz;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 3] = [
+const TARGETS: [(&str, Target); 4] = [
     ("window_message", fuzz::window_message),
     ("key_segments", fuzz::key_segments),
     ("condition_list", fuzz::condition_list),
+    ("source_policy", fuzz::source_policy),
 ];
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {

@@ -52,6 +52,7 @@ async fn plan16(b: &Backends, src: &Path) -> JobId {
         resume: false,
         assets: Vec::new(),
         manifest_shards: 1,
+        policy: Default::default(),
     };
     let plan = tilegate_planner::plan(b, src.to_str().unwrap(), &opts)
         .await
@@ -356,7 +357,9 @@ fn repair_with_a_lost_answer_is_recognised_as_its_own_write() {
         let TilesJob { tmp, job, rt, b } = tiles_job(&target);
         let data = tmp.path();
         let w = Window::new(1, 2);
-        let prepared = rt.block_on(repair::prepare(&b, &job, w)).unwrap();
+        let prepared = rt
+            .block_on(repair::prepare(&b, &Default::default(), &job, w))
+            .unwrap();
         let key = prepared.key.clone();
         let lossy = with_store(&b, Inject::LoseUpdateAnswer);
         let out = rt.block_on(repair::commit(&lossy, prepared)).unwrap();

@@ -61,6 +61,7 @@ async fn regen(
         id: None,
         retention,
         accept,
+        ..Default::default()
     };
     let (row, order) = regenerate::start(b, job, w, req, now).await.unwrap();
     regenerate::finish(b, row, &order, bytes, now)
@@ -902,6 +903,7 @@ fn stale_uploads_are_reported_against_the_ledger() {
                 Subject::Scene,
                 attempt::new_id(),
                 Retention::default(),
+                false,
                 1,
             ))
             .unwrap();
@@ -1269,6 +1271,7 @@ fn ledger_chaos() {
                             id: None,
                             retention: retention(action == 9),
                             accept: action != 8,
+                            ..Default::default()
                         };
                         let (row, order) =
                             regenerate::start(&b, &job_a, w, req, now()).await.unwrap();

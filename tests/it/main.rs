@@ -2,6 +2,7 @@
 
 mod assemble;
 mod aws_pipeline;
+mod azure_sas;
 mod bad_input;
 mod chaos;
 mod clouds;
@@ -19,3 +20,6 @@ mod report;
 mod scene;
 mod scripted_azure;
 mod scripted_gcs;
+mod security;
+mod short_uploads;
+mod shutdown;

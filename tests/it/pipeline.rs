@@ -249,6 +249,7 @@ fn bad_input_is_dead_lettered_with_a_named_reason_and_overwrites_nothing() {
         size: 1,
         stat: None,
         assets: Vec::new(),
+        signed: false,
     };
     let ghost_recipe = Recipe::copy_all();
     let ghost_id = JobId::of(&ghost, &ghost_recipe, &row.prefix, &row.tenant);

@@ -3,9 +3,8 @@
 //! duplicates and a killed worker, HTTP(S) and STAC Item sources, and batches.
 
 use gdal::Dataset;
-use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use tilegate_tests::*;
 
 /// Run a command with the system Python (python3-gdal and NumPy come from apt).
@@ -410,41 +409,6 @@ fn a_recipe_of_ones_own_runs_exactly_once_through_duplicates_and_a_killed_worker
     let got = got.band_f64(0);
     let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
     assert_eq!(differ, 0, "the assembled scene is the whole-scene median");
-}
-
-/// A local HTTP server with ranges and ETags over `root` (tests/fixtures/http_range_server.py).
-struct HttpServer {
-    child: Child,
-    port: u16,
-}
-
-impl HttpServer {
-    fn start(root: &Path) -> Self {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/http_range_server.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .arg(root)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the HTTP server");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line.trim().parse().expect("the server prints its port");
-        Self { child, port }
-    }
-
-    fn url(&self, name: &str) -> String {
-        format!("http://127.0.0.1:{}/{name}", self.port)
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -413,7 +413,9 @@ fn repair_is_superseded_when_the_tile_changed_after_it_was_read() {
     let w = Window::new(1, 0);
 
     // Something rewrites the tile between the repair's read and its write.
-    let prepared = rt.block_on(repair::prepare(&b, &job, w)).unwrap();
+    let prepared = rt
+        .block_on(repair::prepare(&b, &Default::default(), &job, w))
+        .unwrap();
     let key = prepared.key.clone();
     let other = rt
         .block_on(

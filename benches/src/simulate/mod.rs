@@ -167,7 +167,7 @@ fn stand_in_tiles(job: &tilegate_core::table::JobRecord) -> anyhow::Result<Tiles
             continue;
         }
         let req = tilegate_cog::EncodeRequest {
-            path: tilegate_planner::source::gdal_path(&job.source)?,
+            path: tilegate_source::gdal_path(&job.source)?,
             cache_key: job.source.etag.to_string(),
             scene: job.scene.clone(),
             recipe: job.recipe.clone(),
@@ -189,6 +189,7 @@ fn plan_options(cfg: &SimConfig) -> PlanOptions {
         resume: false,
         assets: Vec::new(),
         manifest_shards: cfg.manifest_shards,
+        policy: Default::default(),
     }
 }
 
@@ -218,6 +219,7 @@ fn worker_config(cfg: &SimConfig) -> WorkerConfig {
         reduce_into: None,
         counter_flush: Duration::from_secs_f64(cfg.counter_flush_s),
         stand_in: None,
+        sources: Arc::default(),
     }
 }
 

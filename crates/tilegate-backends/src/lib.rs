@@ -54,6 +54,7 @@ fn sqlite_path(url: &str) -> &Path {
 /// Open the object store at `url` (any scheme but the embedded default). A cloud store's
 /// bucket or container is checked, with a hint to `tilegate init` when it is missing.
 pub async fn open_objects(url: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    #[cfg(any(feature = "aws", feature = "gcs", feature = "azure"))]
     let what = || format!("open objects {url}");
     let scheme = url.split_once("://").map_or("", |(s, _)| s);
     Ok(match scheme {
@@ -141,15 +142,18 @@ pub async fn open(urls: &Urls) -> anyhow::Result<Backends> {
 }
 
 /// GDAL configuration options for reading cloud sources with the same endpoints and
-/// credentials as the stores (`/vsis3/`, `/vsigs/`). `/vsiaz/` needs none: GDAL reads the
-/// variables the Azure store reads (`AZURE_STORAGE_CONNECTION_STRING`, …) itself.
+/// credentials as the stores (`/vsis3/`, `/vsigs/`, and `/vsiaz/` pinned to the configured
+/// account and endpoint).
 pub fn gdal_config() -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    #[cfg(feature = "aws")]
-    out.extend(tilegate_aws::gdal_s3_config());
-    #[cfg(feature = "gcs")]
-    out.extend(tilegate_gcs::gdal_gs_config());
-    out
+    let parts: Vec<Vec<(String, String)>> = vec![
+        #[cfg(feature = "aws")]
+        tilegate_aws::gdal_s3_config(),
+        #[cfg(feature = "gcs")]
+        tilegate_gcs::gdal_gs_config(),
+        #[cfg(feature = "azure")]
+        tilegate_azure::gdal_az_config(),
+    ];
+    parts.into_iter().flatten().collect()
 }
 
 /// Cloud sources, each scheme served by its provider's lookup; the provider's configuration

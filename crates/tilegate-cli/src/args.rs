@@ -42,10 +42,24 @@ pub struct Global {
     /// variables take precedence).
     #[arg(long, global = true, env = "TILEGATE_CONFIG")]
     pub config: Option<PathBuf>,
+    /// A TOML file saying what jobs may read: `schemes`, `hosts`, `allow_addresses`,
+    /// `buckets`, `max_document_bytes`, `max_redirects`, and `[tenants.NAME]` tables that
+    /// replace them for one tenant. Default: every scheme, any public host, no loopback,
+    /// private, link-local or metadata address, and a document's references within its own
+    /// origin (see SECURITY.md).
+    #[arg(
+        long,
+        global = true,
+        env = "TILEGATE_SOURCE_POLICY",
+        value_name = "FILE"
+    )]
+    pub source_policy: Option<PathBuf>,
     /// Print one machine-readable JSON document on stdout instead of text.
     #[arg(long, global = true)]
     pub json: bool,
-    /// More log output on stderr (-v: info, -vv: debug). TILEGATE_LOG overrides.
+    /// More log output on stderr from tilegate's own crates (-v: info, -vv: debug; other crates
+    /// log warnings only, and every line is redacted). TILEGATE_LOG replaces this with
+    /// EnvFilter directives, e.g. `warn,tilegate=debug,reqwest=debug`.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
@@ -346,12 +360,18 @@ pub struct CleanupArgs {
     pub older_than_s: u64,
 }
 
-/// A duration such as `90s`, `15m`, `6h` or `7d`.
+/// A duration such as `90s`, `15m`, `6h` or `7d`. One too long to count in seconds is refused
+/// by name (`duration-out-of-range`), never saturated or wrapped.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let out_of_range = || format!("duration-out-of-range: `{s}` is longer than a duration can be");
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration: expected e.g. 90s, 15m, 6h or 7d"))?;
+    let n: u64 = num.parse().map_err(|e: std::num::ParseIntError| {
+        if *e.kind() == std::num::IntErrorKind::PosOverflow {
+            out_of_range()
+        } else {
+            format!("`{s}` is not a duration: expected e.g. 90s, 15m, 6h or 7d")
+        }
+    })?;
     let secs = match unit {
         "s" => 1,
         "m" => 60,
@@ -359,7 +379,32 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         "d" => 86_400,
         _ => return Err(format!("`{s}`: the unit must be s, m, h or d")),
     };
-    Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
+    n.checked_mul(secs)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(out_of_range)
+}
+
+/// The longest a signed URL lives: S3's SigV4 and GCS's V4 signatures cannot live longer, and
+/// the Azure store holds its SAS to the same.
+pub const MAX_URL_LIFETIME: std::time::Duration = std::time::Duration::from_secs(7 * 86_400);
+
+/// A signed URL's lifetime ([`parse_duration`]): more than none, at most [`MAX_URL_LIFETIME`].
+/// A longer one is refused by name (`url-lifetime-exceeded`), not quietly shortened: no store
+/// could sign it.
+pub fn parse_url_lifetime(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!(
+            "url-lifetime-empty: a URL valid for `{s}` reads nothing"
+        ));
+    }
+    if d > MAX_URL_LIFETIME {
+        return Err(format!(
+            "url-lifetime-exceeded: a signed URL lives at most 7d (S3's and GCS's signatures \
+             cannot live longer, and Azure's are held to the same), not `{s}`"
+        ));
+    }
+    Ok(d)
 }
 
 /// One window of a job, or its scene.
@@ -461,8 +506,8 @@ pub struct UrlArgs {
     /// The tenant asking; it must own the job.
     #[arg(long, default_value = "default", env = "TILEGATE_TENANT")]
     pub tenant: String,
-    /// How long the URL works (never past the attempt's retention).
-    #[arg(long, value_parser = parse_duration, default_value = "15m", value_name = "DURATION")]
+    /// How long the URL works: at most 7d, and never past the attempt's retention.
+    #[arg(long, value_parser = parse_url_lifetime, default_value = "15m", value_name = "DURATION")]
     pub expires: std::time::Duration,
 }
 
@@ -554,4 +599,50 @@ pub struct InitArgs {
     /// Also create the bucket named by --objects (otherwise it must exist).
     #[arg(long)]
     pub create_bucket: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_never_saturate_or_panic() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(604_800)));
+        assert_eq!(
+            parse_duration("213503982334601d"),
+            Ok(Duration::from_secs(213_503_982_334_601 * 86_400))
+        );
+        for too_long in [
+            "213503982334602d",
+            "99999999999999999999d",
+            "18446744073709551616s",
+        ] {
+            let e = parse_duration(too_long).unwrap_err();
+            assert!(e.starts_with("duration-out-of-range:"), "{too_long}: {e}");
+        }
+        for bad in ["", "d", "7", "7w", "-1d", "1.5h", " 7d"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(!e.contains("out-of-range"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_url_lives_more_than_nothing_and_at_most_seven_days() {
+        assert_eq!(parse_url_lifetime("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_url_lifetime("7d"), Ok(MAX_URL_LIFETIME));
+        assert_eq!(parse_url_lifetime("604800s"), Ok(MAX_URL_LIFETIME));
+        for (asked, name) in [
+            ("604801s", "url-lifetime-exceeded"),
+            ("8d", "url-lifetime-exceeded"),
+            ("36500d", "url-lifetime-exceeded"),
+            ("0s", "url-lifetime-empty"),
+            ("0d", "url-lifetime-empty"),
+            ("99999999999999999999d", "duration-out-of-range"),
+        ] {
+            let e = parse_url_lifetime(asked).unwrap_err();
+            assert!(e.starts_with(&format!("{name}:")), "{asked}: {e}");
+        }
+    }
 }

@@ -63,6 +63,7 @@ async fn record_job_counts(b: &Backends, job: &JobId, counters: &Counters) {
 }
 
 async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
+    crate::sources::load(cli.global.source_policy.as_deref())?;
     let sel = Selection::from_global(&cli.global)?;
     let out = Out::new(cli.global.json, sel.objects_root());
     match cli.command {
@@ -277,6 +278,7 @@ fn worker_config(p: &PoolArgs, stop: StopWhen) -> WorkerConfig {
     cfg.shutdown_grace = Duration::from_secs(p.shutdown_grace_s);
     cfg.counter_flush = Duration::from_secs_f64(p.counter_flush_s.clamp(0.05, 3600.0));
     cfg.stop = stop;
+    cfg.sources = crate::sources::all();
     cfg
 }
 
@@ -343,6 +345,7 @@ async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCo
     let opts = PlanOptions {
         recipe,
         prefix,
+        policy: crate::sources::of(&tenant),
         tenant,
         resume: a.resume,
         assets: a.recipe.assets.clone(),
@@ -366,20 +369,26 @@ async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCo
             Err(e) => {
                 failed += 1;
                 json!({
-                    "source": source,
-                    "error": {"reason": crate::errors::reason_of(&e), "message": format!("{e:#}")},
+                    "source": tilegate_core::redact::redact(source),
+                    "error": {
+                        "reason": crate::errors::reason_of(&e),
+                        "message": tilegate_core::redact::redact(&format!("{e:#}")),
+                    },
                 })
             }
         };
         if !out.json {
-            println!("{}", plan_line(&doc));
+            println!("{}", tilegate_core::redact::redact(&plan_line(&doc)));
         }
         docs.push(doc);
     }
     if out.json {
         println!(
             "{}",
-            json!({"jobs": docs, "planned": docs.len() - failed, "failed": failed})
+            tilegate_core::redact::redact(
+                &json!({"jobs": docs, "planned": docs.len() - failed, "failed": failed})
+                    .to_string()
+            )
         );
     }
     Ok(if failed == 0 {
@@ -408,6 +417,8 @@ async fn plan_one(
         "newly_planned": p.newly_planned,
         "source": p.job.source.uri,
         "source_etag": p.job.source.etag,
+        "tenant": p.job.tenant,
+        "prefix": p.job.prefix.as_str(),
         "timings": {
             "pin_source_s": p.timings.pin_s,
             "probe_s": p.timings.probe_s,
@@ -528,6 +539,7 @@ async fn run_source(
         &PlanOptions {
             recipe,
             prefix,
+            policy: crate::sources::of(&tenant),
             tenant,
             resume: true,
             assets: assets.to_vec(),
@@ -801,7 +813,10 @@ async fn assemble_cmd(out: &Out, b: &Backends, a: AssembleArgs) -> anyhow::Resul
             if out.json {
                 out.emit(&doc, String::new);
             }
-            eprintln!("tilegate: error: {e}");
+            eprintln!(
+                "tilegate: error: {}",
+                tilegate_core::redact::redact(&e.to_string())
+            );
             Ok(ExitCode::from(EXIT_MANIFEST_SHORT))
         }
         Err(e) => Err(anyhow::Error::new(e)),
@@ -816,7 +831,8 @@ async fn repair_cmd(out: &Out, b: &Backends, a: RepairArgs) -> anyhow::Result<Ex
             a.window
         )
     })?;
-    let prepared = tilegate_worker::repair::prepare(b, &job.job_id, window).await?;
+    let policy = crate::sources::of(&job.tenant);
+    let prepared = tilegate_worker::repair::prepare(b, &policy, &job.job_id, window).await?;
     let key = prepared.key.clone();
     let outcome = tilegate_worker::repair::commit(b, prepared).await?;
     let doc = match &outcome {

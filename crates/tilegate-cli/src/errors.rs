@@ -60,6 +60,9 @@ pub fn reason_of(err: &anyhow::Error) -> &'static str {
         if let Some(e) = e.downcast_ref::<tilegate_worker::regenerate::RegenerateError>() {
             return e.reason_code();
         }
+        if let Some(e) = e.downcast_ref::<tilegate_worker::repair::RepairError>() {
+            return e.reason_code();
+        }
         if let Some(e) = e.downcast_ref::<MessageError>() {
             return e.reason_code();
         }

@@ -130,6 +130,7 @@ pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::R
         id,
         retention,
         accept: !a.no_accept,
+        policy: crate::sources::of(&job.tenant),
     };
     let done = match subject {
         Subject::Scene => {
@@ -362,6 +363,6 @@ pub async fn url_cmd(out: &Out, b: &Backends, a: UrlArgs) -> anyhow::Result<Exit
     let tenant = Tenant::parse(&a.tenant).context("invalid --tenant")?;
     let g = url::grant(b, &job, subject, &tenant, a.expires, now_millis()).await?;
     let doc = serde_json::to_value(&g)?;
-    out.emit(&doc, || g.url.clone());
+    out.emit_secret(&doc, || g.url.clone());
     Ok(ExitCode::SUCCESS)
 }

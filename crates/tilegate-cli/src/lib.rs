@@ -19,6 +19,7 @@ mod ledger;
 mod look;
 mod output;
 mod recipes;
+mod sources;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -40,9 +41,10 @@ pub fn main() -> ExitCode {
     match runtime.block_on(commands::dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            // One line, led by the reason code scripts can match on.
+            // One line, led by the reason code scripts can match on, its secrets redacted.
             let reason = errors::reason_of(&e);
             let message = format!("{e:#}").replace(['\n', '\r'], " ");
+            let message = tilegate_core::redact::redact(&message);
             if json {
                 println!(
                     "{}",
@@ -55,22 +57,74 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let default = match verbose {
+/// The log filter's directives for `-v` counted `verbose` times, when `TILEGATE_LOG` is not
+/// set: warnings from every crate, and more only from tilegate's own (`tilegate` matches every
+/// `tilegate_*` target). Third-party crates (HTTP clients, SDKs, TLS) log request URLs and
+/// headers at debug; they are turned up only by naming them in `TILEGATE_LOG`
+/// (`TILEGATE_LOG=warn,tilegate=debug,reqwest=debug`).
+fn log_directives(verbose: u8) -> &'static str {
+    match verbose {
         0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter =
-        EnvFilter::try_from_env("TILEGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+        1 => "warn,tilegate=info",
+        _ => "warn,tilegate=debug",
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TILEGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives(verbose)));
+    // Colours only on a terminal: logs redirected to a file stay greppable.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    subscriber(filter, ansi, std::io::stderr).init();
+}
+
+/// The log subscriber: lines filtered by `filter`, formatted, redacted ([`Redacted`]) and
+/// written to `writer`.
+fn subscriber<W>(
+    filter: tracing_subscriber::EnvFilter,
+    ansi: bool,
+    writer: W,
+) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        // Colours only on a terminal: logs redirected to a file stay greppable.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_ansi(ansi)
+        .with_writer(writer)
+        .event_format(Redacted(
+            tracing_subscriber::fmt::format()
+                .with_target(false)
+                .with_ansi(ansi),
+        ))
+        .finish()
+}
+
+/// An event format whose lines are [`tilegate_core::redact`]ed before they are written: an
+/// error's text, a field or a third-party crate's message can carry a signed URL or a header.
+struct Redacted<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for Redacted<F>
+where
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut line = String::new();
+        self.0.format_event(
+            ctx,
+            tracing_subscriber::fmt::format::Writer::new(&mut line),
+            event,
+        )?;
+        writer.write_str(&tilegate_core::redact::redact(&line))
+    }
 }
 
 /// Keep freed pixel buffers in the heap. Every window allocates a few buffers of a block's
@@ -91,5 +145,77 @@ pub(crate) fn release_free_memory() {
     // SAFETY: malloc_trim only releases free heap memory.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    /// A writer into a shared buffer.
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What the command line's subscriber writes for `-v` given `verbose` times while `emit`
+    /// logs.
+    fn logged(verbose: u8, emit: impl FnOnce()) -> String {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&buf);
+        let filter = tracing_subscriber::EnvFilter::new(log_directives(verbose));
+        let s = subscriber(filter, false, move || Sink(Arc::clone(&sink)));
+        tracing::subscriber::with_default(s, emit);
+        let bytes = buf.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    fn emit() {
+        tracing::debug!(target: "tilegate_worker::handle", "own debug");
+        tracing::info!(target: "tilegate_cli", "own info");
+        tracing::debug!(target: "reqwest::connect", "third-party debug");
+        tracing::info!(target: "typespec_client_core::http", "third-party info");
+        tracing::warn!(target: "hyper_util::client", "third-party warning");
+        tracing::warn!(
+            target: "tilegate_azure::store",
+            url = "http://h/c/a?comp=block&sv=2018-11-09&se=x&sig=AbC%2Bd",
+            error = "error sending request for url (http://h/c/a?sig=AbC%2Bd)",
+            "put failed"
+        );
+    }
+
+    #[test]
+    fn verbosity_turns_up_tilegates_crates_only() {
+        let quiet = logged(0, emit);
+        let v = logged(1, emit);
+        let vv = logged(2, emit);
+        for (log, own_info, own_debug) in
+            [(&quiet, false, false), (&v, true, false), (&vv, true, true)]
+        {
+            assert_eq!(log.contains("own info"), own_info, "{log}");
+            assert_eq!(log.contains("own debug"), own_debug, "{log}");
+            assert!(!log.contains("third-party debug"), "{log}");
+            assert!(!log.contains("third-party info"), "{log}");
+            assert!(log.contains("third-party warning"), "{log}");
+        }
+    }
+
+    #[test]
+    fn every_line_is_redacted() {
+        let log = logged(2, emit);
+        assert!(log.contains("put failed"), "{log}");
+        assert!(!log.contains("AbC"), "{log}");
+        assert!(log.contains("sig=REDACTED"), "{log}");
     }
 }

@@ -113,7 +113,7 @@ async fn recent_jobs(b: &Backends) -> anyhow::Result<Vec<RecentJob>> {
         out.push(RecentJob {
             recorded: b.manifest.count_entries(&row.job_id).await?,
             job_id: row.job_id.to_string(),
-            source: row.source.uri.clone(),
+            source: tilegate_core::redact::redact(&row.source.uri).into_owned(),
             recipe: serde_json::to_value(&row.recipe.operation)
                 .ok()
                 .and_then(|v| v["op"].as_str().map(str::to_owned))

@@ -21,16 +21,26 @@ impl Out {
         Self { json, objects_root }
     }
 
-    /// Print `doc` as JSON, or the text `text()` renders.
+    /// Print `doc` as JSON, or the text `text()` renders, its secrets redacted
+    /// ([`tilegate_core::redact`]: a dead letter's reason, a URI, an error's text).
     pub fn emit(&self, doc: &Value, text: impl FnOnce() -> String) {
-        if self.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(doc).expect("json documents serialise")
-            );
+        let printed = if self.json {
+            serde_json::to_string_pretty(doc).expect("json documents serialise")
         } else {
-            println!("{}", text());
-        }
+            text()
+        };
+        println!("{}", tilegate_core::redact::redact(&printed));
+    }
+
+    /// [`Self::emit`] of a document whose point is a credential the operator asked for (a
+    /// signed URL from `url`): printed as it is, never logged.
+    pub fn emit_secret(&self, doc: &Value, text: impl FnOnce() -> String) {
+        let printed = if self.json {
+            serde_json::to_string_pretty(doc).expect("json documents serialise")
+        } else {
+            text()
+        };
+        println!("{printed}");
     }
 }
 

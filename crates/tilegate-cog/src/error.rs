@@ -30,6 +30,28 @@ pub enum CogError {
     /// The source does not exist.
     #[error("find source `{path}`")]
     Missing { path: String },
+    /// GDAL identified the source as a format tilegate does not open from where the source
+    /// lies: a VRT (which reads whatever files and URLs it names) anywhere but the operator's
+    /// disk, or anything but a GeoTIFF from a remote store. See [`crate::SourceDrivers`].
+    #[error(
+        "open source `{path}`: GDAL identified it as `{driver}`, which is not allowed for a {origin} source"
+    )]
+    SourceFormatForbidden {
+        path: String,
+        /// GDAL's short name of the driver that recognised the source.
+        driver: String,
+        /// `local`, `remote` or `stacked` ([`crate::SourceDrivers::origin`]).
+        origin: &'static str,
+    },
+    /// A VRT that reads a file's bytes as pixels (`VRTRawRasterBand`) — in the source itself
+    /// or in a VRT it names — or that nests VRTs too deep to inspect: never allowed, whoever
+    /// wrote the VRT.
+    #[error("open source `{path}`: its VRT {feature}, which is not allowed for any source")]
+    VrtForbidden {
+        path: String,
+        /// What the VRT does, e.g. "reads `/proc/self/environ` through a `VRTRawRasterBand`".
+        feature: String,
+    },
     /// The source exists but GDAL cannot open it as a raster (garbage, truncated header).
     #[error("open source `{path}` as a raster")]
     Corrupt {
@@ -159,6 +181,9 @@ impl CogError {
     pub fn reason_code(&self) -> &'static str {
         match self {
             Self::Missing { .. } => "source-missing",
+            Self::SourceFormatForbidden { .. } | Self::VrtForbidden { .. } => {
+                "source-format-forbidden"
+            }
             Self::Corrupt { .. } | Self::CorruptWindow { .. } => "corrupt-raster",
             Self::Open { .. } => "open-failed",
             Self::Read { .. } => "read-failed",
@@ -203,6 +228,29 @@ mod tests {
         );
         assert!(e.is_retryable());
         assert_eq!(e.reason_code(), "read-failed");
+        let f = CogError::SourceFormatForbidden {
+            path: "/vsicurl/http://h/evil.vrt".into(),
+            driver: "VRT".into(),
+            origin: "remote",
+        };
+        assert_eq!(
+            f.to_string(),
+            "open source `/vsicurl/http://h/evil.vrt`: GDAL identified it as `VRT`, which is not \
+             allowed for a remote source"
+        );
+        assert!(!f.is_retryable());
+        assert_eq!(f.reason_code(), "source-format-forbidden");
+        let r = CogError::VrtForbidden {
+            path: "/d/evil.vrt".into(),
+            feature: "reads `/proc/self/environ` through a `VRTRawRasterBand`".into(),
+        };
+        assert_eq!(
+            r.to_string(),
+            "open source `/d/evil.vrt`: its VRT reads `/proc/self/environ` through a \
+             `VRTRawRasterBand`, which is not allowed for any source"
+        );
+        assert!(!r.is_retryable());
+        assert_eq!(r.reason_code(), "source-format-forbidden");
         let m = CogError::Missing { path: "x".into() };
         assert!(!m.is_retryable());
         assert_eq!(m.reason_code(), "source-missing");

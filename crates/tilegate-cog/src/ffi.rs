@@ -1,14 +1,16 @@
 //! Thin, checked wrappers over the few raw GDAL calls the `gdal` crate does not offer in the
-//! form needed here: opening with the error number kept, bulk `GDALDatasetRasterIO` of many
-//! bands through a byte buffer, creating a dataset of a runtime type, thread-local config
-//! options, and `/vsimem/` files that are always unlinked.
+//! form needed here: opening a source with only the drivers its path allows and the error
+//! number kept, bulk `GDALDatasetRasterIO` of many bands through a byte buffer, creating a
+//! dataset of a runtime type, thread-local config options, and `/vsimem/` files that are
+//! always unlinked.
 
+use crate::drivers::SourceDrivers;
 use crate::dtype::Dtype;
 use crate::error::CogError;
 use gdal::Dataset;
 use gdal::errors::GdalError;
 use gdal_sys::{CPLErr, GDALDataType, GDALRWFlag};
-use std::ffi::{CStr, CString, c_int};
+use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::Path;
 use std::ptr;
 use std::sync::Once;
@@ -25,10 +27,14 @@ const GDAL_OF_VERBOSE_ERROR: u32 = 0x40;
 const VSI_STAT_EXISTS_FLAG: c_int = 0x1;
 const VSI_STAT_SET_ERROR_FLAG: c_int = 0x8;
 
-/// Register GDAL's drivers once per process.
+/// Harden GDAL (`hardening`) and register its drivers, once per process, before anything is
+/// opened.
 pub(crate) fn ensure_registered() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(gdal::DriverManager::register_all);
+    ONCE.call_once(|| {
+        crate::hardening::harden();
+        gdal::DriverManager::register_all();
+    });
 }
 
 /// True for GDAL virtual-file-system paths (`/vsis3/…`, `/vsicurl/…`, `/vsimem/…`).
@@ -113,11 +119,7 @@ impl Drop for ErrorScope {
     }
 }
 
-unsafe extern "C" fn gdal_to_tracing(
-    class: CPLErr::Type,
-    number: c_int,
-    msg: *const std::ffi::c_char,
-) {
+unsafe extern "C" fn gdal_to_tracing(class: CPLErr::Type, number: c_int, msg: *const c_char) {
     let msg = if msg.is_null() {
         std::borrow::Cow::Borrowed("")
     } else {
@@ -167,10 +169,25 @@ impl Drop for ConfigGuard {
     }
 }
 
-/// Open a raster read-only and classify a failure: missing, corrupt, or (remote only)
-/// possibly transient.
+/// Open a source read-only with only the drivers its path allows ([`SourceDrivers`]), and
+/// classify a failure: a format not allowed there, missing, corrupt, or (remote only) possibly
+/// transient. A VRT is first checked for raw bands (`rawband`); a stacked item is built from its
+/// assets (`stack`), never opened by name.
 pub(crate) fn open_raster(path: &str) -> Result<Dataset, CogError> {
     ensure_registered();
+    let drivers = SourceDrivers::for_path(path);
+    if drivers == SourceDrivers::Stack {
+        return crate::stack::open(path);
+    }
+    if drivers.allows("VRT")
+        && let Err(feature) = crate::rawband::check(path)
+    {
+        tracing::debug!(path, feature = %feature, "refused a VRT source");
+        return Err(CogError::VrtForbidden {
+            path: path.to_owned(),
+            feature,
+        });
+    }
     let c_path = c_string(path).map_err(|source| CogError::Corrupt {
         path: path.to_owned(),
         source,
@@ -185,13 +202,15 @@ pub(crate) fn open_raster(path: &str) -> Result<Dataset, CogError> {
         operation: "set GDAL config options",
         source,
     })?;
+    let allowed = CStrList::new(drivers.drivers().iter().copied());
     reset_error();
-    // SAFETY: `c_path` is a valid C string; null driver/option/sibling lists are allowed.
+    // SAFETY: `c_path` is a valid C string and `allowed` a NULL-terminated list of C strings,
+    // both alive for the call; null option and sibling lists are allowed.
     let handle = unsafe {
         gdal_sys::GDALOpenEx(
             c_path.as_ptr(),
             GDAL_OF_RASTER | GDAL_OF_VERBOSE_ERROR,
-            ptr::null(),
+            allowed.as_ptr(),
             ptr::null(),
             ptr::null(),
         )
@@ -201,8 +220,115 @@ pub(crate) fn open_raster(path: &str) -> Result<Dataset, CogError> {
         return Ok(unsafe { Dataset::from_c_dataset(handle) });
     }
     let source = last_error(CPLErr::CE_Failure);
+    if let Some(driver) = identify_elsewhere(&c_path, drivers) {
+        tracing::debug!(
+            path,
+            driver,
+            origin = drivers.origin(),
+            "refused a source's format"
+        );
+        return Err(CogError::SourceFormatForbidden {
+            path: path.to_owned(),
+            driver,
+            origin: drivers.origin(),
+        });
+    }
     Err(classify_open_failure(path, &c_path, source))
 }
+
+/// An owned NULL-terminated list of C strings, for GDAL's `char**` parameters.
+struct CStrList {
+    _strings: Vec<CString>,
+    ptrs: Vec<*const c_char>,
+}
+
+impl CStrList {
+    /// The list of `items`; one with an interior NUL is left out.
+    fn new<'a>(items: impl IntoIterator<Item = &'a str>) -> Self {
+        let strings: Vec<CString> = items
+            .into_iter()
+            .filter_map(|s| CString::new(s).ok())
+            .collect();
+        let ptrs = strings
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(ptr::null()))
+            .collect();
+        Self {
+            _strings: strings,
+            ptrs,
+        }
+    }
+
+    fn as_ptr(&self) -> *const *const c_char {
+        self.ptrs.as_ptr()
+    }
+}
+
+/// After an open with `drivers` failed: the driver GDAL identifies the existing source as, if
+/// that driver is not among them. Every registered driver may identify it but `HTTP`, which
+/// would download a URL-like name to look at it. (GDAL tries each driver's Identify, then, for
+/// drivers without one, an open that is closed at once: header and side-car reads, no pixels.)
+fn identify_elsewhere(c_path: &CStr, drivers: SourceDrivers) -> Option<String> {
+    if !exists(c_path) {
+        return None;
+    }
+    static IDENTIFIERS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let names = IDENTIFIERS.get_or_init(|| {
+        // SAFETY: the driver manager is initialised (`ensure_registered`).
+        let count = unsafe { gdal_sys::GDALGetDriverCount() };
+        (0..count)
+            // SAFETY: an index below the driver count; a null handle is handled by the callee.
+            .filter_map(|i| driver_name(unsafe { gdal_sys::GDALGetDriver(i) }))
+            .filter(|n| n != "HTTP")
+            .collect()
+    });
+    let list = CStrList::new(names.iter().map(String::as_str));
+    // SAFETY: a valid C string and a NULL-terminated list, alive for the call.
+    let driver = unsafe {
+        gdal_sys::GDALIdentifyDriverEx(c_path.as_ptr(), GDAL_OF_RASTER, list.as_ptr(), ptr::null())
+    };
+    reset_error();
+    driver_name(driver).filter(|name| !drivers.allows(name))
+}
+
+/// A driver's short name (`GTiff`, `VRT`); `None` for a null handle.
+fn driver_name(driver: gdal_sys::GDALDriverH) -> Option<String> {
+    if driver.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null driver handle from GDAL's driver manager, whose drivers live as long
+    // as the process; the short name is a C string owned by the driver.
+    let name = unsafe { gdal_sys::GDALGetDriverShortName(driver) };
+    // SAFETY: checked non-null; copied out at once.
+    (!name.is_null()).then(|| {
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+/// True if the virtual file system finds `c_path` (a file or an object).
+fn exists(c_path: &CStr) -> bool {
+    let mut stat = StatBuf([0; 512]);
+    // SAFETY: `stat` is a writable buffer larger than any `struct stat64` (see `StatBuf`);
+    // `c_path` is a valid C string.
+    let found = unsafe {
+        gdal_sys::VSIStatExL(
+            c_path.as_ptr(),
+            (&raw mut stat).cast::<gdal_sys::VSIStatBufL>(),
+            VSI_STAT_EXISTS_FLAG,
+        ) == 0
+    };
+    reset_error();
+    found
+}
+
+/// gdal-sys declares `VSIStatBufL` (glibc's `struct stat64`, 144 bytes on x86_64) as an
+/// opaque zero-sized type, so a `VSIStatBufL` on the stack is no buffer at all: GDAL would
+/// write past it. Hand it a zeroed, suitably aligned buffer larger than any `stat64`.
+#[repr(C, align(16))]
+struct StatBuf([u8; 512]);
 
 fn classify_open_failure(path: &str, c_path: &CStr, source: GdalError) -> CogError {
     let path_s = path.to_owned();
@@ -231,11 +357,6 @@ fn classify_open_failure(path: &str, c_path: &CStr, source: GdalError) -> CogErr
         return CogError::Missing { path: path_s };
     }
     // Ask the virtual file system whether the object exists, with errors recorded.
-    // gdal-sys declares `VSIStatBufL` (glibc's `struct stat64`, 144 bytes on x86_64) as an
-    // opaque zero-sized type, so a `VSIStatBufL` on the stack is no buffer at all: GDAL would
-    // write past it. Hand it a zeroed, suitably aligned buffer larger than any `stat64`.
-    #[repr(C, align(16))]
-    struct StatBuf([u8; 512]);
     let mut stat = StatBuf([0; 512]);
     // SAFETY: `stat` is 512 writable bytes, aligned for `struct stat64`, which GDAL fills in as
     // plain data; `c_path` is a valid NUL-terminated C string.

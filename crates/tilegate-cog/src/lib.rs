@@ -1,6 +1,9 @@
 //! Window reads and COG encoding through GDAL, and synthetic sample scenes.
 //!
 //! * [`probe`] reads a source's [`SceneMeta`](tilegate_core::source::SceneMeta).
+//! * Every source is opened with only the GDAL drivers its path allows ([`SourceDrivers`]: a
+//!   remote source is a GeoTIFF, a VRT only from the operator's disk and never with raw
+//!   bands), under GDAL options hardened once per process.
 //! * [`encode_window`] turns one window into a single-block COG tile (bytes in memory), reading
 //!   through one GDAL dataset handle per thread; [`encode_windows_parallel`] fans out on rayon.
 //! * [`read_raster`] and [`tiff_layout`] read pixels and layout back, for checks.
@@ -8,12 +11,15 @@
 //!
 //! Everything is synchronous; callers on an async runtime use a blocking pool.
 
+mod drivers;
 mod dtype;
 mod encode;
 mod error;
 mod ffi;
+mod hardening;
 mod place;
 mod probe;
+mod rawband;
 mod read;
 pub mod recipes;
 mod sample;
@@ -22,6 +28,7 @@ mod stack;
 mod thumb;
 mod warp;
 
+pub use drivers::SourceDrivers;
 pub use dtype::Dtype;
 pub use encode::{
     EncodeRequest, NDVI_NODATA, StepTimes, clear_thread_cache, encode_window,
@@ -53,9 +60,17 @@ pub fn release_block_cache() {
 }
 
 /// Set process-wide GDAL configuration options (how `/vsis3/` reaches S3, say); one that
-/// cannot be set is logged and skipped.
+/// cannot be set is logged and skipped, and so is one that would undo tilegate's hardening
+/// (`GDAL_VRT_ENABLE_RAWRASTERBAND` is always `NO`).
 pub fn set_config_options(options: impl IntoIterator<Item = (String, String)>) {
+    ffi::ensure_registered();
     for (key, value) in options {
+        if let Some(kept) = hardening::locked(&key)
+            && !value.eq_ignore_ascii_case(kept)
+        {
+            tracing::warn!(key, kept, "refused to change a GDAL hardening option");
+            continue;
+        }
         if let Err(e) = gdal::config::set_config_option(&key, &value) {
             tracing::warn!(key, error = %e, "could not set a GDAL configuration option");
         }

@@ -85,7 +85,9 @@ impl StoreError {
 /// Result alias for storage operations.
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// Render an error and its whole source chain on one line, for logs and dead-letter reasons.
+/// Render an error and its whole source chain on one line, for logs and dead-letter reasons,
+/// with its secrets redacted ([`crate::redact`]): an HTTP client's error names the URL it
+/// sent, and a signed URL carries its signature.
 pub fn chain(err: &(dyn StdError + 'static)) -> String {
     let mut out = err.to_string();
     let mut cur = err.source();
@@ -94,5 +96,26 @@ pub fn chain(err: &(dyn StdError + 'static)) -> String {
         out.push_str(&e.to_string());
         cur = e.source();
     }
-    out
+    crate::redact::redact(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_names_every_source_and_no_signature() {
+        let url = "https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA%2F1&X-Amz-Signature=0a1b2c";
+        let e = StoreError::backend(
+            "put",
+            "tiles/a.tif",
+            Retry::Retryable,
+            std::io::Error::other(format!("error sending request for url ({url})")),
+        );
+        assert_eq!(
+            chain(&e),
+            "put `tiles/a.tif`: error sending request for url \
+             (https://b.s3.amazonaws.com/k?X-Amz-Credential=REDACTED&X-Amz-Signature=REDACTED)"
+        );
+    }
 }

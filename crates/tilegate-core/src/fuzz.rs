@@ -100,3 +100,75 @@ pub fn condition_list(data: &[u8]) {
         assert!(list.matches_strong(&ETag::new("\"anything\"")));
     }
 }
+
+/// The source policy under arbitrary references (the default policy): the input is an origin
+/// line (empty: the operator's command line; otherwise the document a reference comes from)
+/// and then either a reference or a STAC Item whose assets' hrefs are the references. Never
+/// panics; whatever it accepts from a remote document is neither a local file nor off the
+/// document's origin; no accepted HTTP(S) URL names a special address literally; every refusal
+/// names its rule.
+pub fn source_policy(data: &[u8]) {
+    use crate::source_policy::{Origin, SourcePolicy, special};
+    let text = String::from_utf8_lossy(data);
+    let (origin_line, rest) = text.split_once('\n').unwrap_or(("", &text));
+    let origin = if origin_line.is_empty() {
+        Origin::Operator
+    } else {
+        Origin::Document(origin_line)
+    };
+    let refs: Vec<String> = match serde_json::from_str::<serde_json::Value>(rest) {
+        Ok(item) => item
+            .get("assets")
+            .and_then(|a| a.as_object())
+            .map(|assets| {
+                assets
+                    .values()
+                    .filter_map(|a| a.get("href")?.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        Err(_) => vec![rest.to_owned()],
+    };
+    let policy = SourcePolicy::default();
+    let remote_doc = match origin {
+        Origin::Document(d) => url::Url::parse(d)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https" | "s3" | "gs" | "az")),
+        Origin::Operator => None,
+    };
+    for r in refs {
+        match policy.check(&r, origin) {
+            Ok(()) => {
+                let parsed = url::Url::parse(&r).ok();
+                if let Some(doc) = &remote_doc {
+                    let u = parsed
+                        .as_ref()
+                        .expect("accepted a reference from a remote document that is no URL");
+                    assert_ne!(u.scheme(), "file", "a remote document reached a local file");
+                    assert!(
+                        u.scheme() == doc.scheme()
+                            || (matches!(u.scheme(), "http" | "https")
+                                && matches!(doc.scheme(), "http" | "https")),
+                        "a remote document reached another kind of store: {r} from {doc}"
+                    );
+                    assert_eq!(
+                        u.host_str().map(str::to_ascii_lowercase),
+                        doc.host_str().map(str::to_ascii_lowercase),
+                        "a remote document reached another origin: {r} from {doc}"
+                    );
+                }
+                if let Some(u) = parsed.filter(|u| matches!(u.scheme(), "http" | "https")) {
+                    let ip = match u.host() {
+                        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+                        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+                        _ => None,
+                    };
+                    if let Some(ip) = ip {
+                        assert_eq!(special(ip), None, "accepted a special address: {r}");
+                    }
+                }
+            }
+            Err(f) => assert!(is_reason_code(f.rule), "unnamed refusal: {f}"),
+        }
+    }
+}

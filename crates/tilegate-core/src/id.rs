@@ -144,6 +144,7 @@ mod tests {
             size: 10,
             stat: None,
             assets: Vec::new(),
+            signed: false,
         };
         let recipe = Recipe::copy_all();
         let t = Tenant::default();

@@ -22,6 +22,9 @@ pub const KEY_SUFFIX_RESERVE: usize = 128;
 /// Longest accepted prefix, in bytes, so that every key derived from it fits [`MAX_KEY_LEN`].
 pub const MAX_PREFIX_LEN: usize = MAX_KEY_LEN - KEY_SUFFIX_RESERVE;
 
+/// The segment under which tenants' roots live (`{prefix}/tenants/{tenant}`); reserved.
+pub const TENANTS_SEGMENT: &str = "tenants";
+
 /// Why a key segment was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("accept key segment `{shown}`: {reason}")]
@@ -193,12 +196,22 @@ impl Tenant {
     }
 
     /// Where this tenant's outputs go under `prefix`: the prefix itself for the default
-    /// tenant, `{prefix}/tenants/{tenant}` otherwise.
+    /// tenant, `{prefix}/tenants/{tenant}` otherwise. The segment `tenants` is reserved for
+    /// those roots: a prefix that contains it is refused, so that no prefix — the default
+    /// tenant's `tiles/tenants/acme`, or another tenant's `tiles/tenants/acme` — can enter
+    /// another tenant's root.
     pub fn root(&self, prefix: &Prefix) -> Result<Prefix, KeyError> {
+        if prefix.as_str().split('/').any(|seg| seg == TENANTS_SEGMENT) {
+            return Err(KeyError {
+                shown: shown(prefix.as_str()),
+                reason: "the segment `tenants` is reserved for tenants' roots: a prefix may not \
+                         contain it (use --tenant)",
+            });
+        }
         if self.is_default() {
             Ok(prefix.clone())
         } else {
-            Prefix::parse(&format!("{prefix}/tenants/{}", self.0))
+            Prefix::parse(&format!("{prefix}/{TENANTS_SEGMENT}/{}", self.0))
         }
     }
 }
@@ -263,6 +276,34 @@ fn shown_key(key: &str) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn tenant_roots_never_alias() {
+        let p = |s| Prefix::parse(s).unwrap();
+        let acme = Tenant::parse("acme").unwrap();
+        assert_eq!(
+            acme.root(&p("tiles")).unwrap().as_str(),
+            "tiles/tenants/acme"
+        );
+        // The default tenant, or another tenant, naming a prefix inside acme's root.
+        for prefix in [
+            "tiles/tenants/acme",
+            "tiles/tenants",
+            "tenants",
+            "x/tenants/acme/y",
+        ] {
+            for t in [
+                Tenant::default(),
+                Tenant::parse("evil").unwrap(),
+                acme.clone(),
+            ] {
+                let e = t.root(&p(prefix)).unwrap_err();
+                assert!(e.reason.contains("reserved"), "{prefix}: {e}");
+            }
+        }
+        // A segment that only contains the word is fine.
+        assert!(Tenant::default().root(&p("my-tenants")).is_ok());
+    }
 
     #[test]
     fn tile_key_shape() {

@@ -225,6 +225,12 @@ pub struct AttemptRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_after: Option<UnixMillis>,
     pub retention: Retention,
+    /// Whether the regeneration asked to publish the attempt once uploaded, recorded when the
+    /// row was written by whoever asked. A queue message carries a copy of this wish, and the
+    /// message is not trusted: a worker publishes only what the row says. `None` on rows
+    /// written before this was kept (the message's copy decides for them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept: Option<bool>,
     /// A legal hold: GC never marks or sweeps the row while it is set.
     #[serde(default)]
     pub legal_hold: bool,
@@ -266,6 +272,7 @@ impl AttemptRow {
             retired_at: None,
             delete_after: Some(after(now, retention.upload_grace_ms)),
             retention,
+            accept: None,
             legal_hold: false,
             marked_at: None,
             sweep_started_at: None,

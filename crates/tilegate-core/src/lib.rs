@@ -16,7 +16,9 @@ pub mod metrics;
 pub mod object;
 pub mod queue;
 pub mod recipe;
+pub mod redact;
 pub mod source;
+pub mod source_policy;
 pub mod table;
 pub mod time;
 

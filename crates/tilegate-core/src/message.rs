@@ -185,6 +185,7 @@ mod tests {
             size: 10,
             stat: None,
             assets: Vec::new(),
+            signed: false,
         };
         let recipe = Recipe::copy_all();
         let id = JobId::of(&source, &recipe, &Prefix::default(), &Tenant::default());

@@ -21,6 +21,87 @@ pub struct SourceInfo {
     /// ETag is then a hash of theirs, so every asset is part of the job's identity.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assets: Vec<Asset>,
+    /// The URI was given with credentials in it (a presigned or SAS URL). They are not part of
+    /// `uri` — not stored, sent in a message or published — and live only in the memory of the
+    /// process that planned the job ([`split_credentials`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub signed: bool,
+}
+
+/// Query parameters that carry credentials in a URL: S3 and GCS presigned URLs
+/// (`X-Amz-*`, `X-Goog-*`, the V2 `Signature`/`Expires`/`AWSAccessKeyId`/`GoogleAccessId`),
+/// Azure SAS tokens (`sv`, `ss`, `srt`, `sp`, `se`, `st`, `spr`, `sig`, `sr`, `sk*`, …), and
+/// generic tokens and keys.
+fn is_credential_param(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.starts_with("x-amz-")
+        || n.starts_with("x-goog-")
+        || n.starts_with("sk")
+        || matches!(
+            n.as_str(),
+            "signature"
+                | "expires"
+                | "awsaccesskeyid"
+                | "googleaccessid"
+                | "sig"
+                | "sv"
+                | "ss"
+                | "srt"
+                | "sp"
+                | "se"
+                | "st"
+                | "spr"
+                | "sr"
+                | "sdd"
+                | "si"
+                | "rscc"
+                | "rscd"
+                | "rsce"
+                | "rscl"
+                | "rsct"
+                | "token"
+                | "access_token"
+                | "key"
+                | "api_key"
+                | "apikey"
+                | "code"
+        )
+}
+
+/// A URL without the query parameters that carry credentials, and whether it had any: what
+/// tilegate stores, sends and publishes of a presigned or SAS URL. The URL's other parameters
+/// keep their order and spelling.
+pub fn split_credentials(uri: &str) -> (String, bool) {
+    let (base, fragment) = match uri.split_once('#') {
+        Some((b, f)) => (b, Some(f)),
+        None => (uri, None),
+    };
+    let Some((path, query)) = base.split_once('?') else {
+        return (uri.to_owned(), false);
+    };
+    let mut kept = Vec::new();
+    let mut stripped = false;
+    for pair in query.split('&') {
+        let name = pair.split('=').next().unwrap_or("");
+        if is_credential_param(name) {
+            stripped = true;
+        } else if !pair.is_empty() {
+            kept.push(pair);
+        }
+    }
+    if !stripped {
+        return (uri.to_owned(), false);
+    }
+    let mut out = path.to_owned();
+    if !kept.is_empty() {
+        out.push('?');
+        out.push_str(&kept.join("&"));
+    }
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    (out, true)
 }
 
 /// One asset of a STAC Item source: its key in the item and the pinned file.
@@ -118,6 +199,36 @@ pub fn gdal_path_of(uri: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::gdal_path_of;
+
+    #[test]
+    fn credentials_are_split_off_a_url() {
+        use super::split_credentials;
+        assert_eq!(
+            split_credentials(
+                "https://b.s3.amazonaws.com/k.tif?versionId=3&X-Amz-Algorithm=AWS4-HMAC-SHA256\
+                 &X-Amz-Credential=AKIA%2F&X-Amz-Signature=abc&X-Amz-Expires=60"
+            ),
+            (
+                "https://b.s3.amazonaws.com/k.tif?versionId=3".to_owned(),
+                true
+            )
+        );
+        assert_eq!(
+            split_credentials(
+                "https://a.blob.core.windows.net/c/k.tif?sv=2022-11-02&ss=b&srt=o&sp=r\
+                 &se=2026-12-31&spr=https&sig=SECRET%3D"
+            ),
+            ("https://a.blob.core.windows.net/c/k.tif".to_owned(), true)
+        );
+        assert_eq!(
+            split_credentials("https://h/x.tif?a=1#frag"),
+            ("https://h/x.tif?a=1#frag".to_owned(), false)
+        );
+        assert_eq!(
+            split_credentials("https://h/x.tif?token=t&b=2#f"),
+            ("https://h/x.tif?b=2#f".to_owned(), true)
+        );
+    }
 
     #[test]
     fn gdal_reads_each_scheme_through_its_vsi_path() {

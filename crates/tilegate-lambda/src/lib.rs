@@ -45,6 +45,9 @@ pub struct HandlerConfig {
     pub visibility: Duration,
     /// The function's name, the metrics' `function` dimension.
     pub function: String,
+    /// What each job may read, by its tenant (`TILEGATE_SOURCE_POLICY`, a file in the
+    /// function's package; the default policy without it).
+    pub sources: Arc<tilegate_source::Policies>,
 }
 
 impl Default for HandlerConfig {
@@ -55,6 +58,7 @@ impl Default for HandlerConfig {
             threads,
             visibility: Duration::from_secs(720),
             function: "tilegate-worker".to_owned(),
+            sources: Arc::default(),
         }
     }
 }
@@ -89,6 +93,7 @@ impl Handler {
             // Without s3:ListBucket a HEAD of an absent tile is a 403: never ask.
             skip_existing: false,
             stop: StopWhen::Signal,
+            sources: Arc::clone(&cfg.sources),
             ..WorkerConfig::default()
         };
         Self {

@@ -42,6 +42,9 @@ async fn main() -> Result<(), Error> {
     {
         cfg.visibility = Duration::from_secs(s);
     }
+    if let Some(path) = std::env::var_os("TILEGATE_SOURCE_POLICY").filter(|p| !p.is_empty()) {
+        cfg.sources = Arc::new(tilegate_source::policy::from_file(path.as_ref())?);
+    }
     if let Some(n) = std::env::var("TILEGATE_CONCURRENCY")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -34,17 +34,18 @@ pub async fn job(b: &Backends, id: &JobId) -> Result<JobRecord, LedgerError> {
 }
 
 /// Write the attempt's row for an upload that starts now (this process uploads next): due
-/// after the upload grace from now. An existing row of the same attempt (a retry) is
-/// returned as it is.
+/// after the upload grace from now, with whether it is to be published once uploaded
+/// (`accept`). An existing row of the same attempt (a retry) is returned as it is.
 pub async fn begin(
     b: &Backends,
     job: &JobRecord,
     subject: Subject,
     id: AttemptId,
     retention: Retention,
+    accept: bool,
     now: UnixMillis,
 ) -> Result<Versioned<AttemptRow>, LedgerError> {
-    let row = AttemptRow::begin(
+    let mut row = AttemptRow::begin(
         job.tenant.clone(),
         job.job_id.clone(),
         subject,
@@ -53,21 +54,24 @@ pub async fn begin(
         retention,
         now,
     );
+    row.accept = Some(accept);
     create(b, job, row).await
 }
 
 /// Write the attempt's row for an order about to be sent through the queue: no deadline
 /// until a worker starts the upload ([`start_upload`]), so a backlog, retries or a redrive
-/// never collect it. An existing row of the same attempt is returned as it is.
+/// never collect it; and whether it is to be published (`accept`) — the worker reads that
+/// here, never from the message. An existing row of the same attempt is returned as it is.
 pub async fn begin_queued(
     b: &Backends,
     job: &JobRecord,
     subject: Subject,
     id: AttemptId,
     retention: Retention,
+    accept: bool,
     now: UnixMillis,
 ) -> Result<Versioned<AttemptRow>, LedgerError> {
-    let row = AttemptRow::queued(
+    let mut row = AttemptRow::queued(
         job.tenant.clone(),
         job.job_id.clone(),
         subject,
@@ -76,6 +80,7 @@ pub async fn begin_queued(
         retention,
         now,
     );
+    row.accept = Some(accept);
     create(b, job, row).await
 }
 

@@ -2,12 +2,10 @@
 //!
 //! Architecture invariant: the job ID and the window list are pure functions of the source's
 //! identity (canonical URI + ETag) and the recipe; planning twice yields the same job and
-//! enqueues duplicates, which the workers absorb.
+//! enqueues duplicates, which the workers absorb. The source is resolved through
+//! `tilegate-source` under the tenant's source policy before anything is enqueued.
 
-pub mod http;
 pub mod plan;
-pub mod source;
-pub mod stac;
 
 pub use plan::{Plan, PlanError, PlanOptions, PlanTimings, enqueue_windows, plan};
-pub use source::{SourceError, SourceGuard, resolve_source};
+pub use tilegate_source::{SourceError, SourcePolicy};

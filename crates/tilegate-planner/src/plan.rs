@@ -1,8 +1,8 @@
 //! `plan`: pin the source, derive the job, write the job row (create-if-absent), and enqueue
 //! one self-contained message per window (or, resuming, per window with no manifest row).
 
-use crate::source::{SourceError, resolve};
 use std::collections::HashSet;
+use std::sync::Arc;
 use tilegate_cog::CogError;
 use tilegate_core::grid::GridError;
 use tilegate_core::message::WindowMessage;
@@ -12,6 +12,7 @@ use tilegate_core::table::{CreateOutcome, JobRecord, MAX_MANIFEST_SHARDS};
 use tilegate_core::{
     Backends, Grid, JobId, KeyError, Prefix, Recipe, StoreError, Tenant, now_millis,
 };
+use tilegate_source::{Origin, SourceError, SourcePolicy, resolve};
 
 /// What to plan.
 #[derive(Debug, Clone)]
@@ -27,6 +28,9 @@ pub struct PlanOptions {
     /// Partitions of the job's manifest (1: one partition keyed by the job ID); see
     /// [`tilegate_core::table::manifest_partition`].
     pub manifest_shards: u32,
+    /// What the job may read: the tenant's source policy. The source is the operator's
+    /// reference; a STAC Item's hrefs are the item's.
+    pub policy: Arc<SourcePolicy>,
 }
 
 /// What planning did.
@@ -101,10 +105,11 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
         clock = std::time::Instant::now();
         s
     };
-    let resolved = if !opts.assets.is_empty() || crate::stac::is_item(source) {
-        crate::stac::resolve_item(b, source, &opts.assets).await?
+    let resolved = if !opts.assets.is_empty() || tilegate_source::stac::is_item(source) {
+        tilegate_source::stac::resolve_item(b, &opts.policy, source, &opts.assets, Origin::Operator)
+            .await?
     } else {
-        resolve(b, source).await?
+        resolve(b, &opts.policy, source, Origin::Operator).await?
     };
     timings.pin_s = lap();
     let gdal_path = resolved.gdal_path.clone();

@@ -1,6 +1,7 @@
 //! A job's status: gathered once from its stored rows ([`gather`]), then read as one model
 //! ([`JobStatus`]) by `status --json`, `status --watch` and the report, so that they agree on
-//! every count.
+//! every count. Text that may carry a secret (dead letters' reasons, the source URI) is
+//! redacted in the model ([`tilegate_core::redact`]), so no view of it shows one.
 
 use crate::cost::{self, CostEstimate, PriceTable};
 use serde::Serialize;
@@ -8,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use tilegate_core::message::WindowMessage;
 use tilegate_core::metrics as m;
 use tilegate_core::queue::QueueDepth;
+use tilegate_core::redact::redact;
 use tilegate_core::table::{JobRecord, ManifestEntry, OutputRef, TileOrigin};
 use tilegate_core::{Backends, JobId, StoreResult, UnixMillis, Window};
 
@@ -165,7 +167,8 @@ pub async fn gather(b: &Backends, job: JobRecord, now: UnixMillis) -> StoreResul
                 .map(|w| w.window)
                 .or_else(|| window_of(&d.body)),
             message_id: d.message_id,
-            reason: d.reason,
+            // Also a reason stored before reasons were redacted as they were written.
+            reason: redact(&d.reason).into_owned(),
             receive_count: d.receive_count,
             dead_at_ms: d.dead_at,
         })
@@ -294,7 +297,7 @@ impl Gathered {
         JobStatus {
             job_id: job.job_id.clone(),
             tenant: job.tenant.to_string(),
-            source: job.source.uri.clone(),
+            source: redact(&job.source.uri).into_owned(),
             source_etag: job.source.etag.to_string(),
             recipe: job.recipe.fingerprint(),
             prefix: job.prefix.to_string(),

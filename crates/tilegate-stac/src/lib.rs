@@ -2,7 +2,8 @@
 //! scene and its checksum, so that the same job always writes the same bytes (the Item is
 //! published next to the scene with create-if-absent). STAC 1.0.0 with the projection
 //! (v2.0.0), raster (v1.1.0) and file (v2.1.0) extensions; an optional Collection over a set
-//! of jobs' Items.
+//! of jobs' Items. The URIs an Item or Collection names are redacted
+//! ([`tilegate_core::redact`]): a published document carries no credential.
 
 use serde_json::{Value, json};
 use tilegate_core::table::{JobRecord, OutputRef};
@@ -102,6 +103,8 @@ pub fn item(job: &JobRecord, scene: &OutputRef, checksum: &str) -> Value {
         })
         .collect();
     let scene_file = scene.key.rsplit('/').next().unwrap_or(&scene.key);
+    // A published Item names no credential, whatever the source URI carried.
+    let source = tilegate_core::redact::redact(&job.source.uri);
     let mut properties = json!({
         "datetime": datetime,
         "created": rfc3339(job.created_at),
@@ -110,7 +113,7 @@ pub fn item(job: &JobRecord, scene: &OutputRef, checksum: &str) -> Value {
         "proj:transform": [gt[1], gt[2], gt[0], gt[4], gt[5], gt[3]],
         "proj:bbox": proj_bbox,
         "tilegate:job_id": job.job_id,
-        "tilegate:source": job.source.uri,
+        "tilegate:source": source,
         "tilegate:source_etag": job.source.etag,
         "tilegate:recipe": job.recipe.fingerprint(),
     });
@@ -130,7 +133,7 @@ pub fn item(job: &JobRecord, scene: &OutputRef, checksum: &str) -> Value {
         "geometry": Value::Null,
         "properties": properties,
         "links": [
-            { "rel": "derived_from", "href": job.source.uri, "title": "the source scene" },
+            { "rel": "derived_from", "href": source, "title": "the source scene" },
         ],
         "assets": {
             "data": {
@@ -185,6 +188,7 @@ pub fn collection(id: &str, description: &str, items: &[(Value, String)]) -> Val
     times.sort_unstable();
     let mut links = vec![];
     for (_, href) in items {
+        let href = tilegate_core::redact::redact(href);
         links.push(json!({ "rel": "item", "href": href, "type": "application/geo+json" }));
     }
     json!({

@@ -17,8 +17,7 @@ use tilegate_core::queue::Received;
 use tilegate_core::table::{CreateOutcome, JobRecord, ManifestEntry, TileOrigin, WindowFacts};
 use tilegate_core::{JobId, StoreError, Window, now_millis};
 use tilegate_ledger::LedgerError;
-use tilegate_planner::SourceError;
-use tilegate_planner::source::gdal_path;
+use tilegate_source::{SourceError, gdal_path};
 
 /// What became of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +192,8 @@ async fn dead_letter(
     fault: Fault,
     deltas: &mut Deltas,
 ) -> WindowOutcome {
-    let reason = format!("{}: {}", fault.code, fault.detail);
+    let reason =
+        tilegate_core::redact::redact(&format!("{}: {}", fault.code, fault.detail)).into_owned();
     tracing::warn!(message_id = %msg.message_id, reason = %reason, "dead-lettering message");
     match shared.b.queue.dead_letter(msg, &reason).await {
         Ok(()) => {
@@ -374,6 +374,9 @@ async fn process(
     }
 
     fault::point("before-encode", msg.receive_count);
+    // The policy judges the source before GDAL opens it: the job row is the operator's, but
+    // this worker's policy (and the addresses a name resolves to now) decide what it reads.
+    tilegate_source::admit(&shared.cfg.sources.of(job.tenant.as_str()), &job.source).await?;
     let (bytes, reduced, times) = encode(shared, &job, window, msg.receive_count, deltas).await?;
     // Pinned after the read: a source that changed before or during the read no longer has
     // its planned pin, so what was read is not committed (one check per window: a check
@@ -463,6 +466,8 @@ async fn regenerate_window(
             .map_err(attempt_failure)?;
         if row.row.state == AttemptState::Uploading {
             verify_source(shared, job, deltas).await?;
+            tilegate_source::admit(&shared.cfg.sources.of(job.tenant.as_str()), &job.source)
+                .await?;
             let (bytes, _, _) = encode(shared, job, window, receive_count, deltas).await?;
             verify_source(shared, job, deltas).await?;
             let meta = tilegate_ledger::attempt::put(&shared.b, &row.row, bytes)
@@ -530,7 +535,8 @@ async fn verify_source(
     job: &JobRecord,
     deltas: &mut Deltas,
 ) -> Result<(), Failure> {
-    tilegate_planner::source::verify(&shared.b, &shared.guard, &job.source)
+    let policy = shared.cfg.sources.of(job.tenant.as_str());
+    tilegate_source::verify(&shared.b, &policy, &shared.guard, &job.source)
         .await
         .map_err(|e| {
             if matches!(e, SourceError::Changed { .. }) {

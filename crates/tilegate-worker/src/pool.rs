@@ -11,7 +11,7 @@ use tilegate_core::metrics::Counters;
 use tilegate_core::queue::{ReceiveOptions, Received};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, JobId, StoreResult, Window};
-use tilegate_planner::SourceGuard;
+use tilegate_source::{Policies, SourceGuard};
 use tokio::sync::{Mutex, Semaphore, watch};
 use tokio::task::JoinSet;
 
@@ -78,6 +78,8 @@ pub struct WorkerConfig {
     /// Encode with this instead of GDAL (a simulation's timed stand-in); `None`: GDAL, on a
     /// pool of `threads` encoder threads. With a stand-in no encoder thread is started.
     pub stand_in: Option<Arc<dyn StandInEncoder>>,
+    /// What each job may read, by its tenant: checked again whenever a window opens its source.
+    pub sources: Arc<Policies>,
 }
 
 /// An encoder that stands in for GDAL's: a window's tile bytes after the time it models. The
@@ -108,6 +110,7 @@ impl Default for WorkerConfig {
             reduce_into: None,
             counter_flush: COUNTER_FLUSH_PERIOD,
             stand_in: None,
+            sources: Arc::default(),
         }
     }
 }

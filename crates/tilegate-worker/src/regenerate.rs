@@ -16,7 +16,7 @@ use tilegate_core::ledger::{
 use tilegate_core::table::{JobRecord, Versioned};
 use tilegate_core::{Backends, UnixMillis, Window};
 use tilegate_ledger::{LedgerError, attempt};
-use tilegate_planner::{SourceError, SourceGuard};
+use tilegate_source::{SourceError, SourceGuard, SourcePolicy};
 
 /// Why a regeneration could not finish.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +86,8 @@ pub struct Request {
     pub retention: Retention,
     /// Publish it once uploaded.
     pub accept: bool,
+    /// What the job may read (its tenant's source policy).
+    pub policy: std::sync::Arc<SourcePolicy>,
 }
 
 /// Write the attempt's row (`uploading`, its upload not yet begun: no deadline until a
@@ -104,6 +106,7 @@ pub async fn start(
         Subject::Window(window),
         id.clone(),
         req.retention,
+        req.accept,
         now,
     )
     .await?;
@@ -119,16 +122,17 @@ pub async fn start(
 /// Recompute the window of `job` (source pinned before and after the read).
 pub async fn encode(
     b: &Backends,
+    policy: &std::sync::Arc<SourcePolicy>,
     job: &JobRecord,
     window: Window,
 ) -> Result<Bytes, RegenerateError> {
     let guard = SourceGuard::new();
-    tilegate_planner::source::verify(b, &guard, &job.source).await?;
+    tilegate_source::verify(b, policy, &guard, &job.source).await?;
     let req = encode_request(job, window)?;
     let bytes = tokio::task::spawn_blocking(move || tilegate_cog::encode_window(&req))
         .await
         .expect("encoder task panicked")?;
-    tilegate_planner::source::verify(b, &guard, &job.source).await?;
+    tilegate_source::verify(b, policy, &guard, &job.source).await?;
     Ok(Bytes::from(bytes))
 }
 
@@ -144,7 +148,14 @@ pub async fn finish(
     now: UnixMillis,
 ) -> Result<Regenerated, RegenerateError> {
     let row = attempt::upload(b, row, bytes, now).await?;
-    let published = if order.accept {
+    // What the row recorded when the regeneration was asked for decides; the order's copy (a
+    // queue message anyone who can send to the queue could forge) only for rows from before.
+    let accept = row.row.accept.unwrap_or(order.accept);
+    if accept != order.accept {
+        tracing::warn!(attempt = %order.id, row_accept = accept, message_accept = order.accept,
+            "the order's accept disagrees with its ledger row; the row decides");
+    }
+    let published = if accept {
         match row.row.state {
             // A redelivery of an order that was already published, and still is.
             tilegate_core::ledger::AttemptState::Accepted => None,
@@ -166,8 +177,9 @@ pub async fn run(
     req: Request,
     now: impl Fn() -> UnixMillis,
 ) -> Result<Regenerated, RegenerateError> {
+    let policy = std::sync::Arc::clone(&req.policy);
     let (row, order) = start(b, job, window, req, now()).await?;
-    let bytes = encode(b, job, window).await?;
+    let bytes = encode(b, &policy, job, window).await?;
     finish(b, row, &order, bytes, now()).await
 }
 
@@ -184,7 +196,16 @@ pub async fn scene(
     now: impl Fn() -> UnixMillis,
 ) -> Result<Regenerated, RegenerateError> {
     let id = req.id.unwrap_or_else(attempt::new_id);
-    let mut row = attempt::begin(b, job, Subject::Scene, id.clone(), req.retention, now()).await?;
+    let mut row = attempt::begin(
+        b,
+        job,
+        Subject::Scene,
+        id.clone(),
+        req.retention,
+        req.accept,
+        now(),
+    )
+    .await?;
     if row.row.state == tilegate_core::ledger::AttemptState::Uploading {
         opts.attempt = Some(tilegate_assembler::SceneAttempt {
             key: row.row.key.clone(),

@@ -12,7 +12,7 @@ use tilegate_cog::CogError;
 use tilegate_core::object::{ObjectMeta, PutOptions, PutOutcome, UpdateVersion};
 use tilegate_core::table::{JobRecord, ManifestEntry, TileOrigin, UpdateOutcome};
 use tilegate_core::{Backends, ETag, JobId, StoreError, Window, now_millis};
-use tilegate_planner::{SourceError, SourceGuard};
+use tilegate_source::{SourceError, SourceGuard, SourcePolicy};
 
 /// Why a repair could not run.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +34,20 @@ pub enum RepairError {
     Encode(#[from] CogError),
     #[error("repair: storage")]
     Store(#[from] StoreError),
+}
+
+impl RepairError {
+    /// A stable kebab-case name (the same names as dead-letter reasons).
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            Self::UnknownJob(_) => "unknown-job",
+            Self::OutsideGrid { .. } => "window-outside-scene",
+            Self::NoTile(_) => "no-tile",
+            Self::Source(e) => e.reason_code(),
+            Self::Encode(e) => e.reason_code(),
+            Self::Store(_) => "storage",
+        }
+    }
 }
 
 /// A recomputed tile, ready to replace the version it was computed against.
@@ -58,9 +72,10 @@ pub enum RepairOutcome {
     Superseded,
 }
 
-/// Read the current ETag and recompute the window.
+/// Read the current ETag and recompute the window (its source read as `policy` allows).
 pub async fn prepare(
     b: &Backends,
+    policy: &std::sync::Arc<SourcePolicy>,
     job_id: &JobId,
     window: Window,
 ) -> Result<Prepared, RepairError> {
@@ -85,12 +100,12 @@ pub async fn prepare(
         .await?
         .ok_or_else(|| RepairError::NoTile(key.clone()))?;
     let guard = SourceGuard::new();
-    tilegate_planner::source::verify(b, &guard, &job.source).await?;
+    tilegate_source::verify(b, policy, &guard, &job.source).await?;
     let req = encode_request(&job, window)?;
     let bytes = tokio::task::spawn_blocking(move || tilegate_cog::encode_window(&req))
         .await
         .expect("encoder task panicked")?;
-    tilegate_planner::source::verify(b, &guard, &job.source).await?;
+    tilegate_source::verify(b, policy, &guard, &job.source).await?;
     Ok(Prepared {
         job,
         window,

@@ -43,6 +43,7 @@ fn request(accept: bool) -> Request {
         id: None,
         retention: GRACE,
         accept,
+        ..Request::default()
     }
 }
 
@@ -168,7 +169,7 @@ async fn marked_before_record(
     tilegate_core::ETag,
 ) {
     let s = Subject::Window(w);
-    let row = attempt::begin(b, job, s, attempt::new_id(), GRACE, t)
+    let row = attempt::begin(b, job, s, attempt::new_id(), GRACE, false, t)
         .await
         .unwrap();
     let meta = attempt::put(b, &row.row, tile(4)).await.unwrap();
@@ -242,7 +243,7 @@ pub async fn a_late_record_sweeps_its_own_object_through_the_claim(h: &dyn Harne
     // still the attempt's own: a put of the same attempt finds it and does not call it a
     // collision. (The cloud stores stamp every conditional write with a token of their own, so
     // only a store that can hold an object without one is asked.)
-    let other = attempt::begin(&b, &job, s, attempt::new_id(), GRACE, t + 2)
+    let other = attempt::begin(&b, &job, s, attempt::new_id(), GRACE, false, t + 2)
         .await
         .unwrap();
     b.objects

@@ -31,6 +31,7 @@ fn job(source: &str, created_at: i64) -> JobRecord {
             size: 4096,
             stat: None,
             assets: Vec::new(),
+            signed: false,
         },
         recipe,
         grid: Grid::new(1024, 1536, 512).unwrap(),

@@ -1,13 +1,14 @@
-//! Sources: resolving a user's path or URI to a pinned [`SourceInfo`], and the cheap check a
-//! worker makes per window that the source is still the one planned.
+//! Resolving a user's path or URI to a pinned [`SourceInfo`], and the cheap check a worker
+//! makes per window that the source is still the one planned — both through the source policy.
 //!
 //! For a local file the ETag is a content hash (BLAKE3), computed once when planning. A
 //! worker compares size, mtime and inode per window and rehashes only when they differ.
 
+use crate::policy::{Forbidden, Origin, SourcePolicy};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, LazyLock, Mutex};
 use tilegate_core::source::LocalStat;
 use tilegate_core::{Backends, ETag, SourceInfo};
 
@@ -39,6 +40,18 @@ pub enum SourceError {
     #[error("read STAC item `{uri}`: {reason}")]
     BadItem { uri: String, reason: String },
     #[error(
+        "read source `{uri}`: it was planned from a URL with credentials (a presigned or SAS \
+         URL), which are kept only by the process that planned it; run the job with `tilegate \
+         run`, or give the workers their own access (an `s3://`, `gs://` or `az://` source)"
+    )]
+    CredentialsUnavailable { uri: String },
+    #[error("read source `{uri}`")]
+    Forbidden {
+        uri: String,
+        #[source]
+        reason: Forbidden,
+    },
+    #[error(
         "verify source `{uri}`: content changed after planning (planned {planned}, found {found})"
     )]
     Changed {
@@ -58,6 +71,8 @@ impl SourceError {
             Self::Changed { .. } => "source-changed",
             Self::Store { .. } | Self::Http { .. } => "source-unreadable",
             Self::BadItem { .. } => "bad-stac-item",
+            Self::Forbidden { .. } => "source-forbidden",
+            Self::CredentialsUnavailable { .. } => "source-credentials-unavailable",
         }
     }
 
@@ -102,6 +117,7 @@ pub fn resolve_source(input: &str) -> Result<ResolvedSource, SourceError> {
             size: stat.size,
             stat: Some(stat),
             assets: Vec::new(),
+            signed: false,
         },
         gdal_path,
     })
@@ -113,7 +129,27 @@ pub fn gdal_path(info: &SourceInfo) -> Result<String, SourceError> {
     if !info.assets.is_empty() {
         return crate::stac::stack_path(info);
     }
-    tilegate_core::source::gdal_path_of(&info.uri).ok_or_else(|| unsupported(&info.uri))
+    let uri = signed_url(info)?;
+    tilegate_core::source::gdal_path_of(&uri).ok_or_else(|| unsupported(&info.uri))
+}
+
+/// The presigned or SAS URLs this process planned, by the URI stored without their credentials.
+static SIGNED: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(Default::default);
+
+/// The URL to read `info` from: its URI, or for a source planned from a URL with credentials
+/// the whole URL — known only to the process that planned it.
+fn signed_url(info: &SourceInfo) -> Result<String, SourceError> {
+    if !info.signed {
+        return Ok(info.uri.clone());
+    }
+    SIGNED
+        .lock()
+        .expect("signed URLs")
+        .get(&info.uri)
+        .cloned()
+        .ok_or_else(|| SourceError::CredentialsUnavailable {
+            uri: info.uri.clone(),
+        })
 }
 
 fn unsupported(uri: &str) -> SourceError {
@@ -123,13 +159,37 @@ fn unsupported(uri: &str) -> SourceError {
     }
 }
 
-/// Resolve a path, `file://` or object-store URI (`s3://bucket/key`, through
-/// `Backends::sources`) to a pinned source.
-pub async fn resolve(b: &Backends, input: &str) -> Result<ResolvedSource, SourceError> {
+/// Resolve a path, `file://`, HTTP(S) or object-store URI (`s3://bucket/key`, through
+/// `Backends::sources`) to a pinned source, after the policy judged it as a reference from
+/// `origin`.
+pub async fn resolve(
+    b: &Backends,
+    policy: &Arc<SourcePolicy>,
+    input: &str,
+    origin: Origin<'_>,
+) -> Result<ResolvedSource, SourceError> {
     if crate::http::is_http(input) {
-        let (etag, size) = crate::http::head(input).await?;
-        return pinned_remote(input, etag, size);
+        let (etag, size) = crate::http::head(policy, input, origin).await?;
+        // A presigned or SAS URL: its credentials stay in this process; what is stored, sent
+        // and published is the URL without them.
+        let (uri, signed) = tilegate_core::source::split_credentials(input);
+        if signed {
+            SIGNED
+                .lock()
+                .expect("signed URLs")
+                .insert(uri.clone(), input.to_owned());
+        }
+        let mut pinned = pinned_remote(&uri, etag, size)?;
+        pinned.info.signed = signed;
+        pinned.gdal_path = gdal_path(&pinned.info)?;
+        return Ok(pinned);
     }
+    policy
+        .check(input, origin)
+        .map_err(|reason| SourceError::Forbidden {
+            uri: input.to_owned(),
+            reason,
+        })?;
     let Some((scheme, _)) = input.split_once("://").filter(|(s, _)| *s != "file") else {
         let input = input.to_owned();
         return tokio::task::spawn_blocking(move || resolve_source(&input))
@@ -144,14 +204,30 @@ pub async fn resolve(b: &Backends, input: &str) -> Result<ResolvedSource, Source
     let (etag, size) = sources
         .head_source(input)
         .await
-        .map_err(|source| SourceError::Store {
-            uri: input.to_owned(),
-            source,
-        })?
+        .map_err(|source| store_error(input, source))?
         .ok_or_else(|| SourceError::Missing {
             path: input.to_owned(),
         })?;
     pinned_remote(input, etag, size)
+}
+
+/// A store's error reading a source: a refusal by the source's own rules (an Azure account
+/// other than the configured one, say) is `source-forbidden` like the policy's own.
+fn store_error(uri: &str, source: tilegate_core::StoreError) -> SourceError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);
+    while let Some(c) = cause {
+        if let Some(f) = c.downcast_ref::<Forbidden>() {
+            return SourceError::Forbidden {
+                uri: uri.to_owned(),
+                reason: f.clone(),
+            };
+        }
+        cause = c.source();
+    }
+    SourceError::Store {
+        uri: uri.to_owned(),
+        source,
+    }
 }
 
 /// A remote source (HTTP or object store) pinned at `etag`.
@@ -164,6 +240,7 @@ fn pinned_remote(input: &str, etag: ETag, size: u64) -> Result<ResolvedSource, S
             size,
             stat: None,
             assets: Vec::new(),
+            signed: false,
         },
     })
 }
@@ -181,25 +258,97 @@ fn still_planned(info: &SourceInfo, found: ETag) -> Result<(), SourceError> {
     }
 }
 
-/// Check that a planned source still has its planned content: for a local file the stat
-/// fingerprint (rehashing only if it changed, see [`SourceGuard`]), for an object a HEAD.
-pub async fn verify(
-    b: &Backends,
-    guard: &SourceGuard,
+/// Judge a planned source before it is opened (GDAL reads it next): its URI by the policy as
+/// the operator's, a STAC Item's assets as references the item made, and every HTTP(S) host
+/// name on the addresses it resolves to now. Sends nothing to the source.
+pub async fn admit(policy: &SourcePolicy, info: &SourceInfo) -> Result<(), SourceError> {
+    admit_from(policy, info, Origin::Operator).await
+}
+
+async fn admit_from(
+    policy: &SourcePolicy,
     info: &SourceInfo,
+    origin: Origin<'_>,
 ) -> Result<(), SourceError> {
+    let forbidden = |reason| SourceError::Forbidden {
+        uri: info.uri.clone(),
+        reason,
+    };
     if !info.assets.is_empty() {
+        let doc = info.uri.split('#').next().unwrap_or(&info.uri);
         for asset in &info.assets {
-            Box::pin(verify(b, guard, &asset.source)).await?;
+            Box::pin(admit_from(policy, &asset.source, Origin::Document(doc))).await?;
         }
         return Ok(());
     }
-    if info.local_path().is_some() {
-        return guard.verify(info);
+    policy.check(&info.uri, origin).map_err(forbidden)?;
+    signed_url(info)?;
+    if crate::http::is_http(&info.uri)
+        && let Some(host) = reqwest::Url::parse(&info.uri)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+        && host.parse::<std::net::IpAddr>().is_err()
+    {
+        let ips: Vec<std::net::IpAddr> = tokio::net::lookup_host((host.as_str(), 0))
+            .await
+            .map_err(|e| SourceError::Http {
+                uri: info.uri.clone(),
+                message: format!("resolve `{host}`: {e}"),
+                retryable: true,
+            })?
+            .map(|a| a.ip())
+            .collect();
+        policy.check_addresses(&ips).map_err(forbidden)?;
+    }
+    Ok(())
+}
+
+/// Check that a planned source still has its planned content — for a local file the stat
+/// fingerprint (rehashing only if it changed, see [`SourceGuard`]), for an object a HEAD — and
+/// that the policy still allows reading it: the source as the operator's (the job row's), a
+/// STAC Item's assets as references its document made.
+pub async fn verify(
+    b: &Backends,
+    policy: &Arc<SourcePolicy>,
+    guard: &SourceGuard,
+    info: &SourceInfo,
+) -> Result<(), SourceError> {
+    verify_from(b, policy, guard, info, Origin::Operator).await
+}
+
+async fn verify_from(
+    b: &Backends,
+    policy: &Arc<SourcePolicy>,
+    guard: &SourceGuard,
+    info: &SourceInfo,
+    origin: Origin<'_>,
+) -> Result<(), SourceError> {
+    if !info.assets.is_empty() {
+        let doc = info.uri.split('#').next().unwrap_or(&info.uri);
+        for asset in &info.assets {
+            Box::pin(verify_from(
+                b,
+                policy,
+                guard,
+                &asset.source,
+                Origin::Document(doc),
+            ))
+            .await?;
+        }
+        return Ok(());
     }
     if crate::http::is_http(&info.uri) {
-        let (found, _) = crate::http::head(&info.uri).await?;
+        let (found, _) = crate::http::head(policy, &signed_url(info)?, origin).await?;
         return still_planned(info, found);
+    }
+    policy
+        .check(&info.uri, origin)
+        .map_err(|reason| SourceError::Forbidden {
+            uri: info.uri.clone(),
+            reason,
+        })?;
+    if info.local_path().is_some() {
+        return guard.verify(info);
     }
     let scheme = info.uri.split("://").next().unwrap_or("");
     let sources = b
@@ -212,10 +361,7 @@ pub async fn verify(
         Ok(None) => Err(SourceError::Missing {
             path: info.uri.clone(),
         }),
-        Err(source) => Err(SourceError::Store {
-            uri: info.uri.clone(),
-            source,
-        }),
+        Err(source) => Err(store_error(&info.uri, source)),
     }
 }
 

@@ -6,10 +6,16 @@
 //! GDAL reads the assets through a VRT that stacks their first bands (`gdalbuildvrt -separate
 //! -resolution highest`): assets of different resolutions are read onto the finest one's grid,
 //! nearest neighbour. For another grid, plan the item with the `warp` recipe.
+//!
+//! An item is a document, and its hrefs are references it makes: each is judged by the source
+//! policy as coming from the item (it stays within the item's origin unless the policy allows
+//! more, and a remote item never names a local file) before anything is read from it; a remote
+//! item is read only up to the policy's document size.
 
-use crate::source::{ResolvedSource, SourceError, resolve};
+use crate::policy::{Forbidden, Origin, SourcePolicy};
+use crate::resolve::{ResolvedSource, SourceError, resolve};
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use tilegate_core::source::Asset;
 use tilegate_core::{Backends, ETag, SourceInfo};
 
@@ -26,11 +32,14 @@ fn bad(uri: &str, reason: impl Into<String>) -> SourceError {
     }
 }
 
-/// Pin the item at `input` (a path, `file://` or `http(s)://` URI) with the assets `keys`.
+/// Pin the item at `input` (a path, `file://` or `http(s)://` URI, named from `origin`) with
+/// the assets `keys`.
 pub async fn resolve_item(
     b: &Backends,
+    policy: &Arc<SourcePolicy>,
     input: &str,
     keys: &[String],
+    origin: Origin<'_>,
 ) -> Result<ResolvedSource, SourceError> {
     // `COLLECTION#ID`: the item of that ID inside an ItemCollection.
     let (input, item_id) = match input.rsplit_once('#') {
@@ -38,13 +47,35 @@ pub async fn resolve_item(
         _ => (input, None),
     };
     let (uri, text) = if crate::http::is_http(input) {
-        (input.to_owned(), crate::http::get(input).await?)
+        (
+            input.to_owned(),
+            crate::http::get(policy, input, origin).await?,
+        )
     } else {
+        policy
+            .check(input, origin)
+            .map_err(|reason| SourceError::Forbidden {
+                uri: input.to_owned(),
+                reason,
+            })?;
         let path = input.strip_prefix("file://").unwrap_or(input);
         let canon = std::fs::canonicalize(path).map_err(|e| SourceError::Io {
             path: path.to_owned(),
             source: e,
         })?;
+        let size = std::fs::metadata(&canon).map_or(0, |m| m.len());
+        if size > policy.max_document_bytes {
+            return Err(SourceError::Forbidden {
+                uri: input.to_owned(),
+                reason: Forbidden {
+                    rule: "document-too-large",
+                    detail: format!(
+                        "the document is larger than {} bytes",
+                        policy.max_document_bytes
+                    ),
+                },
+            });
+        }
         let text = std::fs::read(&canon).map_err(|e| SourceError::Io {
             path: path.to_owned(),
             source: e,
@@ -108,7 +139,7 @@ pub async fn resolve_item(
                 )
             })?;
         let target = join(&base, href);
-        let resolved = Box::pin(resolve(b, &target)).await?;
+        let resolved = Box::pin(resolve(b, policy, &target, Origin::Document(&base))).await?;
         pinned.push(Asset {
             key: key.clone(),
             source: resolved.info,
@@ -120,6 +151,7 @@ pub async fn resolve_item(
         uri,
         stat: None,
         assets: pinned,
+        signed: false,
     };
     Ok(ResolvedSource {
         gdal_path: stack_path(&info)?,
@@ -176,7 +208,7 @@ pub fn stack_path(info: &SourceInfo) -> Result<String, SourceError> {
     }
     let mut inputs = Vec::with_capacity(info.assets.len());
     for a in &info.assets {
-        inputs.push(crate::source::gdal_path(&a.source)?);
+        inputs.push(crate::resolve::gdal_path(&a.source)?);
     }
     let remote = info.assets.iter().any(|a| a.source.local_path().is_none());
     let hash = info.etag.as_str().trim_matches('"').to_owned();
