@@ -439,23 +439,6 @@ impl Target {
         cmd
     }
 
-    /// For a test whose sources are served from 127.0.0.1 (which the default source policy refuses:
-    /// loopback is no place a shared service's sources may reach): write a policy that allows the
-    /// loopback range beside the defaults, and hand it to every `tilegate` this test process starts
-    /// (`TILEGATE_SOURCE_POLICY`). nextest runs each test in a process of its own, so the variable
-    /// is this test's alone. Returns the policy file.
-    pub fn allow_loopback_sources(dir: &Path) -> PathBuf {
-        let path = dir.join("source-policy.toml");
-        std::fs::write(
-        &path,
-        "# The test's HTTP server is on 127.0.0.1.\nallow_addresses = [\"127.0.0.0/8\", \"::1\"]\n",
-    )
-    .unwrap();
-        // SAFETY: set before this test starts any thread that reads the environment.
-        unsafe { std::env::set_var("TILEGATE_SOURCE_POLICY", &path) };
-        path
-    }
-
     /// Run with `--json`, require success, parse stdout.
     pub fn json(&self, data: &Path, args: &[&str]) -> Value {
         let out = self

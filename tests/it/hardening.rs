@@ -47,12 +47,7 @@ async fn plan16(b: &Backends, src: &Path) -> JobId {
             window: 256,
             ..Recipe::copy_all()
         },
-        prefix: Prefix::default(),
-        tenant: tilegate_core::Tenant::default(),
-        resume: false,
-        assets: Vec::new(),
-        manifest_shards: 1,
-        policy: Default::default(),
+        ..Default::default()
     };
     let plan = tilegate_planner::plan(b, src.to_str().unwrap(), &opts)
         .await

@@ -21,7 +21,7 @@ use tilegate_core::object::{
     MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt as _, PartId, PutMode, PutOptions,
     PutOutcome,
 };
-use tilegate_core::{Backends, JobId, Prefix, Recipe, StoreResult};
+use tilegate_core::{Backends, JobId, Recipe, StoreResult};
 use tilegate_gcs::GcsStore;
 use tilegate_retry::RetryPolicy;
 use tilegate_tests::responder::read_request;
@@ -494,12 +494,7 @@ async fn tiles_on(objects: Arc<dyn ObjectStore>, dir: &Path) -> (Backends, JobId
             window: 256,
             ..Recipe::copy_all()
         },
-        prefix: Prefix::default(),
-        tenant: tilegate_core::Tenant::default(),
-        resume: false,
-        assets: Vec::new(),
-        manifest_shards: 1,
-        policy: Default::default(),
+        ..Default::default()
     };
     let plan = tilegate_planner::plan(&b, src.to_str().unwrap(), &opts)
         .await

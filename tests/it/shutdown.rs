@@ -11,7 +11,7 @@ use tilegate_core::queue::{
 };
 use tilegate_core::recipe::Recipe;
 use tilegate_core::table::JobRecord;
-use tilegate_core::{Prefix, Retry, StoreError, StoreResult, Tenant, Window};
+use tilegate_core::{Retry, StoreError, StoreResult, Window};
 use tilegate_memory::{MemoryBackend, MemoryQueue, TokioClock};
 use tilegate_planner::PlanOptions;
 use tilegate_worker::{StandInEncoder, StopWhen, Worker, WorkerConfig};
@@ -107,16 +107,12 @@ fn a_permanent_queue_fault_gives_windows_the_grace_and_acknowledges_the_finished
         )));
         let inner = mem.queue("shutdown", 3);
         let mut b = mem.backends(inner.clone());
-        let mut recipe = Recipe::copy_all();
-        recipe.window = 256;
         let opts = PlanOptions {
-            recipe,
-            prefix: Prefix::default(),
-            tenant: Tenant::default(),
-            resume: false,
-            assets: Vec::new(),
-            manifest_shards: 1,
-            policy: Default::default(),
+            recipe: Recipe {
+                window: 256,
+                ..Recipe::copy_all()
+            },
+            ..PlanOptions::default()
         };
         let plan = tilegate_planner::plan(&b, vrt.to_str().unwrap(), &opts)
             .await

@@ -295,10 +295,15 @@ impl AttemptRow {
         retention: Retention,
         now: UnixMillis,
     ) -> Self {
+        Self::begin(tenant, job_id, subject, attempt, root, retention, now).waiting()
+    }
+
+    /// This row as an order's that no worker has taken yet (see [`Self::queued`]).
+    pub fn waiting(self) -> Self {
         Self {
             upload_started_at: None,
             delete_after: None,
-            ..Self::begin(tenant, job_id, subject, attempt, root, retention, now)
+            ..self
         }
     }
 

@@ -45,17 +45,7 @@ pub async fn begin(
     accept: bool,
     now: UnixMillis,
 ) -> Result<Versioned<AttemptRow>, LedgerError> {
-    let mut row = AttemptRow::begin(
-        job.tenant.clone(),
-        job.job_id.clone(),
-        subject,
-        id,
-        &job.prefix,
-        retention,
-        now,
-    );
-    row.accept = Some(accept);
-    create(b, job, row).await
+    create(b, job, row_of(job, subject, id, retention, now), accept).await
 }
 
 /// Write the attempt's row for an order about to be sent through the queue: no deadline
@@ -71,7 +61,19 @@ pub async fn begin_queued(
     accept: bool,
     now: UnixMillis,
 ) -> Result<Versioned<AttemptRow>, LedgerError> {
-    let mut row = AttemptRow::queued(
+    let row = row_of(job, subject, id, retention, now).waiting();
+    create(b, job, row, accept).await
+}
+
+/// The row of an attempt of `job` begun at `now`.
+fn row_of(
+    job: &JobRecord,
+    subject: Subject,
+    id: AttemptId,
+    retention: Retention,
+    now: UnixMillis,
+) -> AttemptRow {
+    AttemptRow::begin(
         job.tenant.clone(),
         job.job_id.clone(),
         subject,
@@ -79,16 +81,16 @@ pub async fn begin_queued(
         &job.prefix,
         retention,
         now,
-    );
-    row.accept = Some(accept);
-    create(b, job, row).await
+    )
 }
 
 async fn create(
     b: &Backends,
     job: &JobRecord,
-    row: AttemptRow,
+    mut row: AttemptRow,
+    accept: bool,
 ) -> Result<Versioned<AttemptRow>, LedgerError> {
+    row.accept = Some(accept);
     if let Subject::Window(w) = row.subject
         && !job.grid.contains(w)
     {

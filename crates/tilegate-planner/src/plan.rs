@@ -33,6 +33,22 @@ pub struct PlanOptions {
     pub policy: Arc<SourcePolicy>,
 }
 
+impl Default for PlanOptions {
+    /// A copy of every band in the default window, under the default prefix and tenant, the
+    /// default source policy, one manifest partition.
+    fn default() -> Self {
+        Self {
+            recipe: Recipe::copy_all(),
+            prefix: Prefix::default(),
+            tenant: Tenant::default(),
+            resume: false,
+            assets: Vec::new(),
+            manifest_shards: 1,
+            policy: Arc::default(),
+        }
+    }
+}
+
 /// What planning did.
 #[derive(Debug, Clone)]
 pub struct Plan {

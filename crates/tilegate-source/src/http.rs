@@ -85,10 +85,7 @@ fn send_failure(uri: &str, what: &str, e: &reqwest::Error) -> SourceError {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cause {
         if let Some(f) = c.downcast_ref::<crate::policy::Forbidden>() {
-            return SourceError::Forbidden {
-                uri: shown(uri),
-                reason: f.clone(),
-            };
+            return SourceError::forbidden(&shown(uri), f.clone());
         }
         cause = c.source();
     }
@@ -105,10 +102,7 @@ async fn send(
     uri: &str,
     origin: Origin<'_>,
 ) -> Result<reqwest::Response, SourceError> {
-    let forbidden = |at: &str, reason| SourceError::Forbidden {
-        uri: shown(at),
-        reason,
-    };
+    let forbidden = |at: &str, reason| SourceError::forbidden(&shown(at), reason);
     policy.check(uri, origin).map_err(|r| forbidden(uri, r))?;
     let client = client(policy);
     let mut at = uri.to_owned();
@@ -203,13 +197,7 @@ pub async fn get(
         return Err(failure(uri, Some(status), format!("GET: HTTP {status}")));
     }
     let limit = policy.max_document_bytes;
-    let too_large = || SourceError::Forbidden {
-        uri: shown(uri),
-        reason: crate::policy::Forbidden {
-            rule: "document-too-large",
-            detail: format!("the document is larger than {limit} bytes"),
-        },
-    };
+    let too_large = || SourceError::forbidden(&shown(uri), crate::policy::too_large(limit));
     if resp.content_length().is_some_and(|n| n > limit) {
         return Err(too_large());
     }

@@ -5,6 +5,14 @@ pub use tilegate_core::source_policy::*;
 
 use std::path::Path;
 
+/// The refusal of a document larger than `limit` bytes.
+pub(crate) fn too_large(limit: u64) -> Forbidden {
+    Forbidden {
+        rule: "document-too-large",
+        detail: format!("the document is larger than {limit} bytes"),
+    }
+}
+
 /// Every tenant's policy from a TOML configuration (see the README's *Sources* for the
 /// fields); each is built and checked here, so a bad file fails at start-up, never per job.
 pub fn from_toml(text: &str) -> Result<Policies, PolicyError> {

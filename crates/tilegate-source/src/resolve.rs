@@ -62,6 +62,14 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// The policy's refusal of `uri`.
+    pub fn forbidden(uri: &str, reason: Forbidden) -> Self {
+        Self::Forbidden {
+            uri: uri.to_owned(),
+            reason,
+        }
+    }
+
     /// The named reason used for dead letters.
     pub fn reason_code(&self) -> &'static str {
         match self {
@@ -186,10 +194,7 @@ pub async fn resolve(
     }
     policy
         .check(input, origin)
-        .map_err(|reason| SourceError::Forbidden {
-            uri: input.to_owned(),
-            reason,
-        })?;
+        .map_err(|r| SourceError::forbidden(input, r))?;
     let Some((scheme, _)) = input.split_once("://").filter(|(s, _)| *s != "file") else {
         let input = input.to_owned();
         return tokio::task::spawn_blocking(move || resolve_source(&input))
@@ -217,10 +222,7 @@ fn store_error(uri: &str, source: tilegate_core::StoreError) -> SourceError {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);
     while let Some(c) = cause {
         if let Some(f) = c.downcast_ref::<Forbidden>() {
-            return SourceError::Forbidden {
-                uri: uri.to_owned(),
-                reason: f.clone(),
-            };
+            return SourceError::forbidden(uri, f.clone());
         }
         cause = c.source();
     }
@@ -270,10 +272,7 @@ async fn admit_from(
     info: &SourceInfo,
     origin: Origin<'_>,
 ) -> Result<(), SourceError> {
-    let forbidden = |reason| SourceError::Forbidden {
-        uri: info.uri.clone(),
-        reason,
-    };
+    let forbidden = |r| SourceError::forbidden(&info.uri, r);
     if !info.assets.is_empty() {
         let doc = info.uri.split('#').next().unwrap_or(&info.uri);
         for asset in &info.assets {
@@ -343,10 +342,7 @@ async fn verify_from(
     }
     policy
         .check(&info.uri, origin)
-        .map_err(|reason| SourceError::Forbidden {
-            uri: info.uri.clone(),
-            reason,
-        })?;
+        .map_err(|r| SourceError::forbidden(&info.uri, r))?;
     if info.local_path().is_some() {
         return guard.verify(info);
     }

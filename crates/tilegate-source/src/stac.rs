@@ -12,7 +12,7 @@
 //! more, and a remote item never names a local file) before anything is read from it; a remote
 //! item is read only up to the policy's document size.
 
-use crate::policy::{Forbidden, Origin, SourcePolicy};
+use crate::policy::{Origin, SourcePolicy};
 use crate::resolve::{ResolvedSource, SourceError, resolve};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -54,10 +54,7 @@ pub async fn resolve_item(
     } else {
         policy
             .check(input, origin)
-            .map_err(|reason| SourceError::Forbidden {
-                uri: input.to_owned(),
-                reason,
-            })?;
+            .map_err(|r| SourceError::forbidden(input, r))?;
         let path = input.strip_prefix("file://").unwrap_or(input);
         let canon = std::fs::canonicalize(path).map_err(|e| SourceError::Io {
             path: path.to_owned(),
@@ -65,16 +62,10 @@ pub async fn resolve_item(
         })?;
         let size = std::fs::metadata(&canon).map_or(0, |m| m.len());
         if size > policy.max_document_bytes {
-            return Err(SourceError::Forbidden {
-                uri: input.to_owned(),
-                reason: Forbidden {
-                    rule: "document-too-large",
-                    detail: format!(
-                        "the document is larger than {} bytes",
-                        policy.max_document_bytes
-                    ),
-                },
-            });
+            return Err(SourceError::forbidden(
+                input,
+                crate::policy::too_large(policy.max_document_bytes),
+            ));
         }
         let text = std::fs::read(&canon).map_err(|e| SourceError::Io {
             path: path.to_owned(),

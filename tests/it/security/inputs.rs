@@ -171,6 +171,13 @@ fn policy(dir: &Path, text: &str) -> PathBuf {
 
 const LOOPBACK: &str = "allow_addresses = [\"127.0.0.0/8\"]\n";
 
+/// `tilegate --json --source-policy POLICY ARGS…` with data directory `data`.
+fn with_policy(data: &Path, policy: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["--json", "--source-policy", policy.to_str().unwrap()];
+    all.extend_from_slice(args);
+    tg(data, &all, &[])
+}
+
 /// A STAC Item whose one asset is `href`.
 fn item(href: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
@@ -250,12 +257,10 @@ fn a_remote_stac_item_cannot_name_a_local_file() {
             [("/item.json".to_owned(), ok(item(&href)))].into(),
         );
         let data = tmp.path().join(format!("data-{}", site.addr.port()));
-        let out = tg(
+        let out = with_policy(
             &data,
+            &pol,
             &[
-                "--json",
-                "--source-policy",
-                pol.to_str().unwrap(),
                 "plan",
                 &site.url("/item.json"),
                 "--assets",
@@ -263,7 +268,6 @@ fn a_remote_stac_item_cannot_name_a_local_file() {
                 "--tenant",
                 "evil",
             ],
-            &[],
         );
         assert_refused(&data, &out, "local-file-from-document", b"wJalrXUtnFEMI");
     }
@@ -315,18 +319,10 @@ fn a_remote_stac_item_cannot_name_buckets_outside_its_origin() {
             [("/item.json".to_owned(), ok(item(href)))].into(),
         );
         let data = tmp.path().join(format!("data-{}", site.addr.port()));
-        let out = tg(
+        let out = with_policy(
             &data,
-            &[
-                "--json",
-                "--source-policy",
-                pol.to_str().unwrap(),
-                "plan",
-                &site.url("/item.json"),
-                "--assets",
-                "B1",
-            ],
-            &[],
+            &pol,
+            &["plan", &site.url("/item.json"), "--assets", "B1"],
         );
         assert_refused(&data, &out, "cross-origin", b"victim-bytes");
     }
@@ -387,17 +383,7 @@ fn a_redirect_to_a_loopback_address_is_refused() {
         "allow_addresses = [\"127.0.0.2/32\"]\nhosts = [\"127.0.0.1\", \"127.0.0.2\"]\n",
     );
     let data = tmp.path().join("data");
-    let out = tg(
-        &data,
-        &[
-            "--json",
-            "--source-policy",
-            pol.to_str().unwrap(),
-            "plan",
-            &outer.url("/scene.tif"),
-        ],
-        &[],
-    );
+    let out = with_policy(&data, &pol, &["plan", &outer.url("/scene.tif")]);
     assert_refused(&data, &out, "address", b"role-credentials");
     assert_eq!(outer.requests().len(), 1, "{:?}", outer.requests());
     assert!(inner.requests().is_empty(), "{:?}", inner.requests());
@@ -431,18 +417,10 @@ fn an_oversized_stac_item_is_refused() {
         &format!("{LOOPBACK}max_document_bytes = 65536\n"),
     );
     let data = tmp.path().join("data");
-    let out = tg(
+    let out = with_policy(
         &data,
-        &[
-            "--json",
-            "--source-policy",
-            pol.to_str().unwrap(),
-            "plan",
-            &site.url("/item.json"),
-            "--assets",
-            "B1",
-        ],
-        &[],
+        &pol,
+        &["plan", &site.url("/item.json"), "--assets", "B1"],
     );
     assert_refused(&data, &out, "document-too-large", b"xxxxxxxxxxxxxxxx");
 }
@@ -460,18 +438,10 @@ fn a_worker_rechecks_the_source_it_opens() {
     let site = Site::start("127.0.0.1", [("/s.tif".to_owned(), ok(bytes))].into());
     let pol = policy(tmp.path(), LOOPBACK);
     let data = tmp.path().join("data");
-    let plan = tg(
+    let plan = with_policy(
         &data,
-        &[
-            "--json",
-            "--source-policy",
-            pol.to_str().unwrap(),
-            "plan",
-            &site.url("/s.tif"),
-            "--window",
-            "128",
-        ],
-        &[],
+        &pol,
+        &["plan", &site.url("/s.tif"), "--window", "128"],
     );
     assert!(
         plan.status.success(),
