@@ -5,6 +5,7 @@
 //! output prefixes asking for the same source. Each runs on both backends where the fault is
 //! backend-neutral (the AWS runs need the emulator the README's test command starts).
 
+use crate::per_backend::per_backend;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::Value;
@@ -163,45 +164,44 @@ async fn depth_of(b: &Backends) -> QueueDepth {
 /// Item 2: a stop that arrives while a receive is in progress must not strand what the
 /// receive brought. Before the fix the receive future was dropped: the messages stayed hidden
 /// for their whole visibility timeout.
-#[test]
-fn stop_during_a_receive_hands_its_messages_back() {
-    for target in targets("stop_during_a_receive_hands_its_messages_back") {
-        let tmp = tempdir();
-        let rt = rt();
-        let b = rt.block_on(target.backends(tmp.path()));
-        let bodies: Vec<String> = (0..5)
-            .map(|i| format!("{{\"not-a-window\": {i}}}"))
-            .collect();
-        rt.block_on(b.queue.send_batch(&bodies)).unwrap();
-        let mut q = ScriptedQueue::new(b.queue.clone());
-        q.delay_after_receive = Duration::from_millis(1500);
-        let w = worker(
-            with_queue(&b, q),
-            StopWhen::Signal,
-            Arc::new(Counters::new()),
-        );
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let report = rt.block_on(async {
-            let stopper = async {
-                // The receive has its messages and is in its delay now.
-                tokio::time::sleep(Duration::from_millis(700)).await;
-                tx.send(true).unwrap();
-            };
-            let (report, ()) = tokio::join!(w.run(rx), stopper);
-            report.unwrap()
-        });
-        assert_eq!(report.handled, 0, "{}: {report:?}", target.name());
-        // The pool asks for as many as it has room for (concurrency 2).
-        assert_eq!(report.released, 2, "{}: {report:?}", target.name());
-        let d = rt.block_on(depth_of(&b));
-        assert_eq!(
-            (d.visible, d.in_flight),
-            (5, 0),
-            "{}: every received message is visible again at once",
-            target.name()
-        );
-    }
+fn stop_during_a_receive_hands_its_messages_back(target: Target) {
+    let tmp = tempdir();
+    let rt = rt();
+    let b = rt.block_on(target.backends(tmp.path()));
+    let bodies: Vec<String> = (0..5)
+        .map(|i| format!("{{\"not-a-window\": {i}}}"))
+        .collect();
+    rt.block_on(b.queue.send_batch(&bodies)).unwrap();
+    let mut q = ScriptedQueue::new(b.queue.clone());
+    q.delay_after_receive = Duration::from_millis(1500);
+    let w = worker(
+        with_queue(&b, q),
+        StopWhen::Signal,
+        Arc::new(Counters::new()),
+    );
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let report = rt.block_on(async {
+        let stopper = async {
+            // The receive has its messages and is in its delay now.
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            tx.send(true).unwrap();
+        };
+        let (report, ()) = tokio::join!(w.run(rx), stopper);
+        report.unwrap()
+    });
+    assert_eq!(report.handled, 0, "{}: {report:?}", target.name());
+    // The pool asks for as many as it has room for (concurrency 2).
+    assert_eq!(report.released, 2, "{}: {report:?}", target.name());
+    let d = rt.block_on(depth_of(&b));
+    assert_eq!(
+        (d.visible, d.in_flight),
+        (5, 0),
+        "{}: every received message is visible again at once",
+        target.name()
+    );
 }
+
+per_backend!(stop_during_a_receive_hands_its_messages_back);
 
 /// Item 2: a transient receive fault is ridden out (the windows in flight carry on and the job
 /// completes); a permanent one stops receiving, lets the windows in flight finish, and is
@@ -346,35 +346,34 @@ fn tiles_only(target: &Target, data: &Path, src: &Path) -> JobId {
 /// by the write itself) is `Written`, and the manifest row follows — so `assemble` accepts the
 /// job. Before the fix it was `Superseded`, the row kept the old ETag, and assembly failed
 /// with `manifest-etag-mismatch`.
-#[test]
-fn repair_with_a_lost_answer_is_recognised_as_its_own_write() {
-    for target in targets("repair_with_a_lost_answer_is_recognised_as_its_own_write") {
-        let TilesJob { tmp, job, rt, b } = tiles_job(&target);
-        let data = tmp.path();
-        let w = Window::new(1, 2);
-        let prepared = rt
-            .block_on(repair::prepare(&b, &Default::default(), &job, w))
-            .unwrap();
-        let key = prepared.key.clone();
-        let lossy = with_store(&b, Inject::LoseUpdateAnswer);
-        let out = rt.block_on(repair::commit(&lossy, prepared)).unwrap();
-        let now = rt.block_on(b.objects.head(&key)).unwrap().unwrap();
-        assert_eq!(
-            out,
-            RepairOutcome::Written {
-                e_tag: now.e_tag.clone(),
-                size: now.size
-            },
-            "{}",
-            target.name()
-        );
-        let row = rt.block_on(b.manifest.get_entry(&job, w)).unwrap().unwrap();
-        assert_eq!(row.row.e_tag, now.e_tag, "{}", target.name());
-        assert_eq!(row.row.origin, TileOrigin::Repaired);
-        let done = target.json(data, &["assemble", job.as_str()]);
-        assert_eq!(done["outcome"], "written", "{}: {done}", target.name());
-    }
+fn repair_with_a_lost_answer_is_recognised_as_its_own_write(target: Target) {
+    let TilesJob { tmp, job, rt, b } = tiles_job(&target);
+    let data = tmp.path();
+    let w = Window::new(1, 2);
+    let prepared = rt
+        .block_on(repair::prepare(&b, &Default::default(), &job, w))
+        .unwrap();
+    let key = prepared.key.clone();
+    let lossy = with_store(&b, Inject::LoseUpdateAnswer);
+    let out = rt.block_on(repair::commit(&lossy, prepared)).unwrap();
+    let now = rt.block_on(b.objects.head(&key)).unwrap().unwrap();
+    assert_eq!(
+        out,
+        RepairOutcome::Written {
+            e_tag: now.e_tag.clone(),
+            size: now.size
+        },
+        "{}",
+        target.name()
+    );
+    let row = rt.block_on(b.manifest.get_entry(&job, w)).unwrap().unwrap();
+    assert_eq!(row.row.e_tag, now.e_tag, "{}", target.name());
+    assert_eq!(row.row.origin, TileOrigin::Repaired);
+    let done = target.json(data, &["assemble", job.as_str()]);
+    assert_eq!(done["outcome"], "written", "{}: {done}", target.name());
 }
+
+per_backend!(repair_with_a_lost_answer_is_recognised_as_its_own_write);
 
 /// Item 4: a claim completed by an assembler that died before writing the job row leaves
 /// every later `assemble` at `already_done` — and now the job row records the scene too.
@@ -469,33 +468,32 @@ fn a_scene_already_in_place_is_recorded_without_an_upload() {
 
 /// Risk: a multipart upload whose parts fail is aborted at once, not left for the hourly
 /// cleanup.
-#[test]
-fn a_failed_multipart_upload_is_aborted_at_once() {
-    for target in targets("a_failed_multipart_upload_is_aborted_at_once") {
-        let TilesJob { tmp, job, rt, b } = tiles_job(&target);
-        let data = tmp.path();
-        let failing = with_store(&b, Inject::FailParts);
-        let mut opts = tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner("t"));
-        opts.multipart_threshold = 1;
-        let err = rt
-            .block_on(tilegate_assembler::assemble(
-                &failing,
-                &job,
-                &opts,
-                &Counters::new(),
-            ))
-            .unwrap_err();
-        assert!(
-            tilegate_core::error::chain(&err).contains("injected part fault"),
-            "{err}"
-        );
-        let left = rt.block_on(b.objects.list_multipart("", None)).unwrap();
-        assert!(left.is_empty(), "{}: {left:?}", target.name());
-        // And the claim was released: the next assembler publishes at once.
-        let doc = target.json(data, &["assemble", job.as_str()]);
-        assert_eq!(doc["outcome"], "written", "{}: {doc}", target.name());
-    }
+fn a_failed_multipart_upload_is_aborted_at_once(target: Target) {
+    let TilesJob { tmp, job, rt, b } = tiles_job(&target);
+    let data = tmp.path();
+    let failing = with_store(&b, Inject::FailParts);
+    let mut opts = tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner("t"));
+    opts.multipart_threshold = 1;
+    let err = rt
+        .block_on(tilegate_assembler::assemble(
+            &failing,
+            &job,
+            &opts,
+            &Counters::new(),
+        ))
+        .unwrap_err();
+    assert!(
+        tilegate_core::error::chain(&err).contains("injected part fault"),
+        "{err}"
+    );
+    let left = rt.block_on(b.objects.list_multipart("", None)).unwrap();
+    assert!(left.is_empty(), "{}: {left:?}", target.name());
+    // And the claim was released: the next assembler publishes at once.
+    let doc = target.json(data, &["assemble", job.as_str()]);
+    assert_eq!(doc["outcome"], "written", "{}: {doc}", target.name());
 }
+
+per_backend!(a_failed_multipart_upload_is_aborted_at_once);
 
 // ---------------------------------------------------------------------------------------------
 // Through the binary.
@@ -556,38 +554,37 @@ fn an_encoder_panic_stays_inside_its_window() {
 /// Item 6: a prefix of valid segments whose keys would pass 1,024 bytes is refused when
 /// planning, with a named reason, and nothing is planned. Before the fix it planned, and every
 /// window was dead-lettered at work time.
-#[test]
-fn a_prefix_too_long_for_its_keys_is_refused_at_plan() {
-    for target in targets("a_prefix_too_long_for_its_keys_is_refused_at_plan") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let src = scene(data);
-        let long = vec!["p".repeat(128); 8].join("/");
-        let out = target
-            .command(data)
-            .args(["plan", src.to_str().unwrap(), "--prefix", &long])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{}: planned", target.name());
-        assert!(stderr.contains("error[unsafe-key-segment]"), "{stderr}");
-        assert!(stderr.contains("1024-byte"), "{stderr}");
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let d = rt.block_on(depth_of(&b));
-        assert_eq!(
-            (d.visible, d.in_flight),
-            (0, 0),
-            "{}: nothing enqueued",
-            target.name()
-        );
-        assert!(
-            rt.block_on(b.jobs.list_jobs(10)).unwrap().is_empty(),
-            "{}: no job row",
-            target.name()
-        );
-    }
+fn a_prefix_too_long_for_its_keys_is_refused_at_plan(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = scene(data);
+    let long = vec!["p".repeat(128); 8].join("/");
+    let out = target
+        .command(data)
+        .args(["plan", src.to_str().unwrap(), "--prefix", &long])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{}: planned", target.name());
+    assert!(stderr.contains("error[unsafe-key-segment]"), "{stderr}");
+    assert!(stderr.contains("1024-byte"), "{stderr}");
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let d = rt.block_on(depth_of(&b));
+    assert_eq!(
+        (d.visible, d.in_flight),
+        (0, 0),
+        "{}: nothing enqueued",
+        target.name()
+    );
+    assert!(
+        rt.block_on(b.jobs.list_jobs(10)).unwrap().is_empty(),
+        "{}: no job row",
+        target.name()
+    );
 }
+
+per_backend!(a_prefix_too_long_for_its_keys_is_refused_at_plan);
 
 /// Item 7: the same source and recipe asked for under two prefixes are two jobs, each with its
 /// own tiles and scene. Before the fix the second run reported `already_done` and named the

@@ -3,6 +3,7 @@
 //! pointer, retention and GC with an injected clock, a re-link between mark and sweep,
 //! reconciliation on foreign keys, tenants and their URLs.
 
+use crate::per_backend::per_backend;
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -345,67 +346,66 @@ fn retention_and_gc_with_an_injected_clock() {
     }
 }
 
-#[test]
-fn a_relink_between_mark_and_sweep_wins() {
-    for target in targets("a_relink_between_mark_and_sweep_wins") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let (_, a) = tiles(&target, data, 5, &[]);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let job_a = rt.block_on(job(&b, &a));
-        let w = Window::new(2, 2);
-        let s = Subject::Window(w);
-        let tile = rt
-            .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
-            .unwrap()
-            .bytes;
-        let first = rt.block_on(regen(
+fn a_relink_between_mark_and_sweep_wins(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (_, a) = tiles(&target, data, 5, &[]);
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let job_a = rt.block_on(job(&b, &a));
+    let w = Window::new(2, 2);
+    let s = Subject::Window(w);
+    let tile = rt
+        .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
+        .unwrap()
+        .bytes;
+    let first = rt.block_on(regen(
+        &b,
+        &job_a,
+        w,
+        tile.clone(),
+        Retention::default(),
+        true,
+        0,
+    ));
+    let second = rt.block_on(regen(&b, &job_a, w, tile, Retention::default(), true, 10));
+    let due = 10 + 7 * DAY_MS as i64;
+    let opts = GcOptions::at(due);
+    let (mut report, marked) = rt.block_on(gc::mark_pass(&b, &opts)).unwrap();
+    assert_eq!(report.marked, 1);
+    // The first attempt is moved back onto between the two steps.
+    let relink = rt
+        .block_on(attempt::accept(
             &b,
-            &job_a,
-            w,
-            tile.clone(),
-            Retention::default(),
-            true,
-            0,
-        ));
-        let second = rt.block_on(regen(&b, &job_a, w, tile, Retention::default(), true, 10));
-        let due = 10 + 7 * DAY_MS as i64;
-        let opts = GcOptions::at(due);
-        let (mut report, marked) = rt.block_on(gc::mark_pass(&b, &opts)).unwrap();
-        assert_eq!(report.marked, 1);
-        // The first attempt is moved back onto between the two steps.
-        let relink = rt
-            .block_on(attempt::accept(
-                &b,
-                &a,
-                s,
-                &first.row.row.attempt,
-                Some(second.row.row.attempt.clone()),
-                due + 1,
-            ))
-            .unwrap();
-        assert_eq!(
-            relink,
-            PublishOutcome::Published {
-                previous: Some(second.row.row.attempt.clone())
-            }
-        );
-        rt.block_on(gc::sweep_pass(&b, marked, &opts, &mut report))
-            .unwrap();
-        assert_eq!(
-            (report.deleted, report.skipped_changed),
-            (0, 1),
-            "{report:?}"
-        );
-        let row = rt
-            .block_on(attempt::row(&b, &a, s, &first.row.row.attempt))
-            .unwrap()
-            .row;
-        assert_eq!(row.state, AttemptState::Accepted);
-        assert!(rt.block_on(b.objects.head(&row.key)).unwrap().is_some());
-    }
+            &a,
+            s,
+            &first.row.row.attempt,
+            Some(second.row.row.attempt.clone()),
+            due + 1,
+        ))
+        .unwrap();
+    assert_eq!(
+        relink,
+        PublishOutcome::Published {
+            previous: Some(second.row.row.attempt.clone())
+        }
+    );
+    rt.block_on(gc::sweep_pass(&b, marked, &opts, &mut report))
+        .unwrap();
+    assert_eq!(
+        (report.deleted, report.skipped_changed),
+        (0, 1),
+        "{report:?}"
+    );
+    let row = rt
+        .block_on(attempt::row(&b, &a, s, &first.row.row.attempt))
+        .unwrap()
+        .row;
+    assert_eq!(row.state, AttemptState::Accepted);
+    assert!(rt.block_on(b.objects.head(&row.key)).unwrap().is_some());
 }
+
+per_backend!(a_relink_between_mark_and_sweep_wins);
 
 #[test]
 fn reconcile_reports_foreign_keys_byte_exactly_and_deletes_nothing() {
@@ -651,68 +651,67 @@ fn http(url: &str) -> (u16, Vec<u8>) {
     (status, all[split + 4..].to_vec())
 }
 
-#[test]
-fn a_scene_is_regenerated_as_an_attempt_from_the_accepted_tiles() {
-    for target in targets("a_scene_is_regenerated_as_an_attempt_from_the_accepted_tiles") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let src_a = data.join("scene-5.tif");
-        sample(data, &src_a, 1024, 5);
-        let run = target.json(data, &["run", src_a.to_str().unwrap(), "--window", "256"]);
-        let a = JobId::parse(run["job_id"].as_str().unwrap()).unwrap();
-        let (src_b, b_job) = tiles(&target, data, 9, &[]);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let job_a = rt.block_on(job(&b, &a));
-        let scene = job_a.scene_output.clone().expect("the deterministic scene");
-        let w = Window::new(0, 0);
-        let other = rt
-            .block_on(
-                b.objects
-                    .get_bytes(&rt.block_on(job(&b, &b_job)).prefix.tile_key(&b_job, w)),
-            )
-            .unwrap();
-        rt.block_on(regen(
-            &b,
-            &job_a,
-            w,
-            other.bytes,
-            Retention::default(),
-            true,
-            1,
-        ));
+fn a_scene_is_regenerated_as_an_attempt_from_the_accepted_tiles(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src_a = data.join("scene-5.tif");
+    sample(data, &src_a, 1024, 5);
+    let run = target.json(data, &["run", src_a.to_str().unwrap(), "--window", "256"]);
+    let a = JobId::parse(run["job_id"].as_str().unwrap()).unwrap();
+    let (src_b, b_job) = tiles(&target, data, 9, &[]);
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let job_a = rt.block_on(job(&b, &a));
+    let scene = job_a.scene_output.clone().expect("the deterministic scene");
+    let w = Window::new(0, 0);
+    let other = rt
+        .block_on(
+            b.objects
+                .get_bytes(&rt.block_on(job(&b, &b_job)).prefix.tile_key(&b_job, w)),
+        )
+        .unwrap();
+    rt.block_on(regen(
+        &b,
+        &job_a,
+        w,
+        other.bytes,
+        Retention::default(),
+        true,
+        1,
+    ));
 
-        let out = target.json(data, &["regenerate", a.as_str(), "--scene"]);
-        assert_eq!(out["publish"]["outcome"], "published", "{out}");
-        let key = out["key"].as_str().unwrap().to_owned();
-        assert!(
-            key.starts_with(&format!("tilegate/attempts/{a}/scene/attempt-")),
-            "{key}"
-        );
-        let p = rt
-            .block_on(b.ledger.get_pointer(&a, Subject::Scene))
-            .unwrap()
-            .unwrap();
-        assert_eq!(p.row.output.key, key);
-        // The new scene has the accepted window; the deterministic one is as it was.
-        let got = rt.block_on(b.objects.get_bytes(&key)).unwrap();
-        assert_eq!(got.meta.e_tag, p.row.output.e_tag);
-        let path = data.join("regenerated.tif");
-        std::fs::write(&path, &got.bytes).unwrap();
-        tilegate_tests::validate_cog(&path).unwrap();
-        assert_eq!(pixels(&path, w), pixels(&src_b, w));
-        assert_eq!(
-            pixels(&path, Window::new(2, 3)),
-            pixels(&src_a, Window::new(2, 3))
-        );
-        let det = rt.block_on(b.objects.head(&scene.key)).unwrap().unwrap();
-        assert_eq!(
-            det.e_tag, scene.e_tag,
-            "the deterministic scene is never rewritten"
-        );
-        assert_eq!(rt.block_on(job(&b, &a)).scene_output, Some(scene));
-    }
+    let out = target.json(data, &["regenerate", a.as_str(), "--scene"]);
+    assert_eq!(out["publish"]["outcome"], "published", "{out}");
+    let key = out["key"].as_str().unwrap().to_owned();
+    assert!(
+        key.starts_with(&format!("tilegate/attempts/{a}/scene/attempt-")),
+        "{key}"
+    );
+    let p = rt
+        .block_on(b.ledger.get_pointer(&a, Subject::Scene))
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.row.output.key, key);
+    // The new scene has the accepted window; the deterministic one is as it was.
+    let got = rt.block_on(b.objects.get_bytes(&key)).unwrap();
+    assert_eq!(got.meta.e_tag, p.row.output.e_tag);
+    let path = data.join("regenerated.tif");
+    std::fs::write(&path, &got.bytes).unwrap();
+    tilegate_tests::validate_cog(&path).unwrap();
+    assert_eq!(pixels(&path, w), pixels(&src_b, w));
+    assert_eq!(
+        pixels(&path, Window::new(2, 3)),
+        pixels(&src_a, Window::new(2, 3))
+    );
+    let det = rt.block_on(b.objects.head(&scene.key)).unwrap().unwrap();
+    assert_eq!(
+        det.e_tag, scene.e_tag,
+        "the deterministic scene is never rewritten"
+    );
+    assert_eq!(rt.block_on(job(&b, &a)).scene_output, Some(scene));
 }
+
+per_backend!(a_scene_is_regenerated_as_an_attempt_from_the_accepted_tiles);
 
 #[test]
 fn a_regeneration_travels_in_a_message_and_a_redelivery_continues_it() {

@@ -2,8 +2,8 @@
 //! keys belong to the user, so they are not held to tilegate's output-key rules.
 
 use crate::config::{load_sdk_config, s3_client};
-use crate::error::{Answer, Failure};
-use crate::retry::{self, Idempotency, RetryPolicy};
+use crate::error::Answer;
+use crate::retry::{RetryPolicy, Sdk};
 use async_trait::async_trait;
 use tilegate_core::source::SourceObjects;
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
@@ -20,6 +20,11 @@ pub struct S3Sources {
 }
 
 impl S3Sources {
+    /// This handle's SDK calls: [`SERVICE`] requests under its retry policy.
+    fn sdk(&self) -> Sdk<'_> {
+        Sdk::new(&self.retry, SERVICE)
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -51,17 +56,12 @@ impl SourceObjects for S3Sources {
     async fn head_source(&self, uri: &str) -> StoreResult<Option<(ETag, u64)>> {
         let (bucket, key) = split_source(uri)?;
         let client = self.client().await;
-        let r = retry::run(
-            &self.retry,
-            Idempotency::Idempotent,
-            "head source",
-            uri,
-            |_| {
-                let req = client.head_object().bucket(bucket).key(key);
-                async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-            },
-        )
-        .await;
+        let r = self
+            .sdk()
+            .send_raw("head source", uri, || {
+                client.head_object().bucket(bucket).key(key).send()
+            })
+            .await;
         match r {
             Ok(out) => {
                 let etag = out.e_tag().map(ETag::new).ok_or_else(|| {

@@ -18,7 +18,7 @@
 //! `.tilegate/uploads/<upload-id>` under the store's prefix (its key, its metadata with the
 //! attempt token); `list_multipart` reads the records, `abort_multipart` deletes one.
 
-use crate::error::{AzureError, Failure};
+use crate::error::{AzureError, Failure, FailureOf as _};
 use crate::store::{AzureStore, conditions, to_azure_metadata};
 use azure_core::http::RequestContent;
 use azure_storage_blob::models::{

@@ -15,10 +15,8 @@
 
 use crate::names::Rule;
 use azure_core::error::ErrorKind;
-use std::fmt;
 use std::time::Duration;
-use tilegate_core::StoreError;
-use tilegate_retry::{Answer, Attempted};
+use tilegate_retry::Answer;
 
 /// Classify one Azure answer by its status and `x-ms-error-code`.
 ///
@@ -123,26 +121,22 @@ impl AzureError {
 /// (7 days), and a service SAS, which Azure does not bound itself, is held to the same.
 pub const MAX_URL_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// One failed request: its classification and the error behind it.
-#[derive(Debug)]
-pub struct Failure {
-    pub answer: Answer,
-    pub status: Option<u16>,
-    /// `x-ms-error-code`, where the answer had one.
-    pub code: Option<String>,
-    pub retry_after: Option<Duration>,
-    pub error: AzureError,
+/// One failed request: its classification and the error behind it (the failure type every
+/// cloud store shares, with Azure's error).
+pub type Failure = tilegate_retry::failure::Failure<AzureError>;
+
+impl tilegate_retry::failure::ProviderError for AzureError {
+    const MISSING_RESOURCE: Option<&'static str> = Some("azure container (run `tilegate init`)");
 }
 
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.error.fmt(f)
-    }
-}
-
-impl Failure {
+/// A failure from an error of Azure's client.
+pub trait FailureOf {
     /// Classify an error of the client.
-    pub fn of(e: azure_core::Error) -> Self {
+    fn of(e: azure_core::Error) -> Self;
+}
+
+impl FailureOf for Failure {
+    fn of(e: azure_core::Error) -> Self {
         match e.kind() {
             ErrorKind::HttpResponse {
                 status,
@@ -159,11 +153,11 @@ impl Failure {
                 Self {
                     answer: classify(Some(status), code.as_deref()),
                     status: Some(status),
-                    error: AzureError::Service {
+                    error: Box::new(AzureError::Service {
                         status,
                         code: code.clone().unwrap_or_else(|| "(no error code)".to_owned()),
                         message: e.to_string(),
-                    },
+                    }),
                     code,
                     retry_after,
                 }
@@ -187,49 +181,6 @@ impl Failure {
                 },
             ),
         }
-    }
-
-    /// A failure the store detected itself.
-    pub fn own(answer: Answer, error: AzureError) -> Self {
-        Self {
-            answer,
-            status: None,
-            code: None,
-            retry_after: None,
-            error,
-        }
-    }
-
-    /// Whether the answer carried `code`.
-    pub fn is(&self, code: &str) -> bool {
-        self.code.as_deref() == Some(code)
-    }
-
-    /// The contract's error for this failure of `operation` on `key`.
-    pub fn into_store(self, operation: &'static str, key: &str) -> StoreError {
-        match self.answer {
-            Answer::NoSuchKey => StoreError::NotFound {
-                what: "object",
-                key: key.to_owned(),
-            },
-            Answer::MissingResource => StoreError::NotFound {
-                what: "azure container (run `tilegate init`)",
-                key: key.to_owned(),
-            },
-            answer => StoreError::backend(operation, key, answer.retry(), self.error),
-        }
-    }
-}
-
-impl Attempted for Failure {
-    fn answer(&self) -> Answer {
-        self.answer
-    }
-    fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
-    }
-    fn status(&self) -> Option<u16> {
-        self.status
     }
 }
 

@@ -7,7 +7,7 @@
 //! ([`crate::gdal_az_config`]), so the blob the pin checked is the blob GDAL reads.
 
 use crate::Account;
-use crate::error::{AzureError, Failure};
+use crate::error::{AzureError, Failure, FailureOf as _};
 use crate::names::BlobUri;
 use crate::store::{container_client, meta_of_headers};
 use async_trait::async_trait;

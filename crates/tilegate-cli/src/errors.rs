@@ -63,6 +63,9 @@ pub fn reason_of(err: &anyhow::Error) -> &'static str {
         if let Some(e) = e.downcast_ref::<tilegate_worker::repair::RepairError>() {
             return e.reason_code();
         }
+        if let Some(e) = e.downcast_ref::<tilegate_pipeline::regenerate::SceneError>() {
+            return e.reason_code();
+        }
         if let Some(e) = e.downcast_ref::<MessageError>() {
             return e.reason_code();
         }

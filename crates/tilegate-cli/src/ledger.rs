@@ -136,7 +136,7 @@ pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::R
         Subject::Scene => {
             let opts = crate::commands::assemble_options(&a.assemble)?;
             let counters = tilegate_core::metrics::Counters::new();
-            tilegate_worker::regenerate::scene(b, &job, req, opts, &counters, now_millis).await?
+            tilegate_pipeline::regenerate::scene(b, &job, req, opts, &counters, now_millis).await?
         }
         Subject::Window(window) if a.enqueue => {
             let (row, order) =

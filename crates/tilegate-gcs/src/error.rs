@@ -7,10 +7,8 @@
 //! fake-gcs-server 1.54 sends other reason strings (`Precondition Failed`), so every class is
 //! decided by the status code; the reason only tells a missing bucket from a missing object.
 
-use std::fmt;
 use std::time::Duration;
-use tilegate_core::StoreError;
-use tilegate_retry::{Answer, Attempted};
+use tilegate_retry::Answer;
 
 /// Classify one GCS answer. `reason` is the first error item's reason or the message, where
 /// the body carried one.
@@ -71,23 +69,20 @@ pub enum GcsError {
     Resume { offset: u64, detail: String },
 }
 
-/// One failed request: its classification and the error behind it.
-#[derive(Debug)]
-pub struct Failure {
-    pub answer: Answer,
-    pub status: Option<u16>,
-    pub error: GcsError,
-}
+/// One failed request: its classification and the error behind it (the failure type every
+/// cloud store shares, with GCS's error).
+pub type Failure = tilegate_retry::failure::Failure<GcsError>;
 
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.error.fmt(f)
-    }
-}
+impl tilegate_retry::failure::ProviderError for GcsError {}
 
-impl Failure {
+/// A failure from an error of GCS's client.
+pub trait FailureOf {
     /// Classify an error of the client.
-    pub fn of(e: gcloud_storage::http::Error) -> Self {
+    fn of(e: gcloud_storage::http::Error) -> Self;
+}
+
+impl FailureOf for Failure {
+    fn of(e: gcloud_storage::http::Error) -> Self {
         use gcloud_storage::http::Error as E;
         let (status, error) = match e {
             E::Response(r) => {
@@ -126,22 +121,20 @@ impl Failure {
                 },
             ),
             E::TokenSource(e) => {
-                return Self {
-                    answer: Answer::Permanent,
-                    status: None,
-                    error: GcsError::Auth {
+                return Self::own(
+                    Answer::Permanent,
+                    GcsError::Auth {
                         detail: e.to_string(),
                     },
-                };
+                );
             }
             E::InvalidRangeHeader(h) => {
-                return Self {
-                    answer: Answer::Permanent,
-                    status: None,
-                    error: GcsError::Transport {
+                return Self::own(
+                    Answer::Permanent,
+                    GcsError::Transport {
                         detail: format!("unreadable Range header `{h}`"),
                     },
-                };
+                );
             }
         };
         let message = match &error {
@@ -151,44 +144,10 @@ impl Failure {
         Self {
             answer: classify(status, message),
             status,
-            error,
+            code: None,
+            retry_after: None,
+            error: Box::new(error),
         }
-    }
-
-    /// A failure the store detected itself.
-    pub fn own(answer: Answer, error: GcsError) -> Self {
-        Self {
-            answer,
-            status: None,
-            error,
-        }
-    }
-
-    /// The contract's error for this failure of `operation` on `key`.
-    pub fn into_store(self, operation: &'static str, key: &str) -> StoreError {
-        match self.answer {
-            Answer::NoSuchKey => StoreError::NotFound {
-                what: "object",
-                key: key.to_owned(),
-            },
-            Answer::NoSuchUpload => StoreError::NotFound {
-                what: "multipart upload",
-                key: key.to_owned(),
-            },
-            answer => StoreError::backend(operation, key, answer.retry(), self.error),
-        }
-    }
-}
-
-impl Attempted for Failure {
-    fn answer(&self) -> Answer {
-        self.answer
-    }
-    fn retry_after(&self) -> Option<Duration> {
-        None
-    }
-    fn status(&self) -> Option<u16> {
-        self.status
     }
 }
 

@@ -2,7 +2,7 @@
 //! are). Any bucket, any key — source keys belong to the user, so they are not held to
 //! tilegate's output-key rules. GDAL reads them through `/vsigs/` (see [`crate::gdal_gs_config`]).
 
-use crate::error::Failure;
+use crate::error::{Failure, FailureOf as _};
 use crate::store::{client_for, e_tag_of};
 use async_trait::async_trait;
 use gcloud_storage::client::Client;

@@ -1,7 +1,7 @@
 //! [`GcsStore`]: single-request operations (head, reads, writes, deletes, listing). The
 //! resumable sessions behind multipart uploads are in [`crate::upload`].
 
-use crate::error::{Failure, GcsError};
+use crate::error::{Failure, FailureOf as _, GcsError};
 use crate::upload::Sessions;
 use crate::{GcsLocation, endpoint};
 use async_trait::async_trait;

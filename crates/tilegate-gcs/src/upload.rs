@@ -21,7 +21,7 @@
 //! is deleted (that generation only) and the completion answers `CompletionMismatch`, never
 //! `Written`.
 
-use crate::error::{Failure, GcsError};
+use crate::error::{Failure, FailureOf as _, GcsError};
 use crate::store::{GcsStore, expected_generation};
 use bytes::Bytes;
 use gcloud_storage::http::objects::Object;

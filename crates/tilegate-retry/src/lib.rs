@@ -7,6 +7,7 @@
 //! provider's `Retry-After` — is here, so that S3, GCS and Azure repeat requests alike and a
 //! request is repeated in one place only (the SDKs' own retries are off).
 
+pub mod failure;
 pub mod meter;
 pub mod record;
 pub mod write;

@@ -27,13 +27,6 @@ pub enum RegenerateError {
     Source(#[from] SourceError),
     #[error(transparent)]
     Encode(#[from] CogError),
-    #[error(transparent)]
-    Assemble(#[from] tilegate_assembler::AssembleError),
-    #[error(
-        "regenerate the scene: its assembly ended `{0}` (another assembler holds the attempt, or \
-         the lease lapsed); run the same attempt again with --attempt"
-    )]
-    SceneNotBuilt(&'static str),
 }
 
 impl From<tilegate_core::StoreError> for RegenerateError {
@@ -48,8 +41,6 @@ impl RegenerateError {
             Self::Ledger(e) => e.reason_code(),
             Self::Source(e) => e.reason_code(),
             Self::Encode(e) => e.reason_code(),
-            Self::Assemble(e) => e.reason_code(),
-            Self::SceneNotBuilt(_) => "scene-not-built",
         }
     }
 }
@@ -181,45 +172,4 @@ pub async fn run(
     let (row, order) = start(b, job, window, req, now()).await?;
     let bytes = encode(b, &policy, job, window).await?;
     finish(b, row, &order, bytes, now()).await
-}
-
-/// Assemble the job's scene again as a new attempt (`id`: continue that one): the row first,
-/// then the scene built from the accepted tiles (through the window pointers) to the attempt's
-/// key through the claim gate, recorded on the row and — if `accept` — published by moving the
-/// scene's pointer. The deterministic scene and the job row are not touched.
-pub async fn scene(
-    b: &Backends,
-    job: &JobRecord,
-    req: Request,
-    mut opts: tilegate_assembler::AssembleOptions,
-    counters: &tilegate_core::metrics::Counters,
-    now: impl Fn() -> UnixMillis,
-) -> Result<Regenerated, RegenerateError> {
-    let id = req.id.unwrap_or_else(attempt::new_id);
-    let mut row = attempt::begin(
-        b,
-        job,
-        Subject::Scene,
-        id.clone(),
-        req.retention,
-        req.accept,
-        now(),
-    )
-    .await?;
-    if row.row.state == tilegate_core::ledger::AttemptState::Uploading {
-        opts.attempt = Some(tilegate_assembler::SceneAttempt {
-            key: row.row.key.clone(),
-            token: id.to_string(),
-        });
-        let report = tilegate_assembler::assemble(b, &job.job_id, &opts, counters).await?;
-        let (Some(e_tag), Some(size)) = (report.scene_etag.clone(), report.scene_size) else {
-            return Err(RegenerateError::SceneNotBuilt(report.outcome.as_str()));
-        };
-        row = attempt::record(b, row, size, e_tag, now()).await?;
-    }
-    let order = AttemptOrder {
-        id,
-        accept: req.accept,
-    };
-    finish(b, row, &order, Bytes::new(), now()).await
 }

@@ -16,9 +16,9 @@
 //! nothing applies unless all hold. A cancelled transaction is re-read and reported as the
 //! outcome it was (superseded, not publishable, or our own lost answer).
 
-use super::{
-    Cond, CondWrite, DynamoTables, Item, SERVICE, corrupt, decode_body, encode_body, n, names, s,
-};
+use super::model::{corrupt, decode_body, encode_body, get_n, n, names, s};
+use super::versioned::CondWrite;
+use super::{DynamoTables, Item, SERVICE};
 use crate::error::Failure;
 use crate::retry::{self, Idempotency};
 use async_trait::async_trait;
@@ -161,14 +161,10 @@ impl DynamoTables {
             let pk = format!("{job}#{nn:02}");
             let mut start: Option<Item> = None;
             loop {
-                let page = retry::run(
-                    &self.retry,
-                    Idempotency::Idempotent,
-                    "list ledger",
-                    &pk,
-                    |_| {
-                        let req = self
-                            .client
+                let page = self
+                    .sdk()
+                    .send("list ledger", &pk, || {
+                        self.client
                             .query()
                             .table_name(&self.ledger)
                             .key_condition_expression("#pk = :pk AND begins_with(#sk, :p)")
@@ -177,12 +173,10 @@ impl DynamoTables {
                             .expression_attribute_values(":pk", s(&pk))
                             .expression_attribute_values(":p", s(prefix))
                             .consistent_read(true)
-                            .set_exclusive_start_key(start.clone());
-                        async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-                    },
-                )
-                .await
-                .map_err(|f| f.into_store("list ledger", &pk))?;
+                            .set_exclusive_start_key(start.clone())
+                            .send()
+                    })
+                    .await?;
                 start = page.last_evaluated_key.clone();
                 out.extend(page.items.unwrap_or_default());
                 if start.is_none() {
@@ -202,14 +196,9 @@ impl DynamoTables {
         limit: i32,
         start: Option<Item>,
     ) -> StoreResult<aws_sdk_dynamodb::operation::query::QueryOutput> {
-        retry::run(
-            &self.retry,
-            Idempotency::Idempotent,
-            "list due ledger rows",
-            shard_pk,
-            |_| {
-                let req = self
-                    .client
+        self.sdk()
+            .send("list due ledger rows", shard_pk, || {
+                self.client
                     .query()
                     .table_name(&self.ledger)
                     .index_name(DUE_INDEX)
@@ -219,35 +208,26 @@ impl DynamoTables {
                     .expression_attribute_values(":ds", s(shard_pk))
                     .expression_attribute_values(":now", n(now))
                     .limit(limit)
-                    .set_exclusive_start_key(start.clone());
-                async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-            },
-        )
-        .await
-        .map_err(|f| f.into_store("list due ledger rows", shard_pk))
+                    .set_exclusive_start_key(start.clone())
+                    .send()
+            })
+            .await
     }
 
-    async fn put_row(
-        &self,
+    /// The conditional put of an attempt row at `version`, guarded by `condition`.
+    fn row_write<'a>(
+        &'a self,
         operation: &'static str,
-        row: &AttemptRow,
-        version: u64,
-        condition: &str,
-        values: &[(&str, AttributeValue)],
-    ) -> StoreResult<(u32, Cond<()>)> {
-        let shown = row.shown();
-        self.put_conditional(
-            CondWrite {
-                operation,
-                table: &self.ledger,
-                condition,
-                names: &[("#pk", "pk"), ("#v", "version")],
-                shown: &shown,
-            },
-            row_item(row, version)?,
-            values,
-        )
-        .await
+        condition: &'a str,
+        shown: &'a str,
+    ) -> CondWrite<'a> {
+        CondWrite {
+            operation,
+            table: &self.ledger,
+            condition,
+            names: &[("#pk", "pk"), ("#v", "version")],
+            shown,
+        }
     }
 }
 
@@ -257,27 +237,15 @@ const CREATE_CONDITION: &str = "attribute_not_exists(#pk) AND attribute_not_exis
 #[async_trait]
 impl LedgerTable for DynamoTables {
     async fn create_attempt(&self, row: &AttemptRow) -> StoreResult<CreateOutcome<AttemptRow>> {
-        let (attempt, cond) = self
-            .put_row("create ledger row", row, 1, CREATE_CONDITION, &[])
-            .await?;
-        match cond {
-            Cond::Applied(()) => Ok(CreateOutcome::Created),
-            Cond::Refused(old) => {
-                let existing = match old {
-                    Some(item) => decode_body::<AttemptRow>(&item, ROW, &row.shown())?,
-                    None => self
-                        .get_attempt(&row.job_id, row.subject, &row.attempt)
-                        .await?
-                        .ok_or_else(|| {
-                            corrupt(ROW, &row.shown(), "refused a create but is absent")
-                        })?,
-                };
-                if attempt > 1 && existing.version == 1 && &existing.row == row {
-                    return Ok(CreateOutcome::Created);
-                }
-                Ok(CreateOutcome::AlreadyExists(existing))
-            }
-        }
+        let shown = row.shown();
+        self.create_versioned(
+            self.row_write("create ledger row", CREATE_CONDITION, &shown),
+            row_item(row, 1)?,
+            row,
+            ROW,
+            || self.get_attempt(&row.job_id, row.subject, &row.attempt),
+        )
+        .await
     }
 
     async fn get_attempt(
@@ -298,33 +266,20 @@ impl LedgerTable for DynamoTables {
         row: &AttemptRow,
         expected: u64,
     ) -> StoreResult<UpdateOutcome<AttemptRow>> {
-        let (attempt, cond) = self
-            .put_row(
+        let shown = row.shown();
+        self.update_versioned(
+            self.row_write(
                 "update ledger row",
-                row,
-                expected + 1,
                 "attribute_exists(#pk) AND #v = :v",
-                &[(":v", n(expected))],
-            )
-            .await?;
-        match cond {
-            Cond::Applied(()) => Ok(UpdateOutcome::Updated {
-                version: expected + 1,
-            }),
-            Cond::Refused(old) => {
-                let current = old
-                    .map(|item| decode_body::<AttemptRow>(&item, ROW, &row.shown()))
-                    .transpose()?;
-                if attempt > 1
-                    && let Some(c) = &current
-                    && c.version == expected + 1
-                    && &c.row == row
-                {
-                    return Ok(UpdateOutcome::Updated { version: c.version });
-                }
-                Ok(UpdateOutcome::Superseded(current))
-            }
-        }
+                &shown,
+            ),
+            row_item(row, expected + 1)?,
+            &[(":v", n(expected))],
+            row,
+            expected,
+            ROW,
+        )
+        .await
     }
 
     async fn list_attempts(&self, job: &JobId) -> StoreResult<Vec<Versioned<AttemptRow>>> {
@@ -527,7 +482,7 @@ impl LedgerTable for DynamoTables {
             let shard_pk = format!("due#{nn:02}");
             let got = self.due_query(&shard_pk, now, 1, None).await?;
             if let Some(item) = got.items().first() {
-                let due: UnixMillis = super::get_n(item, "gc_due", ROW, &shard_pk)?;
+                let due: UnixMillis = get_n(item, "gc_due", ROW, &shard_pk)?;
                 oldest = Some(oldest.map_or(due, |o| o.min(due)));
             }
         }

@@ -24,25 +24,26 @@
 //! message again, or already acknowledged or dead-lettered it. A receipt made stale by a
 //! receive in *another* process cannot be recognised and is acknowledged as SQS answers.
 
-use crate::config::{load_sdk_config, sqs_client};
+mod dead_letters;
+mod provision;
+
 use crate::error::{Answer, AwsError, Failure, own_error};
-use crate::retry::{self, Idempotency, RetryPolicy};
-use crate::url::{parse_sqs, validate_queue_name};
+use crate::retry::{RetryPolicy, Sdk};
+use crate::url::validate_queue_name;
 use async_trait::async_trait;
 use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
-    MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName,
-    SendMessageBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
+    QueueAttributeName, SendMessageBatchRequestEntry,
 };
+use provision::queue_attributes;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tilegate_core::queue::{
-    AckOutcome, DEFAULT_MAX_RECEIVE_COUNT, DeadLetter, QueueDepth, ReceiveOptions, Received,
-    WorkQueue, refuse_oversized,
+    AckOutcome, DeadLetter, QueueDepth, ReceiveOptions, Received, WorkQueue, refuse_oversized,
 };
-use tilegate_core::{Retry, StoreError, StoreResult, now_millis};
-use tracing::{debug, info, warn};
+use tilegate_core::{Retry, StoreError, StoreResult};
+use tracing::{debug, warn};
 
 const SERVICE: &str = "sqs";
 
@@ -205,60 +206,9 @@ fn check_queue_name(operation: &'static str, name: &str) -> StoreResult<()> {
 }
 
 impl SqsQueue {
-    /// Open `name` and its dead-letter queue (created by [`SqsQueue::ensure`] or
-    /// `AwsBackends::init`). `max_receive_count` is what the caller expects; the queue's own
-    /// `RedrivePolicy` is what SQS enforces, so that is the value reported (with a warning if
-    /// they differ).
-    pub async fn open(
-        client: aws_sdk_sqs::Client,
-        name: &str,
-        max_receive_count: u32,
-    ) -> StoreResult<Self> {
-        check_queue_name("open queue", name)?;
-        let retry = RetryPolicy::default();
-        let url = queue_url(&client, &retry, name).await?;
-        let dlq_url = queue_url(&client, &retry, &dead_letter_queue_name(name)).await?;
-        let attrs =
-            queue_attributes(&client, &retry, &url, &[QueueAttributeName::RedrivePolicy]).await?;
-        let provider_max = attrs
-            .get(&QueueAttributeName::RedrivePolicy)
-            .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
-            .and_then(|v| match &v["maxReceiveCount"] {
-                serde_json::Value::Number(n) => n.as_u64(),
-                serde_json::Value::String(s) => s.parse().ok(),
-                _ => None,
-            })
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| {
-                own_error(
-                    "open queue",
-                    name,
-                    Retry::Permanent,
-                    AwsError::Misconfigured {
-                        what: format!("queue `{name}`"),
-                        reason: "it has no RedrivePolicy with a maxReceiveCount; run `tilegate \
-                                 init` to attach the dead-letter queue"
-                            .to_owned(),
-                    },
-                )
-            })?;
-        if provider_max != max_receive_count {
-            warn!(
-                queue = name,
-                expected = max_receive_count,
-                configured = provider_max,
-                "the queue's RedrivePolicy differs from the requested maxReceiveCount; SQS enforces the queue's"
-            );
-        }
-        Ok(Self {
-            client,
-            name: name.to_owned(),
-            url,
-            dlq_url,
-            max_receive_count: provider_max,
-            ledger: Arc::new(Mutex::new(Ledger::default())),
-            retry,
-        })
+    /// This handle's SDK calls: [`SERVICE`] requests under its retry policy.
+    fn sdk(&self) -> Sdk<'_> {
+        Sdk::new(&self.retry, SERVICE)
     }
 
     /// A queue known by its URL and its dead-letter queue's URL, opened without a request:
@@ -280,84 +230,6 @@ impl SqsQueue {
             ledger: Arc::new(Mutex::new(Ledger::default())),
             retry: RetryPolicy::default(),
         }
-    }
-
-    /// Open `sqs://queue-name` with the standard AWS configuration.
-    pub async fn connect(url: &str, max_receive_count: u32) -> StoreResult<Self> {
-        let name = parse_sqs(url)?;
-        let sdk = load_sdk_config().await;
-        Self::open(sqs_client(&sdk), &name, max_receive_count).await
-    }
-
-    /// Create the dead-letter queue and the queue with its `RedrivePolicy` where missing, and
-    /// set the policy on an existing queue. Returns whether this call created the main queue;
-    /// a queue that exists already is success.
-    pub async fn ensure(
-        client: &aws_sdk_sqs::Client,
-        name: &str,
-        max_receive_count: u32,
-    ) -> StoreResult<bool> {
-        check_queue_name("create queue", name)?;
-        let retry = RetryPolicy::default();
-        let max = if max_receive_count == 0 {
-            DEFAULT_MAX_RECEIVE_COUNT
-        } else {
-            max_receive_count
-        };
-        let dlq_name = dead_letter_queue_name(name);
-        // Dead letters keep their original enqueue time, so the DLQ keeps them as long as SQS
-        // allows (14 days).
-        let dlq_url = create_queue(
-            client,
-            &retry,
-            &dlq_name,
-            &[(
-                QueueAttributeName::MessageRetentionPeriod,
-                "1209600".to_owned(),
-            )],
-        )
-        .await?;
-        let dlq_arn = queue_attributes(client, &retry, &dlq_url, &[QueueAttributeName::QueueArn])
-            .await?
-            .remove(&QueueAttributeName::QueueArn)
-            .ok_or_else(|| StoreError::Corrupt {
-                what: "queue attributes",
-                key: dlq_name.clone(),
-                detail: "GetQueueAttributes returned no QueueArn".to_owned(),
-            })?;
-        let policy = serde_json::json!({
-            "deadLetterTargetArn": dlq_arn,
-            "maxReceiveCount": max.to_string(),
-        })
-        .to_string();
-        let created =
-            match try_queue_url(client, &retry, name).await? {
-                Some(url) => {
-                    // Exists: make sure the redrive policy is the requested one (idempotent).
-                    retry::run(&retry, Idempotency::Idempotent, "set queue attributes", name, |_| {
-                    let req = client
-                        .set_queue_attributes()
-                        .queue_url(&url)
-                        .attributes(QueueAttributeName::RedrivePolicy, &policy);
-                    async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-                })
-                .await
-                .map_err(|f| f.into_store("set queue attributes", name))?;
-                    false
-                }
-                None => {
-                    create_queue(
-                        client,
-                        &retry,
-                        name,
-                        &[(QueueAttributeName::RedrivePolicy, policy)],
-                    )
-                    .await?;
-                    true
-                }
-            };
-        info!(queue = name, dead_letter_queue = %dlq_name, max_receive_count = max, outcome = if created { "created" } else { "already-present" }, "ensure queue");
-        Ok(created)
     }
 
     /// Replace the retry policy.
@@ -400,22 +272,16 @@ impl SqsQueue {
                     .map(|e| (e.id().to_owned(), e.clone()))
                     .collect();
                 // The whole call is re-sent after a lost answer: at-least-once, as SQS is.
-                let out = retry::run(
-                    &self.retry,
-                    Idempotency::Idempotent,
-                    "send",
-                    &self.name,
-                    |_| {
-                        let req = self
-                            .client
+                let out = self
+                    .sdk()
+                    .send("send", &self.name, || {
+                        self.client
                             .send_message_batch()
                             .queue_url(url)
-                            .set_entries(Some(batch.clone()));
-                        async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-                    },
-                )
-                .await
-                .map_err(|f| f.into_store("send", &self.name))?;
+                            .set_entries(Some(batch.clone()))
+                            .send()
+                    })
+                    .await?;
                 for failed in out.failed() {
                     last_detail = format!(
                         "`{}`: {}",
@@ -469,14 +335,9 @@ impl SqsQueue {
         wait_seconds: i32,
         visibility_seconds: i32,
     ) -> StoreResult<Vec<Message>> {
-        retry::run(
-            &self.retry,
-            Idempotency::Idempotent,
-            "receive",
-            &self.name,
-            |_| {
-                let req = self
-                    .client
+        self.sdk()
+            .send("receive", &self.name, || {
+                self.client
                     .receive_message()
                     .queue_url(url)
                     .max_number_of_messages(max)
@@ -486,122 +347,11 @@ impl SqsQueue {
                         MessageSystemAttributeName::ApproximateReceiveCount,
                     )
                     .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
-                    .message_attribute_names("All");
-                async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-            },
-        )
-        .await
-        .map(|out| out.messages.unwrap_or_default())
-        .map_err(|f| f.into_store("receive", &self.name))
-    }
-
-    /// Receive every dead letter (up to [`SCAN_CAP`]), hidden for a short while.
-    async fn scan_dead_letters(&self) -> StoreResult<Vec<Message>> {
-        let expected = self.depth_of(&self.dlq_url).await?;
-        let expected = usize::try_from(expected.0 + expected.1).unwrap_or(usize::MAX);
-        let mut got: Vec<Message> = Vec::new();
-        let mut seen = HashSet::new();
-        while got.len() < SCAN_CAP {
-            // The count is approximate (and lags on SQS): it ends the scan early once reached,
-            // but a count of zero still gets one look.
-            if !got.is_empty() && got.len() >= expected {
-                break;
-            }
-            // A 1 s long poll asks every SQS server (a short poll samples only some).
-            let page = self
-                .receive_raw(&self.dlq_url, 10, 1, SCAN_VISIBILITY_SECONDS)
-                .await?;
-            if page.is_empty() {
-                break;
-            }
-            for m in page {
-                if seen.insert(m.message_id().unwrap_or_default().to_owned()) {
-                    got.push(m);
-                }
-            }
-        }
-        Ok(got)
-    }
-
-    fn dead_letter_of(&self, m: &Message) -> DeadLetter {
-        let sent_at = sys_attr(m, &MessageSystemAttributeName::SentTimestamp)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        match attr_str(m, ATTR_REASON) {
-            Some(reason) => DeadLetter {
-                message_id: logical_id(m),
-                body: m.body().unwrap_or_default().to_owned(),
-                reason: reason.to_owned(),
-                receive_count: attr_str(m, ATTR_RECEIVE_COUNT)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0),
-                dead_at: attr_str(m, ATTR_DEAD_AT)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(sent_at),
-            },
-            // Moved by the RedrivePolicy: after exactly maxReceiveCount receives.
-            None => DeadLetter {
-                message_id: logical_id(m),
-                body: m.body().unwrap_or_default().to_owned(),
-                reason: format!(
-                    "max-receives-exceeded: received {} times without being acknowledged",
-                    self.max_receive_count
-                ),
-                receive_count: self.max_receive_count,
-                dead_at: sent_at,
-            },
-        }
-    }
-
-    /// Make received DLQ messages visible again at once.
-    async fn release(&self, url: &str, messages: &[Message]) -> StoreResult<()> {
-        for chunk in messages.chunks(MAX_BATCH) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, m)| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(m.receipt_handle().unwrap_or_default())
-                        .visibility_timeout(0)
-                        .build()
-                        .map_err(|e| construction("visibility entry", e))
-                })
-                .collect::<StoreResult<Vec<_>>>()?;
-            retry::run(
-                &self.retry,
-                Idempotency::Idempotent,
-                "release dead letters",
-                &self.name,
-                |_| {
-                    let req = self
-                        .client
-                        .change_message_visibility_batch()
-                        .queue_url(url)
-                        .set_entries(Some(entries.clone()));
-                    async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-                },
-            )
+                    .message_attribute_names("All")
+                    .send()
+            })
             .await
-            .map_err(|f| f.into_store("release dead letters", &self.name))?;
-        }
-        Ok(())
-    }
-
-    async fn delete_batch(&self, url: &str, messages: &[Message]) -> StoreResult<()> {
-        for chunk in messages.chunks(MAX_BATCH) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, m)| (i, m.receipt_handle().unwrap_or_default()));
-            let out = self
-                .delete_message_batch(url, entries, "delete dead letters")
-                .await?;
-            for failed in out.failed() {
-                warn!(queue = %self.name, code = failed.code(), "a redriven dead letter could not be deleted from the dead-letter queue; it may be redriven twice");
-            }
-        }
-        Ok(())
+            .map(|out| out.messages.unwrap_or_default())
     }
 
     /// One `DeleteMessageBatch` of at most ten `(entry ID, receipt)` pairs, retried as a whole.
@@ -620,22 +370,15 @@ impl SqsQueue {
                     .map_err(|e| construction("delete entry", e))
             })
             .collect::<StoreResult<Vec<_>>>()?;
-        retry::run(
-            &self.retry,
-            Idempotency::Idempotent,
-            what,
-            &self.name,
-            |_| {
-                let req = self
-                    .client
+        self.sdk()
+            .send(what, &self.name, || {
+                self.client
                     .delete_message_batch()
                     .queue_url(url)
-                    .set_entries(Some(entries.clone()));
-                async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-            },
-        )
-        .await
-        .map_err(|f| f.into_store(what, &self.name))
+                    .set_entries(Some(entries.clone()))
+                    .send()
+            })
+            .await
     }
 
     /// (visible, not visible) of one queue.
@@ -693,95 +436,6 @@ fn batches(entries: Vec<SendMessageBatchRequestEntry>) -> Vec<Vec<SendMessageBat
         out.push(cur);
     }
     out
-}
-
-async fn try_queue_url(
-    client: &aws_sdk_sqs::Client,
-    retry: &RetryPolicy,
-    name: &str,
-) -> StoreResult<Option<String>> {
-    let r = retry::run(
-        retry,
-        Idempotency::Idempotent,
-        "get queue url",
-        name,
-        |_| {
-            let req = client.get_queue_url().queue_name(name);
-            async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-        },
-    )
-    .await;
-    match r {
-        Ok(out) => Ok(out.queue_url().map(str::to_owned)),
-        Err(f) if f.answer == Answer::MissingResource => Ok(None),
-        Err(f) => Err(f.into_store("get queue url", name)),
-    }
-}
-
-async fn queue_url(
-    client: &aws_sdk_sqs::Client,
-    retry: &RetryPolicy,
-    name: &str,
-) -> StoreResult<String> {
-    try_queue_url(client, retry, name).await?.ok_or_else(|| {
-        own_error(
-            "open queue",
-            name,
-            Retry::Permanent,
-            AwsError::Misconfigured {
-                what: format!("queue `{name}`"),
-                reason: "it does not exist; run `tilegate init`".to_owned(),
-            },
-        )
-    })
-}
-
-async fn create_queue(
-    client: &aws_sdk_sqs::Client,
-    retry: &RetryPolicy,
-    name: &str,
-    attributes: &[(QueueAttributeName, String)],
-) -> StoreResult<String> {
-    let out = retry::run(retry, Idempotency::Idempotent, "create queue", name, |_| {
-        let mut req = client.create_queue().queue_name(name);
-        for (k, v) in attributes {
-            req = req.attributes(k.clone(), v);
-        }
-        async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-    })
-    .await
-    .map_err(|f| f.into_store("create queue", name))?;
-    out.queue_url()
-        .map(str::to_owned)
-        .ok_or_else(|| StoreError::Corrupt {
-            what: "queue",
-            key: name.to_owned(),
-            detail: "CreateQueue returned no QueueUrl".to_owned(),
-        })
-}
-
-async fn queue_attributes(
-    client: &aws_sdk_sqs::Client,
-    retry: &RetryPolicy,
-    url: &str,
-    names: &[QueueAttributeName],
-) -> StoreResult<HashMap<QueueAttributeName, String>> {
-    retry::run(
-        retry,
-        Idempotency::Idempotent,
-        "get queue attributes",
-        url,
-        |_| {
-            let req = client
-                .get_queue_attributes()
-                .queue_url(url)
-                .set_attribute_names(Some(names.to_vec()));
-            async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-        },
-    )
-    .await
-    .map(|out| out.attributes.unwrap_or_default())
-    .map_err(|f| f.into_store("get queue attributes", url))
 }
 
 #[async_trait]
@@ -851,21 +505,16 @@ impl WorkQueue for SqsQueue {
             debug!(store = "sqs", queue = %self.name, outcome = "stale", "ack");
             return Ok(AckOutcome::Stale);
         }
-        let r = retry::run(
-            &self.retry,
-            Idempotency::Idempotent,
-            "ack",
-            &self.name,
-            |_| {
-                let req = self
-                    .client
+        let r = self
+            .sdk()
+            .send_raw("ack", &self.name, || {
+                self.client
                     .delete_message()
                     .queue_url(&self.url)
-                    .receipt_handle(receipt);
-                async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-            },
-        )
-        .await;
+                    .receipt_handle(receipt)
+                    .send()
+            })
+            .await;
         match r {
             Ok(_) => {
                 self.ledger().finished(receipt);
@@ -910,22 +559,17 @@ impl WorkQueue for SqsQueue {
             return Ok(AckOutcome::Stale);
         }
         let secs = secs_ceil(timeout, MAX_VISIBILITY_SECONDS);
-        let r = retry::run(
-            &self.retry,
-            Idempotency::Idempotent,
-            "change visibility",
-            &self.name,
-            |_| {
-                let req = self
-                    .client
+        let r = self
+            .sdk()
+            .send_raw("change visibility", &self.name, || {
+                self.client
                     .change_message_visibility()
                     .queue_url(&self.url)
                     .receipt_handle(receipt)
-                    .visibility_timeout(secs);
-                async move { req.send().await.map_err(|e| Failure::from_sdk(SERVICE, e)) }
-            },
-        )
-        .await;
+                    .visibility_timeout(secs)
+                    .send()
+            })
+            .await;
         match r {
             Ok(_) => Ok(AckOutcome::Deleted),
             Err(f) if is_stale_receipt(&f) => Ok(AckOutcome::Stale),
@@ -934,78 +578,15 @@ impl WorkQueue for SqsQueue {
     }
 
     async fn dead_letter(&self, msg: &Received, reason: &str) -> StoreResult<()> {
-        let mut cut = reason.len().min(MAX_REASON_BYTES);
-        while !reason.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let reason = &reason[..cut];
-        let entry = SendMessageBatchRequestEntry::builder()
-            .id("0")
-            .message_body(&msg.body)
-            .message_attributes(ATTR_REASON, string_attr(reason)?)
-            .message_attributes(ATTR_MESSAGE_ID, string_attr(&msg.message_id)?)
-            .message_attributes(ATTR_RECEIVE_COUNT, number_attr(msg.receive_count)?)
-            .message_attributes(ATTR_DEAD_AT, number_attr(now_millis())?)
-            .build()
-            .map_err(|e| construction("dead-letter entry", e))?;
-        // Send first, delete after: a crash in between leaves the message in both queues,
-        // never in neither.
-        self.send_entries(&self.dlq_url, vec![entry]).await?;
-        match self.ack(&msg.receipt).await? {
-            AckOutcome::Deleted => {}
-            AckOutcome::Stale => {
-                warn!(store = "sqs", queue = %self.name, message_id = %msg.message_id, "dead-lettered a message whose receipt was stale; another receiver may still process it")
-            }
-        }
-        let code = reason.split(':').next().unwrap_or(reason);
-        info!(store = "sqs", queue = %self.name, message_id = %msg.message_id, reason = code, "dead-lettered");
-        Ok(())
+        self.send_to_dead_letters(msg, reason).await
     }
 
     async fn list_dead_letters(&self, max: usize) -> StoreResult<Vec<DeadLetter>> {
-        let messages = self.scan_dead_letters().await?;
-        let mut dead: Vec<DeadLetter> = messages.iter().map(|m| self.dead_letter_of(m)).collect();
-        // Make them visible again before anything can fail.
-        self.release(&self.dlq_url, &messages).await?;
-        dead.sort_by_key(|d| d.dead_at);
-        dead.truncate(max);
-        Ok(dead)
+        self.read_dead_letters(max).await
     }
 
     async fn redrive(&self, message_ids: Option<&[String]>) -> StoreResult<u64> {
-        let messages = self.scan_dead_letters().await?;
-        let wanted: Option<HashSet<&str>> =
-            message_ids.map(|ids| ids.iter().map(String::as_str).collect());
-        let (moving, staying): (Vec<Message>, Vec<Message>) = messages.into_iter().partition(|m| {
-            wanted
-                .as_ref()
-                .is_none_or(|w| w.contains(logical_id(m).as_str()))
-        });
-        self.release(&self.dlq_url, &staying).await?;
-        if moving.is_empty() {
-            return Ok(0);
-        }
-        let entries = moving
-            .iter()
-            .enumerate()
-            .map(|(i, m)| {
-                SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(m.body().unwrap_or_default())
-                    .message_attributes(ATTR_MESSAGE_ID, string_attr(&logical_id(m))?)
-                    .build()
-                    .map_err(|e| construction("redrive entry", e))
-            })
-            .collect::<StoreResult<Vec<_>>>()?;
-        if let Err(e) = self.send_entries(&self.url, entries).await {
-            // Nothing is deleted from the DLQ unless it was sent; release and report.
-            let _ = self.release(&self.dlq_url, &moving).await;
-            return Err(e);
-        }
-        self.delete_batch(&self.dlq_url, &moving).await?;
-        let n = moving.len() as u64;
-        info!(store = "sqs", queue = %self.name, redriven = n, "redrive");
-        Ok(n)
+        self.redrive_dead_letters(message_ids).await
     }
 
     async fn depth(&self) -> StoreResult<QueueDepth> {

@@ -1,0 +1,97 @@
+//! Why assembly was refused or failed, with a reason code for scripts and whether a retry
+//! may succeed.
+
+use tilegate_core::object::CompletionMismatch;
+use tilegate_core::{ETag, JobId, StoreError, Window};
+
+/// Why assembly was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AssembleError {
+    #[error("assemble job {0}: no such job")]
+    UnknownJob(JobId),
+    #[error("assemble job {job}: {have} of {want} windows are in the manifest; missing {}", shown(.missing))]
+    Incomplete {
+        job: JobId,
+        have: u64,
+        want: u64,
+        missing: Vec<Window>,
+    },
+    #[error(
+        "assemble job {job}: tile `{key}` of window {window} is {found} bytes, its manifest row says {recorded}"
+    )]
+    SizeMismatch {
+        job: JobId,
+        window: Window,
+        key: String,
+        recorded: u64,
+        found: u64,
+    },
+    #[error(
+        "assemble job {job}: tile `{key}` of window {window} has ETag {found}, its manifest row says {recorded}"
+    )]
+    ETagMismatch {
+        job: JobId,
+        window: Window,
+        key: String,
+        recorded: ETag,
+        found: ETag,
+    },
+    #[error("assemble job {job}: build the scene COG")]
+    Build {
+        job: JobId,
+        #[source]
+        source: tilegate_cogwrite::AssembleError,
+    },
+    /// The object published at the scene key is not the scene laid out (the store kept other
+    /// bytes than it was sent, or its own completion check refused them). Nothing was
+    /// recorded and the claim was released; the object was deleted by its ETag unless
+    /// `mismatch.withdrawn` says otherwise. Retryable when it was: assembling again publishes
+    /// the scene afresh.
+    #[error("assemble job {job}: publish the scene `{key}` as the {laid_out} bytes laid out")]
+    PublishedMismatch {
+        job: JobId,
+        key: String,
+        laid_out: u64,
+        #[source]
+        mismatch: CompletionMismatch,
+    },
+    #[error("assemble: storage")]
+    Store(#[from] StoreError),
+}
+
+fn shown(missing: &[Window]) -> String {
+    let mut s: Vec<String> = missing.iter().take(20).map(Window::to_string).collect();
+    if missing.len() > 20 {
+        s.push(format!("… ({} in all)", missing.len()));
+    }
+    s.join(" ")
+}
+
+impl AssembleError {
+    /// A short name of the failure, for scripts.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            Self::UnknownJob(_) => "unknown-job",
+            Self::Incomplete { .. } => "incomplete",
+            Self::SizeMismatch { .. } => "manifest-size-mismatch",
+            Self::ETagMismatch { .. } => "manifest-etag-mismatch",
+            Self::Build { source, .. } => source.reason_code(),
+            Self::PublishedMismatch { .. } => "published-scene-mismatch",
+            Self::Store(_) => "storage",
+        }
+    }
+
+    /// Whether assembling again may succeed: a storage fault classified so, or a wrong scene
+    /// that was withdrawn from its key.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Store(e) => e.is_retryable(),
+            Self::PublishedMismatch { mismatch, .. } => mismatch.withdrawn,
+            Self::UnknownJob(_)
+            | Self::Incomplete { .. }
+            | Self::SizeMismatch { .. }
+            | Self::ETagMismatch { .. }
+            | Self::Build { .. } => false,
+        }
+    }
+}

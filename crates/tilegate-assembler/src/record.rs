@@ -1,0 +1,101 @@
+//! Recording a published scene: its STAC Item beside it (create-if-absent), then the scene on
+//! the job row under the row's version guard.
+
+use crate::AssembleError;
+use bytes::Bytes;
+use tilegate_core::object::{ObjectStoreExt, PutOutcome};
+use tilegate_core::table::{JobRecord, OutputRef, UpdateOutcome};
+use tilegate_core::{Backends, StoreError};
+
+/// Publish the scene's STAC Item beside it, with create-if-absent: the Item is a pure
+/// function of the job row and the scene's bytes, so whoever writes it writes the same bytes
+/// and a refusal is the mechanism succeeding. `checksum` is the scene's multihash when the
+/// caller has its bytes; otherwise the scene is read back to hash it (only when no Item is in
+/// place yet: an assembler that died between the scene and its Item).
+pub(crate) async fn publish_item(
+    b: &Backends,
+    job: &JobRecord,
+    scene: &OutputRef,
+    checksum: Option<String>,
+) -> Result<(), AssembleError> {
+    let key = tilegate_stac::item_key(&scene.key);
+    let checksum = match checksum {
+        Some(c) => c,
+        None => {
+            if b.objects.head(&key).await?.is_some() {
+                return Ok(());
+            }
+            // In ranges, pinned to the version recorded: never the whole scene in memory.
+            const CHUNK: u64 = 16 << 20;
+            let mut h = blake3::Hasher::new();
+            let mut at = 0;
+            while at < scene.size {
+                let range = at..(at + CHUNK).min(scene.size);
+                let opts = tilegate_core::object::GetOptions {
+                    range: Some(range.clone()),
+                    if_match: Some(tilegate_core::ConditionList::one(scene.e_tag.clone())),
+                    ..Default::default()
+                };
+                let part = match b.objects.get_opts(&scene.key, opts).await? {
+                    tilegate_core::object::GetOutcome::Found(r) => r.bytes,
+                    _ => {
+                        return Err(StoreError::backend(
+                            "hash the scene for its STAC Item",
+                            &scene.key,
+                            tilegate_core::Retry::Permanent,
+                            "the scene is no longer the version recorded",
+                        )
+                        .into());
+                    }
+                };
+                h.update(&part);
+                at = range.end;
+            }
+            tilegate_stac::blake3_multihash(h.finalize().as_bytes())
+        }
+    };
+    let item = tilegate_stac::item(job, scene, &checksum);
+    let outcome = b
+        .objects
+        .put_create(&key, Bytes::from(tilegate_stac::to_bytes(&item)))
+        .await?;
+    let outcome = match outcome {
+        PutOutcome::Written(_) => "written",
+        PutOutcome::AlreadyPresent | PutOutcome::Superseded => "already-present",
+    };
+    tracing::info!(job_id = %job.job_id, key = %key, outcome, "STAC item");
+    Ok(())
+}
+
+/// Publish the scene's Item, then record the scene on the job row under the row's version
+/// guard (re-read on a race): a row that names its scene implies the Item is in place.
+pub(crate) async fn record_scene(
+    b: &Backends,
+    job_row: &JobRecord,
+    output: OutputRef,
+    checksum: Option<String>,
+) -> Result<(), AssembleError> {
+    publish_item(b, job_row, &output, checksum).await?;
+    let job = &job_row.job_id;
+    for _ in 0..16 {
+        let Some(row) = b.jobs.get_job(job).await? else {
+            return Err(AssembleError::UnknownJob(job.clone()));
+        };
+        if row.row.scene_output.is_some() {
+            return Ok(());
+        }
+        let mut next = row.row.clone();
+        next.scene_output = Some(output.clone());
+        match b.jobs.update_job(&next, row.version).await? {
+            UpdateOutcome::Updated { .. } => return Ok(()),
+            UpdateOutcome::Superseded(_) => continue,
+        }
+    }
+    Err(StoreError::backend(
+        "record scene output",
+        job.as_str(),
+        tilegate_core::Retry::Retryable,
+        "job row kept changing",
+    )
+    .into())
+}

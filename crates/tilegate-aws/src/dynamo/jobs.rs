@@ -1,0 +1,126 @@
+//! The jobs table ([`JobTable`]): one versioned row per job, listed newest first through the
+//! `by-created` index.
+
+use super::model::{decode_body, job_item, n, s};
+use super::versioned::CondWrite;
+use super::{DynamoTables, Item, JOBS_BY_CREATED, JOBS_LIST_PK};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use tilegate_core::StoreResult;
+use tilegate_core::id::JobId;
+use tilegate_core::table::{CreateOutcome, JobRecord, JobTable, UpdateOutcome, Versioned};
+use tracing::debug;
+
+#[async_trait]
+impl JobTable for DynamoTables {
+    async fn create_job(&self, job: &JobRecord) -> StoreResult<CreateOutcome<JobRecord>> {
+        let id = job.job_id.to_string();
+        let out = self
+            .create_versioned(
+                CondWrite {
+                    operation: "create job",
+                    table: &self.jobs,
+                    condition: "attribute_not_exists(#pk)",
+                    names: &[("#pk", "job_id")],
+                    shown: &id,
+                },
+                job_item(job, 1)?,
+                job,
+                "job row",
+                || self.get_job(&job.job_id),
+            )
+            .await?;
+        let outcome = match &out {
+            CreateOutcome::Created => "created",
+            CreateOutcome::AlreadyExists(_) => "already-exists",
+        };
+        debug!(store = "dynamodb", job_id = %id, outcome, "create job");
+        Ok(out)
+    }
+
+    async fn get_job(&self, id: &JobId) -> StoreResult<Option<Versioned<JobRecord>>> {
+        let shown = id.to_string();
+        let key = HashMap::from([("job_id".to_owned(), s(&shown))]);
+        self.get_item(&self.jobs, key, &shown)
+            .await?
+            .map(|item| decode_body(&item, "job row", &shown))
+            .transpose()
+    }
+
+    async fn update_job(
+        &self,
+        job: &JobRecord,
+        expected: u64,
+    ) -> StoreResult<UpdateOutcome<JobRecord>> {
+        let id = job.job_id.to_string();
+        let out = self
+            .update_versioned(
+                CondWrite {
+                    operation: "update job",
+                    table: &self.jobs,
+                    condition: "#v = :expected",
+                    names: &[("#v", "version")],
+                    shown: &id,
+                },
+                job_item(job, expected + 1)?,
+                &[(":expected", n(expected))],
+                job,
+                expected,
+                "job row",
+            )
+            .await?;
+        if let UpdateOutcome::Superseded(_) = &out {
+            debug!(store = "dynamodb", job_id = %id, expected, outcome = "superseded", "update job");
+        }
+        Ok(out)
+    }
+
+    /// Newest first through the `by-created` GSI. GSI reads are eventually consistent on
+    /// DynamoDB: a job created a moment ago may be missing from the list for a moment.
+    async fn list_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        let mut out: Vec<Versioned<JobRecord>> = Vec::new();
+        let mut start: Option<Item> = None;
+        while out.len() < limit {
+            let want = i32::try_from(limit - out.len())
+                .unwrap_or(i32::MAX)
+                .min(1000);
+            let page = self
+                .sdk()
+                .send("list jobs", &self.jobs, || {
+                    self.client
+                        .query()
+                        .table_name(&self.jobs)
+                        .index_name(JOBS_BY_CREATED)
+                        .key_condition_expression("#lp = :lp")
+                        .expression_attribute_names("#lp", "list_pk")
+                        .expression_attribute_values(":lp", s(JOBS_LIST_PK))
+                        .scan_index_forward(false)
+                        .limit(want)
+                        .set_exclusive_start_key(start.clone())
+                        .send()
+                })
+                .await?;
+            for item in page.items() {
+                let shown = item
+                    .get("job_id")
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                out.push(decode_body(item, "job row", &shown)?);
+            }
+            start = page.last_evaluated_key.clone();
+            if start.is_none() {
+                break;
+            }
+        }
+        // Ties on created_at come back in no particular order; make them deterministic.
+        out.sort_by(|a, b| {
+            b.row
+                .created_at
+                .cmp(&a.row.created_at)
+                .then_with(|| a.row.job_id.cmp(&b.row.job_id))
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+}

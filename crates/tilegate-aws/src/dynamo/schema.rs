@@ -1,0 +1,224 @@
+//! Table provisioning: the five tables' key schemas and indexes, created on demand
+//! (`PAY_PER_REQUEST`) where missing and waited for until ACTIVE ([`DynamoTables::ensure_tables`]).
+
+use super::model::corrupt;
+use super::{DynamoTables, JOBS_BY_CREATED, SERVICE, ledger};
+use crate::error::{AwsError, own_error};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, IndexStatus, KeySchemaElement, KeyType,
+    Projection, ProjectionType, ScalarAttributeType, TableStatus,
+};
+use std::time::{Duration, Instant};
+use tilegate_core::{Retry, StoreError, StoreResult};
+use tracing::{debug, info};
+
+/// How long `ensure_tables` waits for a table to become ACTIVE.
+const TABLE_READY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// One table's definition for `ensure_tables`.
+struct TableSpec {
+    name: String,
+    hash: &'static str,
+    range: Option<&'static str>,
+    /// Attribute types of every key attribute (table and GSI).
+    attrs: &'static [(&'static str, ScalarAttributeType)],
+    gsi: Option<(&'static str, &'static str, &'static str)>,
+}
+
+fn build_error(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::backend(
+        "create table",
+        what,
+        Retry::Permanent,
+        AwsError::Construction {
+            service: SERVICE,
+            detail: e.to_string(),
+        },
+    )
+}
+
+fn key_element(name: &str, kind: KeyType) -> StoreResult<KeySchemaElement> {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(kind)
+        .build()
+        .map_err(|e| build_error(name, e))
+}
+
+impl DynamoTables {
+    fn specs(&self) -> Vec<TableSpec> {
+        use ScalarAttributeType::{N, S};
+        vec![
+            TableSpec {
+                name: self.jobs.clone(),
+                hash: "job_id",
+                range: None,
+                attrs: &[("job_id", S), ("list_pk", S), ("created_at", N)],
+                gsi: Some((JOBS_BY_CREATED, "list_pk", "created_at")),
+            },
+            TableSpec {
+                name: self.manifest.clone(),
+                hash: "pk",
+                range: Some("sk"),
+                attrs: &[("pk", S), ("sk", S)],
+                gsi: None,
+            },
+            TableSpec {
+                name: self.claims.clone(),
+                hash: "resource",
+                range: None,
+                attrs: &[("resource", S)],
+                gsi: None,
+            },
+            TableSpec {
+                name: self.counters.clone(),
+                hash: "job_id",
+                range: None,
+                attrs: &[("job_id", S)],
+                gsi: None,
+            },
+            TableSpec {
+                name: self.ledger.clone(),
+                hash: "pk",
+                range: Some("sk"),
+                attrs: &[("pk", S), ("sk", S), ("due_shard", S), ("gc_due", N)],
+                gsi: Some((ledger::DUE_INDEX, "due_shard", "gc_due")),
+            },
+        ]
+    }
+
+    /// Create the tables (on-demand) where missing and wait until each is ACTIVE.
+    /// Returns each table's name and whether this call created it; a table that exists
+    /// already is success.
+    pub async fn ensure_tables(&self) -> StoreResult<Vec<(String, bool)>> {
+        let mut out = Vec::new();
+        for spec in self.specs() {
+            let created = self.create_table(&spec).await?;
+            self.wait_active(&spec).await?;
+            out.push((spec.name, created));
+        }
+        Ok(out)
+    }
+
+    async fn create_table(&self, spec: &TableSpec) -> StoreResult<bool> {
+        let mut keys = vec![key_element(spec.hash, KeyType::Hash)?];
+        if let Some(r) = spec.range {
+            keys.push(key_element(r, KeyType::Range)?);
+        }
+        let attrs = spec
+            .attrs
+            .iter()
+            .map(|(a, t)| {
+                AttributeDefinition::builder()
+                    .attribute_name(*a)
+                    .attribute_type(t.clone())
+                    .build()
+                    .map_err(|e| build_error(&spec.name, e))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        let gsi = match spec.gsi {
+            Some((index, hash, range)) => Some(vec![
+                GlobalSecondaryIndex::builder()
+                    .index_name(index)
+                    .key_schema(key_element(hash, KeyType::Hash)?)
+                    .key_schema(key_element(range, KeyType::Range)?)
+                    .projection(
+                        Projection::builder()
+                            .projection_type(ProjectionType::All)
+                            .build(),
+                    )
+                    .build()
+                    .map_err(|e| build_error(&spec.name, e))?,
+            ]),
+            None => None,
+        };
+        let r = self
+            .sdk()
+            .send_raw("create table", &spec.name, || {
+                self.client
+                    .create_table()
+                    .table_name(&spec.name)
+                    .billing_mode(BillingMode::PayPerRequest)
+                    .set_key_schema(Some(keys.clone()))
+                    .set_attribute_definitions(Some(attrs.clone()))
+                    .set_global_secondary_indexes(gsi.clone())
+                    .send()
+            })
+            .await;
+        match r {
+            Ok(_) => {
+                info!(table = %spec.name, outcome = "created", "create table");
+                Ok(true)
+            }
+            Err(f) if f.code.as_deref() == Some("ResourceInUseException") => {
+                debug!(table = %spec.name, outcome = "already-present", "create table");
+                Ok(false)
+            }
+            Err(f) => Err(f.into_store("create table", &spec.name)),
+        }
+    }
+
+    /// Poll `DescribeTable` until the table and its indexes are ACTIVE, and check its key.
+    async fn wait_active(&self, spec: &TableSpec) -> StoreResult<()> {
+        let started = Instant::now();
+        let mut nap = Duration::from_millis(200);
+        loop {
+            let out = self
+                .sdk()
+                .send("describe table", &spec.name, || {
+                    self.client.describe_table().table_name(&spec.name).send()
+                })
+                .await?;
+            let Some(table) = out.table() else {
+                return Err(corrupt(
+                    "table description",
+                    &spec.name,
+                    "DescribeTable had no table",
+                ));
+            };
+            let hash = table
+                .key_schema()
+                .iter()
+                .find(|k| k.key_type() == &KeyType::Hash)
+                .map(|k| k.attribute_name().to_owned());
+            if hash.as_deref() != Some(spec.hash) {
+                return Err(own_error(
+                    "use table",
+                    &spec.name,
+                    Retry::Permanent,
+                    AwsError::Misconfigured {
+                        what: format!("table `{}`", spec.name),
+                        reason: format!(
+                            "its partition key is {hash:?}, tilegate expects `{}`",
+                            spec.hash
+                        ),
+                    },
+                ));
+            }
+            let status = table.table_status().cloned();
+            let indexes_active = table
+                .global_secondary_indexes()
+                .iter()
+                .all(|i| i.index_status().is_none_or(|s| s == &IndexStatus::Active));
+            if status == Some(TableStatus::Active) && indexes_active {
+                return Ok(());
+            }
+            let waited = started.elapsed();
+            if waited > TABLE_READY_TIMEOUT {
+                return Err(own_error(
+                    "wait for table",
+                    &spec.name,
+                    Retry::Retryable,
+                    AwsError::NotReady {
+                        what: format!("table `{}`", spec.name),
+                        state: "ACTIVE",
+                        current: status.map(|s| s.as_str().to_owned()).unwrap_or_default(),
+                        waited,
+                    },
+                ));
+            }
+            tokio::time::sleep(nap).await;
+            nap = (nap * 2).min(Duration::from_secs(2));
+        }
+    }
+}

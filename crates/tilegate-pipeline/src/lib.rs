@@ -1,0 +1,7 @@
+//! The pipeline: compositions of stages. A stage (planner, worker, assembler) never names
+//! another; what runs one after another lives here, and the command line, the Lambda function
+//! and the benches call it.
+//!
+//! Architecture invariant: this is the only crate that depends on more than one stage.
+
+pub mod regenerate;

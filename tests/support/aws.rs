@@ -1,0 +1,100 @@
+//! The AWS emulator's wiring: per-test bucket, table and queue names, and `tilegate` run against
+//! them.
+
+use crate::tilegate_bin;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// S3, DynamoDB and SQS names unique to one test, on the emulator the README's test command
+/// starts (S3 and DynamoDB single-threaded for atomic preconditions, SQS threaded).
+#[derive(Debug, Clone)]
+pub struct Aws {
+    pub objects: String,
+    pub tables: String,
+    pub queue: String,
+}
+
+impl Aws {
+    /// Names for `test`, or `None` (with a printed reason) without an emulator outside CI. In
+    /// CI a missing emulator fails the test instead.
+    pub fn for_test(test: &str) -> Option<Self> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{test}: no AWS emulator in CI: run through .ci/test, which starts it"
+            );
+            println!(
+                "SKIPPED {test}: no AWS emulator (run eval \"$(bash .ci/aws-emulator start)\")"
+            );
+            return None;
+        }
+        static N: AtomicU64 = AtomicU64::new(0);
+        let id = format!(
+            "tg{}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst),
+            tilegate_core::now_millis() % 100_000
+        );
+        Some(Self {
+            objects: format!("s3://{id}/out"),
+            tables: format!("dynamodb://{id}"),
+            queue: format!("sqs://{id}"),
+        })
+    }
+
+    /// The backend flags of every command.
+    pub fn args<'a>(&'a self, data: &'a Path) -> Vec<&'a str> {
+        vec![
+            "--data",
+            data.to_str().unwrap(),
+            "--objects",
+            &self.objects,
+            "--tables",
+            &self.tables,
+            "--queue",
+            &self.queue,
+        ]
+    }
+
+    pub fn run(&self, data: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(tilegate_bin());
+        cmd.args(self.args(data)).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run tilegate")
+    }
+
+    pub fn json(&self, data: &Path, args: &[&str]) -> Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let out = self.run(data, &a, &[]);
+        assert!(
+            out.status.success(),
+            "tilegate {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json output")
+    }
+
+    /// Every tile object: key → (ETag, LastModified).
+    pub fn tiles(
+        &self,
+        job: &str,
+    ) -> BTreeMap<String, (tilegate_core::ETag, std::time::SystemTime)> {
+        use tilegate_core::object::ObjectStore;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = rt
+            .block_on(tilegate_aws::S3Store::connect(&self.objects))
+            .unwrap();
+        let list = rt
+            .block_on(store.list(&format!("tilegate/tiles/{job}/")))
+            .unwrap();
+        list.into_iter()
+            .map(|m| (m.key, (m.e_tag, m.last_modified)))
+            .collect()
+    }
+}

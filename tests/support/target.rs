@@ -1,0 +1,94 @@
+//! [`Target`]: the backend a pipeline test runs `tilegate` on — embedded, AWS on the emulator,
+//! or a cloud object store.
+
+use crate::{Aws, json_of, tempdir, tilegate_bin};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// Where a pipeline test runs the `tilegate` binary: the embedded backend of a data
+/// directory, or AWS on the emulator.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Embedded,
+    Aws(Aws),
+    /// Objects at a cloud store's URL (`gs://…`, `az://…`), tables and queue embedded in the
+    /// data directory.
+    Objects(String),
+}
+
+impl Target {
+    /// The embedded backend, and AWS (bucket, tables and queues created) when the emulator is
+    /// there; in CI it must be.
+    pub fn embedded_and_aws(test: &str) -> Vec<Self> {
+        std::iter::once(Self::Embedded)
+            .chain(Self::aws(test))
+            .collect()
+    }
+
+    /// AWS on the emulator (bucket, tables and queues created), or `None` (with a printed
+    /// reason) without an emulator outside CI; in CI a missing emulator fails the test.
+    pub fn aws(test: &str) -> Option<Self> {
+        let aws = Aws::for_test(test)?;
+        aws.json(tempdir().path(), &["init", "--create-bucket"]);
+        Some(Self::Aws(aws))
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Embedded => "embedded",
+            Self::Aws(_) => "aws",
+            Self::Objects(url) if url.starts_with("gs://") => "gcs",
+            Self::Objects(url) if url.starts_with("az://") => "azure",
+            Self::Objects(_) => "objects",
+        }
+    }
+
+    /// `tilegate` with the data directory and backend flags set.
+    pub fn command(&self, data: &Path) -> Command {
+        let mut cmd = Command::new(tilegate_bin());
+        match self {
+            Self::Embedded => {
+                cmd.arg("--data").arg(data);
+            }
+            Self::Aws(aws) => {
+                cmd.args(aws.args(data));
+            }
+            Self::Objects(url) => {
+                cmd.arg("--data").arg(data).args(["--objects", url]);
+            }
+        }
+        cmd
+    }
+
+    /// Run with `--json`, require success, parse stdout.
+    pub fn json(&self, data: &Path, args: &[&str]) -> Value {
+        let out = self
+            .command(data)
+            .arg("--json")
+            .args(args)
+            .output()
+            .expect("run tilegate");
+        json_of(args, &out)
+    }
+
+    /// The same stores the binary works on, opened in the test process.
+    pub async fn backends(&self, data: &Path) -> tilegate_core::Backends {
+        match self {
+            Self::Embedded => tilegate_embedded::open_data_dir(data, 3).expect("open data dir"),
+            Self::Aws(aws) => {
+                tilegate_aws::AwsBackends::connect(&aws.objects, &aws.tables, &aws.queue, 3)
+                    .await
+                    .expect("connect to the emulator")
+            }
+            Self::Objects(url) => tilegate_backends::open(&tilegate_backends::Urls {
+                data: data.to_path_buf(),
+                objects: Some(url.clone()),
+                tables: None,
+                queue: None,
+            })
+            .await
+            .expect("open the stores"),
+        }
+    }
+}
