@@ -24,23 +24,22 @@ impl Out {
     /// Print `doc` as JSON, or the text `text()` renders, its secrets redacted
     /// ([`tilegate_core::redact`]: a dead letter's reason, a URI, an error's text).
     pub fn emit(&self, doc: &Value, text: impl FnOnce() -> String) {
-        let printed = if self.json {
-            serde_json::to_string_pretty(doc).expect("json documents serialise")
-        } else {
-            text()
-        };
-        println!("{}", tilegate_core::redact::redact(&printed));
+        println!("{}", tilegate_core::redact::redact(&self.render(doc, text)));
     }
 
     /// [`Self::emit`] of a document whose point is a credential the operator asked for (a
     /// signed URL from `url`): printed as it is, never logged.
     pub fn emit_secret(&self, doc: &Value, text: impl FnOnce() -> String) {
-        let printed = if self.json {
+        println!("{}", self.render(doc, text));
+    }
+
+    /// The document as `--json` prints it, else its text.
+    fn render(&self, doc: &Value, text: impl FnOnce() -> String) -> String {
+        if self.json {
             serde_json::to_string_pretty(doc).expect("json documents serialise")
         } else {
             text()
-        };
-        println!("{printed}");
+        }
     }
 }
 

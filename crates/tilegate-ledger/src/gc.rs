@@ -215,14 +215,7 @@ pub(crate) async fn collect_late_upload(
         // stands (no hold or publish can reach a deleted row), and the object is this
         // attempt's own write at the version given.
         AttemptState::Deleted => {
-            b.objects
-                .delete_opts(
-                    &current.row.key,
-                    DeleteOptions {
-                        if_match: Some(e_tag.clone()),
-                    },
-                )
-                .await?;
+            delete_at(b, &current.row.key, e_tag).await?;
             Ok(())
         }
         AttemptState::Deleting => {
