@@ -163,49 +163,41 @@ pub enum AwsError {
     },
 }
 
-/// One failed attempt: the classified answer, the provider's hint of when to try again, and
-/// the error to report if no retry helps.
-#[derive(Debug)]
-pub struct Failure {
-    pub status: Option<u16>,
-    pub code: Option<String>,
-    /// The `Retry-After` header, where the provider sent one.
-    pub retry_after: Option<Duration>,
-    pub answer: Answer,
-    /// Boxed: a `Result<_, Failure>` stays small on the happy path.
-    pub error: Box<AwsError>,
+/// One failed request: its classification and the error behind it (the failure type every
+/// cloud store shares, with AWS's error).
+pub type Failure = tilegate_retry::failure::Failure<AwsError>;
+
+/// AWS names no missing resource apart: a missing bucket, table or queue is reported as the
+/// provider's error, with the service's own message.
+impl tilegate_retry::failure::ProviderError for AwsError {}
+
+/// A failure from an error of the AWS SDK.
+pub trait FailureOf {
+    /// Describe an SDK error of `service`. Construction failures are permanent (the request
+    /// itself is unsendable); dispatch, timeout and response errors mean no usable answer
+    /// arrived.
+    fn from_sdk<E>(service: &'static str, err: SdkError<E>) -> Self
+    where
+        E: ProvideErrorMetadata + StdError + Send + Sync + 'static;
 }
 
-impl Failure {
-    /// Describe an SDK error. Construction failures are permanent (the request itself is
-    /// unsendable); dispatch, timeout and response errors mean no usable answer arrived.
-    pub fn from_sdk<E>(service: &'static str, err: SdkError<E>) -> Self
+impl FailureOf for Failure {
+    fn from_sdk<E>(service: &'static str, err: SdkError<E>) -> Self
     where
         E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
     {
         let detail = DisplayErrorContext(&err).to_string();
         match &err {
-            SdkError::ConstructionFailure(_) => Self {
-                status: None,
-                code: None,
-                retry_after: None,
-                answer: Answer::Permanent,
-                error: Box::new(AwsError::Construction { service, detail }),
-            },
-            SdkError::DispatchFailure(d) if d.is_user() => Self {
-                status: None,
-                code: None,
-                retry_after: None,
-                answer: Answer::Permanent,
-                error: Box::new(AwsError::Transport { service, detail }),
-            },
-            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => Self {
-                status: None,
-                code: None,
-                retry_after: None,
-                answer: Answer::Transient,
-                error: Box::new(AwsError::Transport { service, detail }),
-            },
+            SdkError::ConstructionFailure(_) => Self::own(
+                Answer::Permanent,
+                AwsError::Construction { service, detail },
+            ),
+            SdkError::DispatchFailure(d) if d.is_user() => {
+                Self::own(Answer::Permanent, AwsError::Transport { service, detail })
+            }
+            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => {
+                Self::own(Answer::Transient, AwsError::Transport { service, detail })
+            }
             _ => {
                 let raw = err.raw_response();
                 let status = raw.map(|r| r.status().as_u16());
@@ -240,47 +232,6 @@ impl Failure {
                 }
             }
         }
-    }
-
-    /// A failure the backend raises itself, with its classification.
-    pub fn own(answer: Answer, error: AwsError) -> Self {
-        Self {
-            status: None,
-            code: None,
-            retry_after: None,
-            answer,
-            error: Box::new(error),
-        }
-    }
-
-    /// The error to return when no outcome value fits this answer.
-    pub fn into_store(self, operation: &'static str, key: &str) -> StoreError {
-        match self.answer {
-            Answer::NoSuchKey => StoreError::NotFound {
-                what: "object",
-                key: key.to_owned(),
-            },
-            Answer::NoSuchUpload => StoreError::NotFound {
-                what: "multipart upload",
-                key: key.to_owned(),
-            },
-            answer => StoreError::backend(operation, key, answer.retry(), *self.error),
-        }
-    }
-}
-
-impl tilegate_retry::Attempted for Failure {
-    fn answer(&self) -> Answer {
-        self.answer
-    }
-    fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
-    }
-    fn status(&self) -> Option<u16> {
-        self.status
-    }
-    fn code(&self) -> Option<&str> {
-        self.code.as_deref()
     }
 }
 

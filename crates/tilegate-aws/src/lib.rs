@@ -1,17 +1,4 @@
-//! The AWS backends of tilegate: objects on S3 ([`S3Store`]), jobs, manifest, claims and
-//! counters on DynamoDB ([`DynamoTables`]), the work queue on SQS with a dead-letter queue
-//! ([`SqsQueue`]) — each implementing its `tilegate-core` contract and passing the same
-//! conformance suite as the embedded backend.
-//!
-//! URLs: `s3://bucket[/prefix]`, `dynamodb://table-prefix`, `sqs://queue-name`. Region,
-//! credentials and endpoints come from the standard AWS configuration (environment, profile,
-//! `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_<SERVICE>`), which is also how tests reach a local
-//! emulator.
-//!
-//! Architecture invariant: provider quirks (S3 412 vs 409, a 304 without a code, DynamoDB's
-//! `ALL_OLD`, SQS's tolerance of stale receipts) are normalised inside this crate, in one
-//! classifier ([`error::classify`]) and one retry policy ([`retry`]); no AWS type crosses the
-//! contracts.
+#![doc = include_str!("../README.md")]
 
 pub mod config;
 pub mod dynamo;
@@ -59,19 +46,10 @@ impl AwsBackends {
         let sdk = config::load_sdk_config().await;
         let objects = S3Store::new(config::s3_client(&sdk), location);
         objects.check_bucket().await?;
-        let tables = Arc::new(DynamoTables::new(config::dynamodb_client(&sdk), &prefix));
+        let tables = DynamoTables::new(config::dynamodb_client(&sdk), &prefix);
         let queue =
             SqsQueue::open(config::sqs_client(&sdk), &queue_name, max_receive_count).await?;
-        Ok(Backends {
-            objects: Arc::new(objects),
-            jobs: tables.clone(),
-            manifest: tables.clone(),
-            claims: tables.clone(),
-            counters: tables.clone(),
-            ledger: tables,
-            queue: Arc::new(queue),
-            sources: Some(Arc::new(S3Sources::new())),
-        })
+        Ok(backends(objects, tables, queue))
     }
 
     /// The stores of a worker function, opened without any request (its role may read and
@@ -88,23 +66,15 @@ impl AwsBackends {
         let location = url::parse_s3(objects)?;
         let prefix = url::parse_dynamodb(tables)?;
         let sdk = config::load_sdk_config().await;
-        let tables = Arc::new(DynamoTables::new(config::dynamodb_client(&sdk), &prefix));
+        let tables = DynamoTables::new(config::dynamodb_client(&sdk), &prefix);
         let queue = SqsQueue::from_urls(
             config::sqs_client(&sdk),
             queue_url,
             dlq_url,
             max_receive_count,
         );
-        Ok(Backends {
-            objects: Arc::new(S3Store::new(config::s3_client(&sdk), location)),
-            jobs: tables.clone(),
-            manifest: tables.clone(),
-            claims: tables.clone(),
-            counters: tables.clone(),
-            ledger: tables,
-            queue: Arc::new(queue),
-            sources: Some(Arc::new(S3Sources::new())),
-        })
+        let objects = S3Store::new(config::s3_client(&sdk), location);
+        Ok(backends(objects, tables, queue))
     }
 
     /// Create what a deployment needs, idempotently ("already exists" is success): the bucket
@@ -149,6 +119,22 @@ impl AwsBackends {
             ),
         );
         Ok(report)
+    }
+}
+
+/// A deployment's stores: objects on S3, every table on DynamoDB, the queue on SQS, and `s3://`
+/// sources.
+fn backends(objects: S3Store, tables: DynamoTables, queue: SqsQueue) -> Backends {
+    let tables = Arc::new(tables);
+    Backends {
+        objects: Arc::new(objects),
+        jobs: tables.clone(),
+        manifest: tables.clone(),
+        claims: tables.clone(),
+        counters: tables.clone(),
+        ledger: tables,
+        queue: Arc::new(queue),
+        sources: Some(Arc::new(S3Sources::new())),
     }
 }
 

@@ -8,7 +8,7 @@
 //! without applying anything; transient faults (5xx, network, timeout) only for idempotent
 //! requests, because such a request may have been applied before its answer was lost.
 
-use crate::error::Failure;
+use crate::error::{Failure, FailureOf as _};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use std::error::Error as StdError;
 use std::future::Future;

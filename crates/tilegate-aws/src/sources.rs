@@ -2,7 +2,6 @@
 //! keys belong to the user, so they are not held to tilegate's output-key rules.
 
 use crate::config::{load_sdk_config, s3_client};
-use crate::error::Answer;
 use crate::retry::{RetryPolicy, Sdk};
 use async_trait::async_trait;
 use tilegate_core::source::SourceObjects;
@@ -38,13 +37,7 @@ impl S3Sources {
 
 /// Split `s3://bucket/key` into its parts.
 pub fn split_source(uri: &str) -> StoreResult<(&str, &str)> {
-    uri.strip_prefix("s3://")
-        .and_then(|rest| rest.split_once('/'))
-        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-        .ok_or_else(|| StoreError::InvalidKey {
-            key: uri.to_owned(),
-            reason: "expected s3://bucket/key".into(),
-        })
+    tilegate_retry::split_source(uri, "s3")
 }
 
 #[async_trait]
@@ -62,24 +55,22 @@ impl SourceObjects for S3Sources {
                 client.head_object().bucket(bucket).key(key).send()
             })
             .await;
-        match r {
-            Ok(out) => {
-                let etag = out.e_tag().map(ETag::new).ok_or_else(|| {
-                    StoreError::backend(
-                        "head source",
-                        uri,
-                        Retry::Permanent,
-                        "no ETag in HeadObject",
-                    )
-                })?;
-                let size = out
-                    .content_length()
-                    .and_then(|n| u64::try_from(n).ok())
-                    .unwrap_or(0);
-                Ok(Some((etag, size)))
-            }
-            Err(f) if f.answer == Answer::NoSuchKey => Ok(None),
-            Err(f) => Err(f.into_store("head source", uri)),
-        }
+        // AWS names no missing bucket apart: it is reported as the provider's error.
+        let Some(out) = tilegate_retry::source_lookup(r, uri, None)? else {
+            return Ok(None);
+        };
+        let etag = out.e_tag().map(ETag::new).ok_or_else(|| {
+            StoreError::backend(
+                "head source",
+                uri,
+                Retry::Permanent,
+                "no ETag in HeadObject",
+            )
+        })?;
+        let size = out
+            .content_length()
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0);
+        Ok(Some((etag, size)))
     }
 }

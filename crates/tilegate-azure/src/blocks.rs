@@ -30,14 +30,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tilegate_core::object::{
     ATTEMPT_METADATA, CompletionMismatch, MultipartUpload, ObjectStore as _, PartId, PutMode,
-    PutOptions, PutOutcome, verify_completed,
+    PutOptions, PutOutcome,
 };
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::record::{
     RECORDS, initiated_at, no_upload, parse_upload_id, record_key, upload_id,
 };
 use tilegate_retry::{Answer, Decision, Idempotency, conditional_write, run};
-use tracing::{info, warn};
+use tracing::info;
 
 /// What an upload record holds.
 #[derive(Debug, Serialize, Deserialize)]
@@ -65,6 +65,16 @@ fn block_id(nonce: &str, n: u32, stamp: u64) -> String {
 /// The upload nonce and part number a block ID names.
 fn block_part(id: &str) -> Option<(&str, &str)> {
     (id.len() == BLOCK_ID_LEN && id.is_ascii()).then(|| (&id[..32], &id[32..38]))
+}
+
+/// A completion's permanent error for a part it cannot commit.
+fn unusable_part(key: &str, detail: String) -> StoreError {
+    StoreError::backend(
+        "complete multipart upload",
+        key,
+        Retry::Permanent,
+        AzureError::UploadRecord { detail },
+    )
 }
 
 fn stamp_now() -> u64 {
@@ -120,11 +130,7 @@ impl AzureStore {
 
     /// Record a new upload of `key`.
     pub(crate) async fn start_blocks(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
-        let (stamped, _) = tilegate_retry::stamp(opts);
-        let metadata = match opts.mode {
-            PutMode::Overwrite => opts.metadata.clone(),
-            _ => stamped,
-        };
+        let (metadata, _) = tilegate_retry::mode_metadata(opts);
         to_azure_metadata(&metadata)?;
         let id = upload_id();
         let record = Record {
@@ -215,13 +221,9 @@ impl AzureStore {
                 if block_part(b).is_some_and(|(n, _)| n == nonce) {
                     Ok(b.to_owned())
                 } else {
-                    Err(StoreError::backend(
-                        OP,
+                    Err(unusable_part(
                         key,
-                        Retry::Permanent,
-                        AzureError::UploadRecord {
-                            detail: format!("part {} is not a block of upload {id}", p.part_number),
-                        },
+                        format!("part {} is not a block of upload {id}", p.part_number),
                     ))
                 }
             })
@@ -298,15 +300,12 @@ impl AzureStore {
         {
             // Put Block List answers no size (its Content-MD5 is of the request's list, not the
             // blob: Blob service REST API, "Put Block List"), so the blob's is read back.
-            Ok(o) => verify_completed(self, key, parts, o, |_| Ok(())).await,
+            Ok(o) => {
+                tilegate_retry::verify_completion("azure", self, (key, id), parts, o, |_| Ok(()))
+                    .await
+            }
             Err(e) => Err(e),
         };
-        if let Err(e) = &outcome
-            && let Some(m) = CompletionMismatch::of(e)
-        {
-            warn!(store = "azure", key, upload_id = id, differs = %m.differs, withdrawn = m.withdrawn,
-                "completed upload is not what its parts make; answered as an error, not written");
-        }
         self.finish(key, id, outcome).await
     }
 
@@ -346,16 +345,12 @@ impl AzureStore {
             if let Some(Some(size)) = staged.iter().position(|b| b == id).map(|i| sizes[i])
                 && u64::try_from(size).ok() != Some(p.size)
             {
-                return Err(StoreError::backend(
-                    "complete multipart upload",
+                return Err(unusable_part(
                     key,
-                    Retry::Permanent,
-                    AzureError::UploadRecord {
-                        detail: format!(
-                            "part {} was staged as {size} bytes, not its {}",
-                            p.part_number, p.size
-                        ),
-                    },
+                    format!(
+                        "part {} was staged as {size} bytes, not its {}",
+                        p.part_number, p.size
+                    ),
                 ));
             }
             let part = block_part(id);
@@ -364,16 +359,12 @@ impl AzureStore {
                 .filter(|b| block_part(b) == part)
                 .find(|b| b.as_str() > id.as_str())
             {
-                return Err(StoreError::backend(
-                    "complete multipart upload",
+                return Err(unusable_part(
                     key,
-                    Retry::Permanent,
-                    AzureError::UploadRecord {
-                        detail: format!(
-                            "part {} was uploaded again after the block named (now {newer})",
-                            part.map_or("?", |(_, n)| n)
-                        ),
-                    },
+                    format!(
+                        "part {} was uploaded again after the block named (now {newer})",
+                        part.map_or("?", |(_, n)| n)
+                    ),
                 ));
             }
         }

@@ -99,13 +99,7 @@ impl SasCredential {
                 now,
                 current.generation + 1,
             )?;
-            info!(
-                store = "azure",
-                account = %self.account,
-                expires = %current.expires,
-                reason = "aged",
-                "renewed the account sas"
-            );
+            self.renewed(&current, "aged");
         }
         Ok(current.clone())
     }
@@ -117,15 +111,20 @@ impl SasCredential {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current.generation == refused {
             *current = sign(&self.account, &self.key, self.protocols, now, refused + 1)?;
-            info!(
-                store = "azure",
-                account = %self.account,
-                expires = %current.expires,
-                reason = "refused",
-                "renewed the account sas"
-            );
+            self.renewed(&current, "refused");
         }
         Ok(current.clone())
+    }
+
+    /// Log the renewal of the account SAS to `renewed`, for `reason`.
+    fn renewed(&self, renewed: &Signed, reason: &'static str) {
+        info!(
+            store = "azure",
+            account = %self.account,
+            expires = %renewed.expires,
+            reason,
+            "renewed the account sas"
+        );
     }
 }
 
@@ -227,6 +226,7 @@ impl Policy for SasPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sas::param;
     use azure_core::http::Method;
     use azure_core::http::headers::Headers;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -243,13 +243,6 @@ mod tests {
         let now = Arc::new(Mutex::new(t));
         let read = Arc::clone(&now);
         (now, Arc::new(move || *read.lock().unwrap()))
-    }
-
-    fn param<'a>(query: &'a str, name: &str) -> &'a str {
-        query
-            .split('&')
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .unwrap_or_else(|| panic!("no {name} in {query}"))
     }
 
     #[test]

@@ -3,25 +3,47 @@
 //! `azure_storage_blob` crate.
 //!
 //! How the contract maps onto Azure Blob:
-//! - Create is Put Blob with `If-None-Match: *`; Update is `If-Match: <etag>`; a conditional
-//!   delete is `If-Match`. A create refused is `AlreadyPresent` whether the service answers
-//!   409 `BlobAlreadyExists` (Azure's documented answer, and Azurite's) or 412
-//!   `ConditionNotMet` (seen from real Azure); an update refused (412) is `Superseded`;
-//! - reads send the caller's `If-Match` / `If-None-Match` and a range; a large read's
+//! - **Versions are ETags**, as on S3. Create is Put Blob with `If-None-Match: *`; Update is
+//!   `If-Match: <etag>`; a conditional delete is one `If-Match` DELETE. A create refused is
+//!   `AlreadyPresent` whether the service answers 409 `BlobAlreadyExists` (Azure's documented
+//!   answer, and Azurite's) or 412 `ConditionNotMet` (seen from real Azure front ends),
+//!   classified by `x-ms-error-code`; an update refused (412) is `Superseded`;
+//! - reads send the caller's `If-Match` / `If-None-Match` (one tag) and a range; a list of
+//!   several tags is resolved against a HEAD and the read pinned to the ETag found. A range
+//!   past the end (416) is answered from a HEAD, as on the other stores, and a large read's
 //!   partitions are pinned to the first answer's ETag by the crate;
-//! - a multipart upload is a block list: each part is a Put Block whose ID names the upload
-//!   and the part (one length for all), and completion is Put Block List under the mode's
-//!   condition, so of two racing large uploads the second commit is refused. Azure keeps no
-//!   list of uploads in progress that a cleanup could use, so each is recorded under
-//!   `.tilegate/uploads/` in the store's prefix, where `list_multipart` finds it.
+//! - a multipart upload is a block list: part N is a Put Block whose ID names the upload's
+//!   nonce and N (one length for every ID, as Azure requires of one blob's blocks), so parts go
+//!   in any order from any handle, and completion is Put Block List under the mode's
+//!   condition, so of two racing large uploads the second commit is refused. A committed list
+//!   discards every other uncommitted block of the name, so a commit that finds its blocks gone
+//!   (`InvalidBlockList`) is read back as the race it lost. Azure keeps no list of uploads in
+//!   progress that a cleanup could use, so each is recorded at `.tilegate/uploads/<id>` under
+//!   the store's prefix (its key and metadata with the attempt token), where `list_multipart`
+//!   finds it; abort deletes the record, and Azure discards the orphaned blocks by itself
+//!   (within a week);
+//! - metadata names must be C# identifiers on Azure: `-` is stored as `_h_` (names holding
+//!   `_h_` are refused), and names come back lower-cased.
 //!
 //! Configuration as Azure's SDKs and GDAL take it: `AZURE_STORAGE_CONNECTION_STRING` with an
 //! `AccountKey` (an account SAS is signed from it, the Rust crate having no shared-key
-//! authorisation, and renewed before it expires: [`credential`]) or a
+//! authorisation, and renewed before it expires, as below) or a
 //! `SharedAccessSignature`, and `BlobEndpoint` for an emulator; or `AZURE_STORAGE_ACCOUNT`
 //! with `AZURE_STORAGE_SAS_TOKEN` or, without one, Entra ID tokens for
 //! `https://account.blob.core.windows.net` ([`entra`]). Azurite (the emulator the tests run)
 //! is reached with its published development key, over plain HTTP.
+//!
+//! Auth is a SAS applied per request. The account SAS an account key signs has the 2018-11-09
+//! fields and is valid 7 days; `SasCredential` signs it on an injectable [`Clock`] and renews
+//! it when less than a day of its validity is left, one renewal at a time (its start
+//! backdated 15 minutes for skew), and `SasPolicy` sets the current SAS on every try of every
+//! request, so no client keeps an old signature. A 403 `AuthenticationFailed` whose SAS is
+//! outside its time frame (or that was sent with a SAS since replaced, or a HEAD's bodiless
+//! 403) is renewed and sent once more — safe, since Azure authenticates before acting — and
+//! anything else stays `Permanent` ([`error::renews_sas`], beside [`classify`]). A given SAS is
+//! used as is and cannot be renewed. Entra ID tokens (`azure_identity`, chosen from the
+//! environment as Azure's SDKs choose, including `AZURE_TOKEN_CREDENTIALS`) go over HTTPS
+//! only. The crate's own retries are off.
 //!
 //! Credentials go only to the configured account ([`Account::configured`]): a URL is parsed
 //! once, strictly, by Azure's naming rules ([`names`]), and one that names another account is
@@ -31,9 +53,11 @@
 //! ([`gdal_az_config`]). A SAS is signed for HTTPS only unless the endpoint is plain HTTP (an
 //! emulator), and a read URL lives at most [`MAX_URL_LIFETIME`].
 //!
-//! What Azurite 3.35 does not prove: the 412 some Azure front ends answer to a create, and a
-//! service's 5xx or lost answers; the requests tilegate sends there and its classification of
-//! those answers are covered by tests against a scripted responder.
+//! What Azurite 3.35 does not prove: it evaluates every condition tilegate sends, so no
+//! conformance test skips for it; but it never answers a refused create with 412, never
+//! throttles, never answers with a 5xx and never loses an answer. `tests/it/scripted_azure.rs`
+//! checks the requests tilegate sends and its reading of those answers against a scripted
+//! responder; the lost answer is also tested for real through the proxy of `tests/lossy.rs`.
 
 mod blocks;
 mod credential;

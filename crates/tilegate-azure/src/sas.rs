@@ -115,16 +115,18 @@ pub(crate) fn blob_path(blob: &str) -> String {
     blob.split('/').map(encode).collect::<Vec<_>>().join("/")
 }
 
+/// The value of parameter `name` in SAS query `query` (tests read the fields signed).
+#[cfg(test)]
+pub(crate) fn param<'a>(query: &'a str, name: &str) -> &'a str {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {name} in {query}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn param<'a>(query: &'a str, name: &str) -> &'a str {
-        query
-            .split('&')
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .unwrap_or_else(|| panic!("no {name} in {query}"))
-    }
 
     #[test]
     fn the_signature_covers_the_documented_fields() {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use tilegate_core::source::SourceObjects;
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
-use tilegate_retry::{Answer, Idempotency, RetryPolicy, run};
+use tilegate_retry::{Idempotency, RetryPolicy, run, source_lookup};
 use tracing::warn;
 
 /// Looks `az://` sources up; credentials are read when a source is first looked up, so a
@@ -91,25 +91,21 @@ impl SourceObjects for AzureSources {
         })?;
         let key = source.blob.as_str();
         let blob = client.blob_client(key);
-        match run(
+        let r = run(
             &self.retry,
             Idempotency::Idempotent,
             "head source",
             uri,
             |_| async { blob.get_properties(None).await.map_err(Failure::of) },
         )
-        .await
-        {
-            Ok(r) => {
-                let m = meta_of_headers(key, r.headers(), None);
-                Ok(Some((m.e_tag, m.size)))
-            }
-            Err(f) if f.answer == Answer::NoSuchKey => Ok(None),
-            Err(f) if f.answer == Answer::MissingResource => Err(StoreError::NotFound {
-                what: "azure container",
-                key: format!("{}/{}", source.account, source.container),
-            }),
-            Err(f) => Err(f.into_store("head source", uri)),
-        }
+        .await;
+        let missing = StoreError::NotFound {
+            what: "azure container",
+            key: format!("{}/{}", source.account, source.container),
+        };
+        Ok(source_lookup(r, uri, Some(missing))?.map(|r| {
+            let m = meta_of_headers(key, r.headers(), None);
+            (m.e_tag, m.size)
+        }))
     }
 }

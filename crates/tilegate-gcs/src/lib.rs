@@ -2,18 +2,27 @@
 //! one bucket and key prefix (`gs://bucket[/prefix]`), over GCS's JSON API.
 //!
 //! How the contract maps onto GCS:
-//! - the store's ETag is the object's **generation** (quoted), because generations are what
-//!   GCS preconditions evaluate; `ObjectMeta::version` carries it too;
+//! - **Versions are generations.** The store's ETag is the object's generation (quoted),
+//!   because generations are what GCS preconditions evaluate: a condition taken from any
+//!   `ObjectMeta` means "this very content" here as on S3. `ObjectMeta::version` carries it
+//!   too;
 //! - Create is a single-request (`uploadType=multipart`) upload with `ifGenerationMatch=0`, so
 //!   the precondition is checked before any byte is stored; Update is `ifGenerationMatch=G`;
-//!   a conditional delete is `ifGenerationMatch=G`; 412 → `AlreadyPresent` / `Superseded`;
+//!   a conditional delete sends `ifGenerationMatch=G` after a look that reports absence and a
+//!   mismatch. 412 → `AlreadyPresent` / `Superseded`, classified by status (the emulator's
+//!   reason string is not GCS's);
 //! - a read takes the object's metadata, evaluates the caller's conditions on its generation
 //!   (an `If-Match` of one tag is also sent as `ifGenerationMatch`), and reads the bytes pinned
-//!   to that generation, so the bytes are exactly the version the conditions were true of;
+//!   to that generation (`generation=G`), so the bytes are exactly the version the conditions
+//!   were true of; a generation replaced in between is read again;
 //! - a multipart upload is a resumable session created with the mode's precondition, which GCS
 //!   checks again when the session is finalised: two racing large uploads end with one
-//!   object. GCS cannot list sessions, so each is recorded under `.tilegate/uploads/` in the
-//!   store's prefix, where `list_multipart` finds it and `abort_multipart` cancels it.
+//!   object. The session takes bytes in order, so parts are appended in part-number order
+//!   (whole 256 KiB chunks sent as they fill, the remainder with the total at completion) by
+//!   the handle that started it. GCS cannot list sessions, so each is recorded at
+//!   `.tilegate/uploads/<id>` under the store's prefix (`.tilegate` is refused as a first key
+//!   segment), where `list_multipart` finds it and `abort_multipart` cancels it. A completion
+//!   must use the mode the upload was started with (`NotImplemented` otherwise).
 //!
 //! Sources `gs://bucket/key` are pinned by their generation ([`GcsSources`]) and read by GDAL
 //! through `/vsigs/` with the same endpoint ([`gdal_gs_config`]).
@@ -23,9 +32,12 @@
 //! `STORAGE_EMULATOR_HOST` for an emulator (then anonymous, as the libraries do).
 //!
 //! What fake-gcs-server 1.54 (the emulator the tests run) does not prove: it ignores
-//! preconditions on resumable finalisation, on media reads and on deletes. The requests
-//! tilegate sends there, and its reading of GCS's documented answers, are covered by tests
-//! against a scripted responder.
+//! preconditions on resumable finalisation, on media reads and on deletes (and on media
+//! uploads, which the store does not use). The conformance tests that need them say so when
+//! they skip; `tests/it/scripted_gcs.rs` checks the requests tilegate sends there and its
+//! reading of GCS's 412 against a scripted responder. A lost answer is tested for real on
+//! every HTTP store: a proxy forwards the write and closes the connection unanswered
+//! (`tests/lossy.rs`).
 
 pub mod error;
 mod meter;

@@ -9,7 +9,7 @@ use gcloud_storage::client::Client;
 use gcloud_storage::http::objects::get::GetObjectRequest;
 use tilegate_core::source::SourceObjects;
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
-use tilegate_retry::{Answer, Idempotency, RetryPolicy, run};
+use tilegate_retry::{Idempotency, RetryPolicy, run, source_lookup};
 use tokio::sync::OnceCell;
 
 /// Looks `gs://` sources up. The client (and its credentials) is made on first use, so a
@@ -34,13 +34,7 @@ impl GcsSources {
 
 /// Split `gs://bucket/key` into its parts.
 pub fn split_source(uri: &str) -> StoreResult<(&str, &str)> {
-    uri.strip_prefix("gs://")
-        .and_then(|rest| rest.split_once('/'))
-        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-        .ok_or_else(|| StoreError::InvalidKey {
-            key: uri.to_owned(),
-            reason: "expected gs://bucket/key".into(),
-        })
+    tilegate_retry::split_source(uri, "gs")
 }
 
 #[async_trait]
@@ -64,25 +58,19 @@ impl SourceObjects for GcsSources {
             object: key.to_owned(),
             ..GetObjectRequest::default()
         };
-        match run(
+        let r = run(
             &self.retry,
             Idempotency::Idempotent,
             "head source",
             uri,
             |_| async { client.get_object(&req).await.map_err(Failure::of) },
         )
-        .await
-        {
-            Ok(o) => Ok(Some((
-                e_tag_of(o.generation),
-                u64::try_from(o.size).unwrap_or(0),
-            ))),
-            Err(f) if f.answer == Answer::NoSuchKey => Ok(None),
-            Err(f) if f.answer == Answer::MissingResource => Err(StoreError::NotFound {
-                what: "gcs bucket",
-                key: bucket.to_owned(),
-            }),
-            Err(f) => Err(f.into_store("head source", uri)),
-        }
+        .await;
+        let missing = StoreError::NotFound {
+            what: "gcs bucket",
+            key: bucket.to_owned(),
+        };
+        Ok(source_lookup(r, uri, Some(missing))?
+            .map(|o| (e_tag_of(o.generation), u64::try_from(o.size).unwrap_or(0))))
     }
 }

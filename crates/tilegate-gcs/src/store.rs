@@ -155,11 +155,7 @@ impl GcsStore {
         let (client, project) = client_for(endpoint, anonymous)
             .await
             .map_err(|e| StoreError::backend("open objects", url, Retry::Permanent, e))?;
-        let key_prefix = if location.prefix.is_empty() {
-            String::new()
-        } else {
-            format!("{}/", location.prefix)
-        };
+        let key_prefix = tilegate_retry::key_prefix(&location.prefix);
         Ok(Self {
             client,
             bucket: location.bucket,
@@ -231,7 +227,7 @@ impl GcsStore {
             bucket: self.bucket.clone(),
             ..GetBucketRequest::default()
         };
-        match run(
+        run(
             &self.retry,
             Idempotency::Idempotent,
             "check bucket",
@@ -239,16 +235,15 @@ impl GcsStore {
             |_| async { self.client.get_bucket(&req).await.map_err(Failure::of) },
         )
         .await
-        {
-            Ok(_) => Ok(()),
-            Err(f) if matches!(f.answer, Answer::NoSuchKey | Answer::MissingResource) => {
-                Err(StoreError::NotFound {
-                    what: "gcs bucket (run `tilegate init`)",
-                    key: self.bucket.clone(),
-                })
-            }
-            Err(f) => Err(f.into_store("check bucket", &self.bucket)),
-        }
+        .map(|_| ())
+        .map_err(|f| {
+            f.into_check(
+                "check bucket",
+                &self.bucket,
+                "gcs bucket (run `tilegate init`)",
+                self.bucket.clone(),
+            )
+        })
     }
 
     /// The object's metadata at `full`, optionally only if its generation is `if_generation`.
@@ -331,6 +326,40 @@ impl GcsStore {
             async |o| Ok(self.meta_of(o)),
         )
         .await
+    }
+
+    /// Every object whose full name starts with `full` (all pages); a failure is the contract's
+    /// error of `operation` on `shown`.
+    pub(crate) async fn list_full(
+        &self,
+        operation: &'static str,
+        full: &str,
+        shown: &str,
+    ) -> StoreResult<Vec<Object>> {
+        let mut out = Vec::new();
+        let mut page_token: Option<String> = None;
+        loop {
+            let req = ListObjectsRequest {
+                bucket: self.bucket.clone(),
+                prefix: Some(full.to_owned()),
+                page_token: page_token.clone(),
+                ..ListObjectsRequest::default()
+            };
+            let page = run(
+                &self.retry,
+                Idempotency::Idempotent,
+                operation,
+                full,
+                |_| async { self.client.list_objects(&req).await.map_err(Failure::of) },
+            )
+            .await
+            .map_err(|f| f.into_store(operation, shown))?;
+            out.extend(page.items.unwrap_or_default());
+            page_token = page.next_page_token.filter(|t| !t.is_empty());
+            if page_token.is_none() {
+                return Ok(out);
+            }
+        }
     }
 
     /// Read `range` of `full` pinned to `generation`; `None` if that generation is gone.
@@ -455,16 +484,16 @@ impl ObjectStore for GcsStore {
     async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
         check_key(key)?;
         check_metadata(&opts.metadata)?;
-        let (stamped, token) = tilegate_retry::stamp(&opts);
-        let (metadata, if_generation) = match &opts.mode {
-            PutMode::Overwrite => (opts.metadata.clone(), None),
-            PutMode::Create => (stamped, Some(0)),
+        let if_generation = match &opts.mode {
+            PutMode::Overwrite => None,
+            PutMode::Create => Some(0),
             PutMode::Update(v) => match expected_generation(v) {
-                Some(g) => (stamped, Some(g)),
+                Some(g) => Some(g),
                 // Not a generation: it cannot name the current version.
                 None => return Ok(PutOutcome::Superseded),
             },
         };
+        let (metadata, token) = tilegate_retry::mode_metadata(&opts);
         let full = self.full(key);
         let decision = self
             .upload(&full, &bytes, &metadata, &opts.mode, if_generation)
@@ -558,37 +587,14 @@ impl ObjectStore for GcsStore {
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {
         check_list_prefix(prefix)?;
-        let full = self.full(prefix);
         let reserved = self.full(&format!("{RESERVED}/"));
-        let mut out = Vec::new();
-        let mut page_token: Option<String> = None;
-        loop {
-            let req = ListObjectsRequest {
-                bucket: self.bucket.clone(),
-                prefix: Some(full.clone()),
-                page_token: page_token.clone(),
-                ..ListObjectsRequest::default()
-            };
-            let page = run(
-                &self.retry,
-                Idempotency::Idempotent,
-                "list",
-                &full,
-                |_| async { self.client.list_objects(&req).await.map_err(Failure::of) },
-            )
-            .await
-            .map_err(|f| f.into_store("list", prefix))?;
-            for o in page.items.unwrap_or_default() {
-                if o.name.starts_with(&reserved) || self.strip(&o.name).is_none() {
-                    continue;
-                }
-                out.push(self.meta_of(o));
-            }
-            page_token = page.next_page_token.filter(|t| !t.is_empty());
-            if page_token.is_none() {
-                break;
-            }
-        }
+        let mut out: Vec<ObjectMeta> = self
+            .list_full("list", &self.full(prefix), prefix)
+            .await?
+            .into_iter()
+            .filter(|o| !o.name.starts_with(&reserved) && self.strip(&o.name).is_some())
+            .map(|o| self.meta_of(o))
+            .collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }

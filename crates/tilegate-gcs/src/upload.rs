@@ -27,16 +27,13 @@ use bytes::Bytes;
 use gcloud_storage::http::objects::Object;
 use gcloud_storage::http::objects::download::Range as GcsRange;
 use gcloud_storage::http::objects::get::GetObjectRequest;
-use gcloud_storage::http::objects::list::ListObjectsRequest;
 use gcloud_storage::http::objects::upload::{UploadObjectRequest, UploadType};
 use gcloud_storage::http::resumable_upload_client::{ChunkSize, UploadStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
-use tilegate_core::object::{
-    CompletionMismatch, MultipartUpload, PartId, PutMode, PutOptions, PutOutcome, verify_completed,
-};
+use tilegate_core::object::{MultipartUpload, PartId, PutMode, PutOptions, PutOutcome};
 use tilegate_core::{ETag, Retry, StoreError, StoreResult};
 use tilegate_retry::record::{
     RECORDS, initiated_at, no_upload, parse_upload_id, record_key, upload_id,
@@ -195,7 +192,7 @@ impl GcsStore {
 
     /// Start a resumable session with the mode's precondition and record it.
     pub(crate) async fn start_session(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
-        let (stamped, token) = tilegate_retry::stamp(opts);
+        let (metadata, token) = tilegate_retry::mode_metadata(opts);
         let if_generation = match &opts.mode {
             PutMode::Overwrite => None,
             PutMode::Create => Some(0),
@@ -205,10 +202,6 @@ impl GcsStore {
                     implementer: "gcs",
                 })?)
             }
-        };
-        let metadata = match opts.mode {
-            PutMode::Overwrite => opts.metadata.clone(),
-            _ => stamped,
         };
         let full = self.full(key);
         let req = UploadObjectRequest {
@@ -426,14 +419,7 @@ impl GcsStore {
         self.sessions.remove(id);
         self.forget(key, id).await;
         let outcome = self.settle(key, decision, &token, OP).await?;
-        let checked = verify_completed(self, key, parts, outcome, |_| Ok(())).await;
-        if let Err(e) = &checked
-            && let Some(m) = CompletionMismatch::of(e)
-        {
-            warn!(store = "gcs", key, upload_id = id, differs = %m.differs, withdrawn = m.withdrawn,
-                "completed upload is not what its parts make; answered as an error, not written");
-        }
-        checked
+        tilegate_retry::verify_completion("gcs", self, (key, id), parts, outcome, |_| Ok(())).await
     }
 
     /// Send the rest of the session with the object's size until GCS finalises it, resending
@@ -583,35 +569,12 @@ impl GcsStore {
         older_than: Option<SystemTime>,
     ) -> StoreResult<Vec<MultipartUpload>> {
         let records = self.full(RECORDS);
-        let mut ids = Vec::new();
-        let mut page_token: Option<String> = None;
-        loop {
-            let req = ListObjectsRequest {
-                bucket: self.bucket.clone(),
-                prefix: Some(records.clone()),
-                page_token: page_token.clone(),
-                ..ListObjectsRequest::default()
-            };
-            let page = run(
-                &self.retry,
-                Idempotency::Idempotent,
-                "list multipart uploads",
-                &records,
-                |_| async { self.client.list_objects(&req).await.map_err(Failure::of) },
-            )
-            .await
-            .map_err(|f| f.into_store("list multipart uploads", prefix))?;
-            ids.extend(
-                page.items
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|o| o.name.strip_prefix(&records).map(str::to_owned)),
-            );
-            page_token = page.next_page_token.filter(|t| !t.is_empty());
-            if page_token.is_none() {
-                break;
-            }
-        }
+        let ids: Vec<String> = self
+            .list_full("list multipart uploads", &records, prefix)
+            .await?
+            .into_iter()
+            .filter_map(|o| o.name.strip_prefix(&records).map(str::to_owned))
+            .collect();
         let mut out = Vec::new();
         for id in ids {
             let Some(r) = self.read_record(&id).await? else {

@@ -3,12 +3,13 @@
 //! `Retry-After`, and the provider's own error to report if no retry helps. Each provider keeps
 //! only its classifier and the conversion from its client's error; building a failure the
 //! store raised itself, telling codes apart, turning a failure into the contract's
-//! [`StoreError`] and handing it to the retry loop are written here once.
+//! [`StoreError`] (a missing bucket or container, a source look-up's answer) and handing it to
+//! the retry loop are written here once, as is the split of a `scheme://bucket/key` source.
 
 use crate::{Answer, Attempted};
 use std::fmt;
 use std::time::Duration;
-use tilegate_core::StoreError;
+use tilegate_core::{StoreError, StoreResult};
 
 /// A provider's error type, as the failures of its requests carry it.
 pub trait ProviderError: std::error::Error + Send + Sync + 'static {
@@ -67,6 +68,52 @@ impl<E: ProviderError> Failure<E> {
             (answer, _) => StoreError::backend(operation, key, answer.retry(), *self.error),
         }
     }
+
+    /// The contract's error for a failed check of the store's bucket or container `name`:
+    /// `NotFound` naming `what` and `shown` when the answer says it is missing (a 404 of either
+    /// kind), else as [`Failure::into_store`] of `operation`.
+    pub fn into_check(
+        self,
+        operation: &'static str,
+        name: &str,
+        what: &'static str,
+        shown: String,
+    ) -> StoreError {
+        match self.answer {
+            Answer::NoSuchKey | Answer::MissingResource => {
+                StoreError::NotFound { what, key: shown }
+            }
+            _ => self.into_store(operation, name),
+        }
+    }
+}
+
+/// A source look-up's last answer (a HEAD of `uri`): what it found, `None` when there is no
+/// such object, and otherwise the contract's error of `head source` — `missing` where the
+/// answer says the source's bucket or container is missing and the store names that itself.
+pub fn source_lookup<T, E: ProviderError>(
+    r: Result<T, Failure<E>>,
+    uri: &str,
+    missing: Option<StoreError>,
+) -> StoreResult<Option<T>> {
+    match (r, missing) {
+        (Ok(found), _) => Ok(Some(found)),
+        (Err(f), _) if f.answer == Answer::NoSuchKey => Ok(None),
+        (Err(f), Some(missing)) if f.answer == Answer::MissingResource => Err(missing),
+        (Err(f), _) => Err(f.into_store("head source", uri)),
+    }
+}
+
+/// Split a source URI `scheme://bucket/key` into its bucket and key (neither empty).
+pub fn split_source<'a>(uri: &'a str, scheme: &str) -> StoreResult<(&'a str, &'a str)> {
+    uri.strip_prefix(scheme)
+        .and_then(|rest| rest.strip_prefix("://"))
+        .and_then(|rest| rest.split_once('/'))
+        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+        .ok_or_else(|| StoreError::InvalidKey {
+            key: uri.to_owned(),
+            reason: format!("expected {scheme}://bucket/key"),
+        })
 }
 
 impl<E> Attempted for Failure<E> {
@@ -122,5 +169,56 @@ mod tests {
         f.code = Some("AccessDenied".into());
         assert!(f.is("AccessDenied") && !f.is("NoSuchKey"));
         assert_eq!(f.to_string(), "provider says no");
+    }
+
+    #[test]
+    fn checks_and_source_lookups_name_what_is_missing() {
+        let e =
+            Failure::own(Answer::NoSuchKey, Plain).into_check("check", "b", "bucket", "b".into());
+        assert!(
+            matches!(e, StoreError::NotFound { what: "bucket", .. }),
+            "{e:?}"
+        );
+        let e =
+            Failure::own(Answer::Permanent, Plain).into_check("check", "b", "bucket", "b".into());
+        assert!(matches!(e, StoreError::Backend { .. }), "{e:?}");
+        let missing = || {
+            Some(StoreError::NotFound {
+                what: "bucket",
+                key: "b".into(),
+            })
+        };
+        let r = source_lookup::<(), _>(Err(Failure::own(Answer::NoSuchKey, Plain)), "u", missing());
+        assert!(matches!(r, Ok(None)));
+        let r = source_lookup::<(), _>(
+            Err(Failure::own(Answer::MissingResource, Plain)),
+            "u",
+            missing(),
+        );
+        assert!(matches!(
+            r,
+            Err(StoreError::NotFound { what: "bucket", .. })
+        ));
+        let r =
+            source_lookup::<(), _>(Err(Failure::own(Answer::MissingResource, Plain)), "u", None);
+        assert!(matches!(r, Err(StoreError::Backend { .. })));
+        assert!(matches!(
+            source_lookup::<u8, Plain>(Ok(1), "u", None),
+            Ok(Some(1))
+        ));
+    }
+
+    #[test]
+    fn a_source_is_scheme_bucket_and_key() {
+        assert_eq!(split_source("s3://b/k/x", "s3").unwrap(), ("b", "k/x"));
+        for bad in [
+            "s3://b", "s3:///k", "s3://b/", "gs://b/k", "s3:/b/k", "s3b/k",
+        ] {
+            let e = split_source(bad, "s3").unwrap_err();
+            assert!(
+                e.to_string().contains("expected s3://bucket/key"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -12,9 +12,21 @@ pub mod meter;
 pub mod record;
 pub mod write;
 
+pub use failure::{source_lookup, split_source};
 pub use write::{
-    Decision, IfMatch, IfNoneMatch, conditional_write, own_write, read_refusal, settle, stamp,
+    Decision, IfMatch, IfNoneMatch, conditional_write, mode_metadata, own_write, read_refusal,
+    settle, stamp, verify_completion,
 };
+
+/// The key prefix of a store at location prefix `prefix`: `""`, or `"seg/seg/"`, prepended to
+/// every key.
+pub fn key_prefix(prefix: &str) -> String {
+    if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}/")
+    }
+}
 
 use std::future::Future;
 use std::hash::{BuildHasher as _, RandomState};

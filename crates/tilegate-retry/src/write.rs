@@ -16,9 +16,10 @@ use tilegate_core::ConditionList;
 use tilegate_core::StoreResult;
 use tilegate_core::etag::ETag;
 use tilegate_core::object::{
-    ATTEMPT_METADATA, GetOutcome, ObjectMeta, PutMode, PutOptions, PutOutcome,
+    ATTEMPT_METADATA, CompletionMismatch, Differs, GetOutcome, ObjectMeta, ObjectStore, PartId,
+    PutMode, PutOptions, PutOutcome, verify_completed,
 };
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// What a conditional write came to, before the object's metadata is read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +104,37 @@ pub fn stamp(opts: &PutOptions) -> (BTreeMap<String, String>, String) {
         .or_insert_with(|| uuid::Uuid::new_v4().simple().to_string())
         .clone();
     (metadata, token)
+}
+
+/// The metadata a write in `opts.mode` sends, and its attempt token: the caller's own
+/// metadata for an Overwrite (never refused, so it needs no token), else stamped by [`stamp`].
+pub fn mode_metadata(opts: &PutOptions) -> (BTreeMap<String, String>, String) {
+    let (stamped, token) = stamp(opts);
+    match opts.mode {
+        PutMode::Overwrite => (opts.metadata.clone(), token),
+        PutMode::Create | PutMode::Update(_) => (stamped, token),
+    }
+}
+
+/// [`verify_completed`] for the completion of multipart upload `upload_id` on `store` (named
+/// `store_name` in logs): an object that is not what its parts make is withdrawn and answered
+/// as an error, with a warning.
+pub async fn verify_completion<S: ObjectStore + ?Sized>(
+    store_name: &'static str,
+    store: &S,
+    (key, upload_id): (&str, &str),
+    parts: &[PartId],
+    outcome: PutOutcome,
+    also: impl FnOnce(&ObjectMeta) -> Result<(), Differs>,
+) -> StoreResult<PutOutcome> {
+    let checked = verify_completed(store, key, parts, outcome, also).await;
+    if let Err(e) = &checked
+        && let Some(m) = CompletionMismatch::of(e)
+    {
+        warn!(store = store_name, key, upload_id, differs = %m.differs, withdrawn = m.withdrawn,
+            "completed upload is not what its parts make; answered as an error, not written");
+    }
+    checked
 }
 
 /// The object read back after a refusal, if it is the write made with attempt token `token`.
@@ -413,6 +445,17 @@ mod tests {
         opts.metadata.insert("x".into(), "y".into());
         let (m, t) = stamp(&opts);
         assert_eq!((t.as_str(), m.len()), ("mine", 2));
+    }
+
+    #[test]
+    fn an_overwrite_sends_the_callers_metadata() {
+        let mut opts = PutOptions::create();
+        opts.metadata.insert("x".into(), "y".into());
+        let (m, t) = mode_metadata(&opts);
+        assert_eq!((m[ATTEMPT_METADATA].as_str(), m.len()), (t.as_str(), 2));
+        opts.mode = PutMode::Overwrite;
+        let (m, t) = mode_metadata(&opts);
+        assert_eq!((m.len(), t.len()), (1, 32));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 use super::model::{corrupt, decode_body, encode_body, get_n, n, names, s};
 use super::versioned::CondWrite;
 use super::{DynamoTables, Item, SERVICE};
-use crate::error::Failure;
+use crate::error::{Failure, FailureOf as _};
 use crate::retry::{self, Idempotency};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;

@@ -8,19 +8,27 @@
 //! | table | key | other attributes |
 //! |---|---|---|
 //! | `P-jobs` | `job_id` (S) | `version` (N), `body` (S, the JSON row), `created_at` (N), `list_pk` (S, always `job`); GSI `by-created` = (`list_pk`, `created_at`) for newest-first listing |
-//! | `P-manifest` | `pk` (S) = job ID, or `JOB#NN` when the job's manifest is sharded; `sk` (S) = window `RRRR_CCCC` | `version` (N), `body` (S) |
+//! | `P-manifest` | `pk` (S) = job ID, or `JOB#NN` when the job's manifest is sharded; `sk` (S) = window `RRRR_CCCC` | `version` (N), `body` (S). Counted with `Select=COUNT` and pagination |
 //! | `P-claims` | `resource` (S) | `owner` (S), `fencing_token` (N), `expires_at` (N), `state` (S `held`/`done`), `output` (S, JSON, once done), `version` (N) |
 //! | `P-counters` | `job_id` (S) | one numeric attribute `c_<name>` per counter, added with `ADD` |
-//! | `P-ledger` | `pk` (S), `sk` (S) | attempt rows and pointers, see [`ledger`]; GSI `due` = (`due_shard`, `gc_due`) |
+//! | `P-ledger` | `pk` (S) = `JOB#NN`, `sk` (S) = `a#SUBJECT#ATTEMPT` (attempt rows) or `p#SUBJECT` (pointers) | `version`, `body`; pointers also `attempt`; the sparse GSI `due` = (`due_shard`, `gc_due`) — see the `ledger` module |
 //!
 //! The manifest's partition key is the job ID. DynamoDB allows about 1,000 writes/s per
-//! partition, so a job planned with `manifest_shards` > 1 spreads its rows as `job_id#NN`
-//! (NN = [`manifest_shard`] of the window, a hash modulo the shard count recorded on the job
-//! row); count and list fan out over the shards, and the row format does not change. The shard
-//! count never changes after the job row is created, so each process reads it once per job and
-//! keeps it. The sort key is the window as in tile keys
+//! partition, so a job planned with `--manifest-shards N` (2–100) spreads its rows as
+//! `job_id#NN` (NN = [`manifest_shard`](tilegate_core::table::manifest_shard) of the window, a
+//! splitmix64 hash modulo N, so neighbouring windows, written together, land apart); writes
+//! spread over N partitions, counts (`count_partitions`, one `Select=COUNT` query per shard)
+//! and listings fan out over the shards, and the row format does not change. The default is
+//! one partition keyed by the job ID. N is stored on the job row and never changes after it is
+//! created, so every process agrees, reading it once per job and keeping it. (SQLite keeps the
+//! same shard in a `shard` column and counts per shard.) The sort key is the window as in tile keys
 //! (four digits each side); past 9,999 rows or columns its string order stops being the window
 //! order, so listings are sorted by the decoded window, never by the key.
+//!
+//! Conditional creates use `attribute_not_exists`; reserved words (`window`, `owner`, `state`,
+//! `version`) go through `ExpressionAttributeNames`. A claim acquire is one `UpdateItem` with
+//! `attribute_not_exists(resource) OR (expires_at < :now AND #state <> :done)` that sets
+//! `fencing_token = if_not_exists(fencing_token, 0) + 1`.
 //!
 //! Provider behaviour normalised here: a `ConditionalCheckFailedException` is an outcome, not
 //! an error; where `ALL_OLD` is empty the row is absent (`Superseded(None)`). A write whose

@@ -5,7 +5,7 @@
 
 use super::model::{corrupt, names, refused_row};
 use super::{DynamoTables, Item, SERVICE};
-use crate::error::Failure;
+use crate::error::{Failure, FailureOf as _};
 use crate::retry::{self, Idempotency};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -59,6 +59,32 @@ impl CondWrite<'_> {
 }
 
 impl DynamoTables {
+    /// Send the conditional write `w` through the retry loop (`send` builds and sends it
+    /// afresh for each attempt), with the attempt that answered; the last failure becomes the
+    /// contract's error.
+    async fn send_conditional<T, F, Fut>(
+        &self,
+        w: &CondWrite<'_>,
+        mut send: F,
+    ) -> StoreResult<(u32, Cond<T>)>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Cond<T>, Failure>>,
+    {
+        retry::run(
+            &self.retry,
+            Idempotency::Idempotent,
+            w.operation,
+            w.shown,
+            |attempt| {
+                let sent = send();
+                async move { sent.await.map(|c| (attempt, c)) }
+            },
+        )
+        .await
+        .map_err(|f| f.into_store(w.operation, w.shown))
+    }
+
     /// A conditional `PutItem` returning `ALL_OLD` on refusal, and the attempt that answered.
     pub(super) async fn put_conditional(
         &self,
@@ -73,33 +99,26 @@ impl DynamoTables {
                 .map(|(k, v)| ((*k).to_owned(), v.clone()))
                 .collect()
         });
-        retry::run(
-            &self.retry,
-            Idempotency::Idempotent,
-            w.operation,
-            w.shown,
-            |attempt| {
-                let req = self
-                    .client
-                    .put_item()
-                    .table_name(w.table)
-                    .set_item(Some(item.clone()))
-                    .condition_expression(w.condition)
-                    .set_expression_attribute_names(Some(names.clone()))
-                    .set_expression_attribute_values(values.clone())
-                    .return_values_on_condition_check_failure(
-                        ReturnValuesOnConditionCheckFailure::AllOld,
-                    );
-                async move {
-                    match req.send().await {
-                        Ok(_) => Ok((attempt, Cond::Applied(()))),
-                        Err(e) => put_item_answer(e).map(|c| (attempt, c)),
-                    }
+        self.send_conditional(&w, || {
+            let req = self
+                .client
+                .put_item()
+                .table_name(w.table)
+                .set_item(Some(item.clone()))
+                .condition_expression(w.condition)
+                .set_expression_attribute_names(Some(names.clone()))
+                .set_expression_attribute_values(values.clone())
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            async move {
+                match req.send().await {
+                    Ok(_) => Ok(Cond::Applied(())),
+                    Err(e) => put_item_answer(e),
                 }
-            },
-        )
+            }
+        })
         .await
-        .map_err(|f| f.into_store(w.operation, w.shown))
     }
 
     /// A conditional `UpdateItem` returning `ALL_NEW` when applied and `ALL_OLD` on refusal.
@@ -111,35 +130,28 @@ impl DynamoTables {
         values: Item,
     ) -> StoreResult<(u32, Cond<Item>)> {
         let names = w.names_map();
-        retry::run(
-            &self.retry,
-            Idempotency::Idempotent,
-            w.operation,
-            w.shown,
-            |attempt| {
-                let req = self
-                    .client
-                    .update_item()
-                    .table_name(w.table)
-                    .set_key(Some(key.clone()))
-                    .update_expression(update)
-                    .condition_expression(w.condition)
-                    .set_expression_attribute_names(Some(names.clone()))
-                    .set_expression_attribute_values(Some(values.clone()))
-                    .return_values(ReturnValue::AllNew)
-                    .return_values_on_condition_check_failure(
-                        ReturnValuesOnConditionCheckFailure::AllOld,
-                    );
-                async move {
-                    match req.send().await {
-                        Ok(out) => Ok((attempt, Cond::Applied(out.attributes.unwrap_or_default()))),
-                        Err(e) => update_item_answer(e).map(|c| (attempt, c)),
-                    }
+        self.send_conditional(&w, || {
+            let req = self
+                .client
+                .update_item()
+                .table_name(w.table)
+                .set_key(Some(key.clone()))
+                .update_expression(update)
+                .condition_expression(w.condition)
+                .set_expression_attribute_names(Some(names.clone()))
+                .set_expression_attribute_values(Some(values.clone()))
+                .return_values(ReturnValue::AllNew)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            async move {
+                match req.send().await {
+                    Ok(out) => Ok(Cond::Applied(out.attributes.unwrap_or_default())),
+                    Err(e) => update_item_answer(e),
                 }
-            },
-        )
+            }
+        })
         .await
-        .map_err(|f| f.into_store(w.operation, w.shown))
     }
 
     /// Create a versioned row (version 1) with the conditional put `w` (its condition refuses

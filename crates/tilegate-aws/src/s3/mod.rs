@@ -41,7 +41,7 @@ mod multipart;
 mod read;
 
 use crate::config::{load_sdk_config, s3_client};
-use crate::error::{Answer, AwsError, Failure, own_error};
+use crate::error::{Answer, AwsError, Failure, FailureOf as _, own_error};
 use crate::retry::{Idempotency, RetryPolicy, Sdk};
 use crate::url::{S3Location, parse_s3};
 use async_trait::async_trait;
@@ -104,6 +104,16 @@ fn expected_etag(mode: &PutMode) -> StoreResult<Option<&ETag>> {
     }
 }
 
+/// The precondition headers a write in `mode` sends, as (`If-None-Match`, `If-Match`): `*` for
+/// a Create, the expected ETag (from [`expected_etag`]) for an Update, none for an Overwrite.
+fn preconditions(mode: &PutMode, expected: Option<&ETag>) -> (Option<String>, Option<String>) {
+    match (mode, expected) {
+        (PutMode::Create, _) => (Some("*".to_owned()), None),
+        (PutMode::Update(_), Some(t)) => (None, Some(t.as_str().to_owned())),
+        _ => (None, None),
+    }
+}
+
 /// Refuse user metadata that S3 would not return unchanged: names are sent as
 /// `x-amz-meta-<name>` headers and come back lowercased, values must be header-safe ASCII.
 fn check_metadata(metadata: &BTreeMap<String, String>) -> StoreResult<()> {
@@ -156,11 +166,7 @@ impl S3Store {
 
     /// A store over `location`, with the given client.
     pub fn new(client: aws_sdk_s3::Client, location: S3Location) -> Self {
-        let key_prefix = if location.prefix.is_empty() {
-            String::new()
-        } else {
-            format!("{}/", location.prefix)
-        };
+        let key_prefix = tilegate_retry::key_prefix(&location.prefix);
         Self {
             client,
             bucket: location.bucket,
@@ -321,18 +327,16 @@ impl ObjectStore for S3Store {
             &opts.mode,
             &full,
             |_| {
-                let mut req = self
+                let (if_none_match, if_match) = preconditions(&opts.mode, expected.as_ref());
+                let req = self
                     .client
                     .put_object()
                     .bucket(&self.bucket)
                     .key(&full)
                     .body(ByteStream::from(bytes.clone()))
-                    .set_metadata(Some(metadata.clone()));
-                match (&opts.mode, &expected) {
-                    (PutMode::Create, _) => req = req.if_none_match("*"),
-                    (PutMode::Update(_), Some(t)) => req = req.if_match(t.as_str()),
-                    _ => {}
-                }
+                    .set_metadata(Some(metadata.clone()))
+                    .set_if_none_match(if_none_match)
+                    .set_if_match(if_match);
                 async move {
                     req.send()
                         .await

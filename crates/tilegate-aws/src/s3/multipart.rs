@@ -3,8 +3,11 @@
 //! absorbed (an ignored `If-Match` on completion, a 500 for an aborted upload, a placeholder
 //! initiation time).
 
-use super::{S3Store, SERVICE, check_metadata, conditional_write, expected_etag, to_system_time};
-use crate::error::{Answer, Failure};
+use super::{
+    S3Store, SERVICE, check_metadata, conditional_write, expected_etag, preconditions,
+    to_system_time,
+};
+use crate::error::{Answer, Failure, FailureOf as _};
 use crate::retry::{self, Idempotency};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
@@ -14,8 +17,7 @@ use std::sync::PoisonError;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tilegate_core::keys::{check_list_prefix, check_store_key as check_key};
 use tilegate_core::object::{
-    CompletionMismatch, Differs, MultipartUpload, ObjectStore, PartId, PutMode, PutOptions,
-    PutOutcome, verify_completed,
+    Differs, MultipartUpload, ObjectStore, PartId, PutMode, PutOptions, PutOutcome,
 };
 use tilegate_core::{ETag, StoreError, StoreResult};
 use tilegate_retry::Decision;
@@ -42,6 +44,22 @@ fn check_part_count(e_tag: &ETag, parts: usize) -> Result<(), Differs> {
         }),
         _ => Ok(()),
     }
+}
+
+/// A completion of `upload_id` that its condition refused, logged as `outcome` is named.
+fn refused(key: &str, upload_id: &str, outcome: PutOutcome) -> StoreResult<PutOutcome> {
+    let named = match outcome {
+        PutOutcome::AlreadyPresent => "already-present",
+        _ => "superseded",
+    };
+    info!(
+        store = "s3",
+        key,
+        upload_id,
+        outcome = named,
+        "complete multipart upload"
+    );
+    Ok(outcome)
 }
 
 impl S3Store {
@@ -226,16 +244,7 @@ impl S3Store {
             // It is not the guard: the If-Match below is.
             match self.head(key).await? {
                 Some(cur) if cur.e_tag.strong_eq(expected) => {}
-                _ => {
-                    info!(
-                        store = "s3",
-                        key,
-                        upload_id,
-                        outcome = "superseded",
-                        "complete multipart upload"
-                    );
-                    return Ok(PutOutcome::Superseded);
-                }
+                _ => return refused(key, upload_id, PutOutcome::Superseded),
             }
         }
         let completed = CompletedMultipartUpload::builder()
@@ -262,19 +271,17 @@ impl S3Store {
             mode,
             &full,
             |_| {
-                let mut req = self
+                let (if_none_match, if_match) = preconditions(mode, expected.as_ref());
+                let req = self
                     .client
                     .complete_multipart_upload()
                     .bucket(&self.bucket)
                     .key(&full)
                     .upload_id(upload_id)
                     .mpu_object_size(meant)
-                    .multipart_upload(completed.clone());
-                match (mode, &expected) {
-                    (PutMode::Create, _) => req = req.if_none_match("*"),
-                    (PutMode::Update(_), Some(t)) => req = req.if_match(t.as_str()),
-                    _ => {}
-                }
+                    .multipart_upload(completed.clone())
+                    .set_if_none_match(if_none_match)
+                    .set_if_match(if_match);
                 async move {
                     req.send()
                         .await
@@ -308,38 +315,18 @@ impl S3Store {
                     size = meta.size,
                     "complete multipart upload"
                 );
-                let checked = verify_completed(self, key, parts, PutOutcome::Written(meta), |m| {
-                    check_part_count(&m.e_tag, parts.len())
-                })
-                .await;
-                if let Err(e) = &checked
-                    && let Some(m) = CompletionMismatch::of(e)
-                {
-                    warn!(store = "s3", key, upload_id, differs = %m.differs, withdrawn = m.withdrawn,
-                        "completed upload is not what its parts make; answered as an error, not written");
-                }
-                checked
+                tilegate_retry::verify_completion(
+                    "s3",
+                    self,
+                    (key, upload_id),
+                    parts,
+                    PutOutcome::Written(meta),
+                    |m| check_part_count(&m.e_tag, parts.len()),
+                )
+                .await
             }
-            Decision::AlreadyPresent { .. } => {
-                info!(
-                    store = "s3",
-                    key,
-                    upload_id,
-                    outcome = "already-present",
-                    "complete multipart upload"
-                );
-                Ok(PutOutcome::AlreadyPresent)
-            }
-            Decision::Superseded { .. } => {
-                info!(
-                    store = "s3",
-                    key,
-                    upload_id,
-                    outcome = "superseded",
-                    "complete multipart upload"
-                );
-                Ok(PutOutcome::Superseded)
-            }
+            Decision::AlreadyPresent { .. } => refused(key, upload_id, PutOutcome::AlreadyPresent),
+            Decision::Superseded { .. } => refused(key, upload_id, PutOutcome::Superseded),
         }
     }
 

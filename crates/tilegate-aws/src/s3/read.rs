@@ -2,7 +2,7 @@
 //! and a GET pinned to the ETag it saw; ranges served, cut or refused (416) as the contract says.
 
 use super::{S3Store, SERVICE, metadata_of, size_of, to_system_time};
-use crate::error::{Answer, AwsError, Failure, own_error};
+use crate::error::{Answer, AwsError, Failure, FailureOf as _, own_error};
 use crate::retry::{self, Idempotency};
 use bytes::Bytes;
 use std::ops::Range;

@@ -40,16 +40,10 @@ impl SqsQueue {
             })
             .and_then(|n| u32::try_from(n).ok())
             .ok_or_else(|| {
-                own_error(
-                    "open queue",
+                not_set_up(
                     name,
-                    Retry::Permanent,
-                    AwsError::Misconfigured {
-                        what: format!("queue `{name}`"),
-                        reason: "it has no RedrivePolicy with a maxReceiveCount; run `tilegate \
-                                 init` to attach the dead-letter queue"
-                            .to_owned(),
-                    },
+                    "it has no RedrivePolicy with a maxReceiveCount; run `tilegate init` to \
+                     attach the dead-letter queue",
                 )
             })?;
         if provider_max != max_receive_count {
@@ -171,17 +165,22 @@ async fn queue_url(
     retry: &RetryPolicy,
     name: &str,
 ) -> StoreResult<String> {
-    try_queue_url(client, retry, name).await?.ok_or_else(|| {
-        own_error(
-            "open queue",
-            name,
-            Retry::Permanent,
-            AwsError::Misconfigured {
-                what: format!("queue `{name}`"),
-                reason: "it does not exist; run `tilegate init`".to_owned(),
-            },
-        )
-    })
+    try_queue_url(client, retry, name)
+        .await?
+        .ok_or_else(|| not_set_up(name, "it does not exist; run `tilegate init`"))
+}
+
+/// Opening queue `name` failed because the deployment did not set it up: `reason` says how.
+fn not_set_up(name: &str, reason: &str) -> StoreError {
+    own_error(
+        "open queue",
+        name,
+        Retry::Permanent,
+        AwsError::Misconfigured {
+            what: format!("queue `{name}`"),
+            reason: reason.to_owned(),
+        },
+    )
 }
 
 async fn create_queue(

@@ -32,7 +32,7 @@ use tilegate_core::object::{
 };
 use tilegate_core::{Retry, StoreError, StoreResult};
 use tilegate_retry::record::{RESERVED, check_key};
-use tilegate_retry::{Answer, Idempotency, RetryPolicy, run};
+use tilegate_retry::{Idempotency, RetryPolicy, run};
 
 /// An [`ObjectStore`] over one Azure Blob container and key prefix. Cheap to clone.
 #[derive(Clone)]
@@ -103,11 +103,7 @@ impl AzureStore {
         let account = &account;
         let container = container_client(account, &location.container, &clock)
             .map_err(|e| StoreError::backend("open objects", url, Retry::Permanent, e))?;
-        let key_prefix = if location.prefix.is_empty() {
-            String::new()
-        } else {
-            format!("{}/", location.prefix)
-        };
+        let key_prefix = tilegate_retry::key_prefix(&location.prefix);
         Ok(Self {
             container: Arc::new(container),
             account: location.account,
@@ -166,7 +162,7 @@ impl AzureStore {
     /// A named error if the container is missing or cannot be read.
     pub async fn check_container(&self) -> StoreResult<()> {
         let name = &self.container_name;
-        match run(
+        run(
             &self.retry,
             Idempotency::Idempotent,
             "check container",
@@ -179,16 +175,15 @@ impl AzureStore {
             },
         )
         .await
-        {
-            Ok(_) => Ok(()),
-            Err(f) if matches!(f.answer, Answer::NoSuchKey | Answer::MissingResource) => {
-                Err(StoreError::NotFound {
-                    what: "azure container (run `tilegate init`)",
-                    key: format!("{}/{name}", self.account),
-                })
-            }
-            Err(f) => Err(f.into_store("check container", name)),
-        }
+        .map(|_| ())
+        .map_err(|f| {
+            f.into_check(
+                "check container",
+                name,
+                "azure container (run `tilegate init`)",
+                format!("{}/{name}", self.account),
+            )
+        })
     }
 }
 

@@ -118,12 +118,8 @@ impl AzureStore {
         let Some(conditions) = conditions(&opts.mode) else {
             return Ok(PutOutcome::Superseded);
         };
-        let (stamped, token) = tilegate_retry::stamp(&opts);
-        let metadata = match &opts.mode {
-            PutMode::Overwrite => &opts.metadata,
-            _ => &stamped,
-        };
-        let azure_metadata = to_azure_metadata(metadata)?;
+        let (metadata, token) = tilegate_retry::mode_metadata(&opts);
+        let azure_metadata = to_azure_metadata(&metadata)?;
         let full = self.full(key);
         let decision = self
             .put_blob(&full, &bytes, &azure_metadata, &opts.mode, &conditions)
