@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tilegate_core::Backends;
 use tilegate_core::metrics::Counters;
 use tilegate_embedded::{LocalObjectStore, SqliteBackend};
-use tilegate_worker::Worker;
+use tilegate_pipeline::{RunOptions, Until};
 
 /// A real embedded run's counted requests beside the simulation's.
 #[derive(Debug, Clone, Serialize)]
@@ -53,22 +53,23 @@ pub fn compare(cfg: &SimConfig, simulated: &Report) -> anyhow::Result<Comparison
         let model = Model::new(ServiceModel::counting(), cfg.seed);
         let (b, _) = Modelled::wrap(inner, Arc::clone(&model), 0.0, cfg.seed);
         let started = std::time::Instant::now();
-        let opts = plan_options(cfg);
-        let plan = tilegate_planner::plan(&b, vrt.to_str().context("a UTF-8 path")?, &opts).await?;
-        let mut runs = tokio::task::JoinSet::new();
-        for _ in 0..cfg.workers.max(1) {
-            let worker = Worker::new(b.clone(), worker_config(cfg), Arc::new(Counters::new()));
-            runs.spawn(async move { worker.run(super::never()).await });
-        }
-        while let Some(done) = runs.join_next().await {
-            done??;
-        }
-        if cfg.assemblers > 0 {
-            let opts = assemble_options(cfg, "compared-assembler".to_owned());
-            tilegate_assembler::assemble(&b, &plan.job.job_id, &opts, &Counters::new())
-                .await
-                .context("assemble the embedded run's scene")?;
-        }
+        // The sequence `tilegate run` runs, but as a deployment runs it: the workers stop when
+        // the queue drains and hand the assembler nothing (it reads the tiles back).
+        let opts = RunOptions {
+            plan: plan_options(cfg),
+            worker: worker_config(cfg),
+            pools: cfg.workers.max(1) as usize,
+            until: Until::QueueDrained,
+            assemble: (cfg.assemblers > 0)
+                .then(|| assemble_options(cfg, "compared-assembler".to_owned())),
+            reduced_budget: 0,
+        };
+        let vrt = vrt.to_str().context("a UTF-8 path")?;
+        let counters = Arc::new(Counters::new());
+        let run = tilegate_pipeline::run(&b, vrt, opts, &counters, super::never(), |_| ())
+            .await
+            .context("the embedded run")?;
+        let plan = run.plan;
         let wall = started.elapsed().as_secs_f64();
         let mut times: Vec<u64> =
             tilegate_core::table::ManifestTable::list_entries(&db, &plan.job.job_id)

@@ -18,6 +18,8 @@ use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::recipe::Operation;
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Compression, JobId, Prefix, Recipe, Tenant};
+use tilegate_pipeline::run::REDUCED_WINDOWS_BUDGET;
+use tilegate_pipeline::{RunOptions, Until};
 use tilegate_planner::{PlanOptions, plan};
 use tilegate_report::status::dead_letter_job;
 use tilegate_worker::{StopWhen, WorkReport, Worker, WorkerConfig};
@@ -31,35 +33,6 @@ pub const EXIT_MANIFEST_SHORT: u8 = 4;
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     // Requests are counted for the job they serve; a command that serves one job names it.
     tilegate_retry::meter::scope(None, dispatch_command(cli)).await
-}
-
-/// Write what this process counted for `job` and has not written yet: the requests its stores
-/// sent (in a command that serves one job, those made before the job was known or outside
-/// any job's scope — opening the stores, planning, lease renewals — were made for it too) and
-/// the assembler's claim counters, which no worker flushes.
-async fn record_job_counts(b: &Backends, job: &JobId, counters: &Counters) {
-    use tilegate_retry::meter;
-    meter::attribute_unscoped(job);
-    let mut by_job: std::collections::BTreeMap<JobId, _> = meter::take_jobs().into_iter().collect();
-    by_job.entry(job.clone()).or_default();
-    for (j, counts) in by_job {
-        let mut list: Vec<(&str, u64)> = counts.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        let assembler = [m::CLAIMS_WON, m::CLAIMS_LOST, m::MULTIPART_BYTES_UPLOADED];
-        if &j == job {
-            list.extend(
-                assembler
-                    .into_iter()
-                    .map(|n| (n, counters.get(n)))
-                    .filter(|(_, v)| *v > 0),
-            );
-        }
-        if list.is_empty() {
-            continue;
-        }
-        if let Err(e) = b.counters.add_counters(&j, &list).await {
-            tracing::warn!(job_id = %j, error = %tilegate_core::error::chain(&e), "counting the job's requests failed");
-        }
-    }
 }
 
 async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -259,11 +232,6 @@ fn warp_spec(a: &RecipeArgs) -> anyhow::Result<tilegate_core::recipe::WarpSpec> 
     })
 }
 
-/// `run`'s encoders fill the scene's first overview level (a quarter of its uncompressed size:
-/// 52 MB for a 10240² UInt16 scene) only up to this size; beyond it the assembler decodes the
-/// tiles, one row of windows at a time.
-const REDUCED_WINDOWS_BUDGET: usize = 512 << 20;
-
 fn worker_config(p: &PoolArgs, stop: StopWhen) -> WorkerConfig {
     let mut cfg = WorkerConfig::default();
     if let Some(t) = p.threads {
@@ -408,7 +376,7 @@ async fn plan_one(
     let p = plan(b, source, opts)
         .await
         .with_context(|| format!("plan {source}"))?;
-    record_job_counts(b, &p.job.job_id, &Counters::new()).await;
+    tilegate_pipeline::run::record_job_counts(b, &p.job.job_id, &Counters::new()).await;
     Ok(json!({
         "job_id": p.job.job_id,
         "windows": p.windows,
@@ -533,10 +501,9 @@ async fn run_source(
     assemble: Option<&AssembleFlags>,
 ) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let p = plan(
-        b,
-        source,
-        &PlanOptions {
+    let counters = Arc::new(Counters::new());
+    let opts = RunOptions {
+        plan: PlanOptions {
             recipe,
             prefix,
             policy: crate::sources::of(&tenant),
@@ -545,62 +512,32 @@ async fn run_source(
             assets: assets.to_vec(),
             manifest_shards: recipe_shards,
         },
-    )
-    .await
-    .with_context(|| format!("plan {source}"))?;
-    let job = p.job.clone();
-    tilegate_retry::meter::set_job(&job.job_id);
-    let counters = Arc::new(Counters::new());
-    let assemble_opts = assemble.map(assemble_options).transpose()?;
-    let mut cfg = worker_config(pool, StopWhen::JobComplete(job.job_id.clone()));
-    // The encoders hand the assembler each window's first overview level, so that it does
-    // not decode the tiles this process has just encoded.
-    let pixel_bytes = job.scene.bands as usize
-        * tilegate_cog::Dtype::from_name(&job.scene.dtype).map_or(8, |d| d.size());
-    let reduced = assemble_opts.as_ref().and_then(|o| {
-        tilegate_cog::ReducedWindows::new(
-            job.job_id.clone(),
-            o.resampling,
-            job.grid,
-            pixel_bytes,
-            REDUCED_WINDOWS_BUDGET,
-        )
-        .map(Arc::new)
-    });
-    cfg.reduce_into = reduced.clone();
-    let worker = Worker::new(b.clone(), cfg, counters.clone());
-    let progress = output::progress(out, b.clone(), &job);
-    let report = worker.run(stop_on_signals()).await.context("work")?;
-    progress.finish().await;
-    // The encoder threads, their buffers and the source blocks they read are done with: give
-    // their memory back before the scene is assembled.
-    drop(worker);
-    tilegate_cog::release_block_cache();
-    crate::release_free_memory();
-    let manifest_rows = b.manifest.count_entries(&job.job_id).await?;
-    let complete = manifest_rows == p.windows;
-    let scene = match assemble_opts {
-        Some(mut opts) if complete => {
-            opts.reduced = reduced;
-            let r = tilegate_assembler::assemble(b, &job.job_id, &opts, &counters)
-                .await
-                .context("assemble the scene")?;
-            Some(assemble_doc(&r, &counters))
-        }
-        _ => None,
+        worker: worker_config(pool, StopWhen::Signal),
+        pools: 1,
+        until: Until::JobComplete,
+        assemble: assemble.map(assemble_options).transpose()?,
+        reduced_budget: REDUCED_WINDOWS_BUDGET,
     };
-    record_job_counts(b, &job.job_id, &counters).await;
+    let r = tilegate_pipeline::run(b, source, opts, &counters, stop_on_signals(), |job| {
+        output::progress(out, b.clone(), job)
+    })
+    .await?;
+    let complete = r.complete();
     let mut doc = run_summary(
-        &p.job,
-        p.windows,
-        p.already_recorded,
-        &report,
+        &r.plan.job,
+        r.plan.windows,
+        r.plan.already_recorded,
+        &r.work,
         &counters,
-        manifest_rows,
+        r.manifest_rows,
         started,
     );
-    doc["scene"] = scene.unwrap_or(serde_json::Value::Null);
-    out.emit(&doc, || output::run_text(out, &doc, &job));
+    doc["scene"] = r
+        .scene
+        .as_ref()
+        .map_or(serde_json::Value::Null, |s| assemble_doc(s, &counters));
+    let job = &r.plan.job;
+    out.emit(&doc, || output::run_text(out, &doc, job));
     Ok(if complete {
         ExitCode::SUCCESS
     } else {
@@ -785,7 +722,7 @@ async fn assemble_cmd(out: &Out, b: &Backends, a: AssembleArgs) -> anyhow::Resul
     let started = Instant::now();
     let assembled =
         tilegate_assembler::assemble(b, &job.job_id, &assemble_options(&a.flags)?, &counters).await;
-    record_job_counts(b, &job.job_id, &counters).await;
+    tilegate_pipeline::run::record_job_counts(b, &job.job_id, &counters).await;
     match assembled {
         Ok(r) => {
             let mut doc = assemble_doc(&r, &counters);

@@ -140,14 +140,6 @@ fn tune_allocator() {
     }
 }
 
-/// Return the heap's free memory to the kernel (after a stage whose buffers are done with).
-pub(crate) fn release_free_memory() {
-    // SAFETY: malloc_trim only releases free heap memory.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

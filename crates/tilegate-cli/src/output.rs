@@ -66,6 +66,12 @@ impl Progress {
     }
 }
 
+impl tilegate_pipeline::run::Progress for Progress {
+    async fn finish(self) {
+        Progress::finish(self).await;
+    }
+}
+
 pub fn progress(out: &Out, b: Backends, job: &JobRecord) -> Progress {
     let bar = if out.json {
         ProgressBar::hidden()

@@ -5,3 +5,6 @@
 //! Architecture invariant: this is the only crate that depends on more than one stage.
 
 pub mod regenerate;
+pub mod run;
+
+pub use run::{RunError, RunOptions, RunOutcome, Until, run};

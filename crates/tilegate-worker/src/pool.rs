@@ -136,6 +136,20 @@ pub struct WorkReport {
 }
 
 impl WorkReport {
+    /// Add another pool's report to this one.
+    pub fn merge(&mut self, o: WorkReport) {
+        self.handled += o.handled;
+        self.written += o.written;
+        self.already_present += o.already_present;
+        self.skipped += o.skipped;
+        self.accepts_refused += o.accepts_refused;
+        self.dead_lettered += o.dead_lettered;
+        self.retried += o.retried;
+        self.released += o.released;
+        self.queue_faults += o.queue_faults;
+        self.dead_letter_reasons.extend(o.dead_letter_reasons);
+    }
+
     fn add(&mut self, o: &WindowOutcome) {
         self.handled += 1;
         match o {
