@@ -27,10 +27,6 @@ use tilegate_tests::{ScriptedStore, StoreScript, Target, sample, tempdir};
 use tilegate_worker::repair::{self, RepairOutcome};
 use tilegate_worker::{StopWhen, Worker, WorkerConfig};
 
-fn targets(test: &str) -> Vec<Target> {
-    Target::embedded_and_aws(test)
-}
-
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Runtime::new().unwrap()
 }
@@ -206,61 +202,60 @@ per_backend!(stop_during_a_receive_hands_its_messages_back);
 /// Item 2: a transient receive fault is ridden out (the windows in flight carry on and the job
 /// completes); a permanent one stops receiving, lets the windows in flight finish, and is
 /// returned. Before the fix both returned at once and dropped every window in flight.
-#[test]
-fn queue_faults_do_not_abort_windows_in_flight() {
-    for target in targets("queue_faults_do_not_abort_windows_in_flight") {
-        let tmp = tempdir();
-        let src = scene(tmp.path());
-        let rt = rt();
-        let b = rt.block_on(target.backends(tmp.path()));
-        let job = rt.block_on(plan16(&b, &src));
+fn queue_faults_do_not_abort_windows_in_flight(target: Target) {
+    let tmp = tempdir();
+    let src = scene(tmp.path());
+    let rt = rt();
+    let b = rt.block_on(target.backends(tmp.path()));
+    let job = rt.block_on(plan16(&b, &src));
 
-        // Transient: the second receive (windows are in flight by then) fails.
-        let mut q = ScriptedQueue::new(b.queue.clone());
-        q.fail_receive = Some((2, Retry::Retryable));
-        let w = worker(
-            with_queue(&b, q),
-            StopWhen::JobComplete(job.clone()),
-            Arc::new(Counters::new()),
-        );
-        let report = rt.block_on(w.run(never_stop())).unwrap();
-        assert_eq!(report.queue_faults, 1, "{}: {report:?}", target.name());
-        assert_eq!(
-            rt.block_on(b.manifest.count_entries(&job)).unwrap(),
-            16,
-            "{}",
-            target.name()
-        );
+    // Transient: the second receive (windows are in flight by then) fails.
+    let mut q = ScriptedQueue::new(b.queue.clone());
+    q.fail_receive = Some((2, Retry::Retryable));
+    let w = worker(
+        with_queue(&b, q),
+        StopWhen::JobComplete(job.clone()),
+        Arc::new(Counters::new()),
+    );
+    let report = rt.block_on(w.run(never_stop())).unwrap();
+    assert_eq!(report.queue_faults, 1, "{}: {report:?}", target.name());
+    assert_eq!(
+        rt.block_on(b.manifest.count_entries(&job)).unwrap(),
+        16,
+        "{}",
+        target.name()
+    );
 
-        // Permanent, on a fresh job: the windows already received finish and are acknowledged.
-        let tmp2 = tempdir();
-        let src2 = scene(tmp2.path());
-        let b2 = rt.block_on(target.backends(tmp2.path()));
-        let job2 = rt.block_on(plan16(&b2, &src2));
-        let mut q = ScriptedQueue::new(b2.queue.clone());
-        q.fail_receive = Some((2, Retry::Permanent));
-        let w = worker(
-            with_queue(&b2, q),
-            StopWhen::JobComplete(job2.clone()),
-            Arc::new(Counters::new()),
-        );
-        let err = rt.block_on(w.run(never_stop())).unwrap_err();
-        assert!(err.to_string().contains("receive"), "{err}");
-        let rows = rt.block_on(b2.manifest.count_entries(&job2)).unwrap();
-        assert!(
-            rows >= 1,
-            "{}: the first receive's windows finished",
-            target.name()
-        );
-        let d = rt.block_on(depth_of(&b2));
-        assert_eq!(
-            (d.visible + rows, d.in_flight),
-            (16, 0),
-            "{}: nothing left hidden in flight",
-            target.name()
-        );
-    }
+    // Permanent, on a fresh job: the windows already received finish and are acknowledged.
+    let tmp2 = tempdir();
+    let src2 = scene(tmp2.path());
+    let b2 = rt.block_on(target.backends(tmp2.path()));
+    let job2 = rt.block_on(plan16(&b2, &src2));
+    let mut q = ScriptedQueue::new(b2.queue.clone());
+    q.fail_receive = Some((2, Retry::Permanent));
+    let w = worker(
+        with_queue(&b2, q),
+        StopWhen::JobComplete(job2.clone()),
+        Arc::new(Counters::new()),
+    );
+    let err = rt.block_on(w.run(never_stop())).unwrap_err();
+    assert!(err.to_string().contains("receive"), "{err}");
+    let rows = rt.block_on(b2.manifest.count_entries(&job2)).unwrap();
+    assert!(
+        rows >= 1,
+        "{}: the first receive's windows finished",
+        target.name()
+    );
+    let d = rt.block_on(depth_of(&b2));
+    assert_eq!(
+        (d.visible + rows, d.in_flight),
+        (16, 0),
+        "{}: nothing left hidden in flight",
+        target.name()
+    );
 }
+
+per_backend!(queue_faults_do_not_abort_windows_in_flight);
 
 // ---------------------------------------------------------------------------------------------
 // An object store that loses answers or fails parts.
@@ -377,94 +372,92 @@ per_backend!(repair_with_a_lost_answer_is_recognised_as_its_own_write);
 
 /// Item 4: a claim completed by an assembler that died before writing the job row leaves
 /// every later `assemble` at `already_done` — and now the job row records the scene too.
-#[test]
-fn a_done_claim_records_the_scene_on_the_job_row() {
-    for target in targets("a_done_claim_records_the_scene_on_the_job_row") {
-        let TilesJob { tmp, job, rt, b } = tiles_job(&target);
-        let data = tmp.path();
-        let scene_key = Prefix::default().scene_key(&job);
-        // An assembler publishes and completes the claim by hand, then "dies".
-        let gate = ClaimGate::new(b.claims.clone());
-        let ClaimOutcome::Claimed(lease) = rt
-            .block_on(gate.try_claim(&scene_key, "by-hand", Duration::from_secs(60)))
+fn a_done_claim_records_the_scene_on_the_job_row(target: Target) {
+    let TilesJob { tmp, job, rt, b } = tiles_job(&target);
+    let data = tmp.path();
+    let scene_key = Prefix::default().scene_key(&job);
+    // An assembler publishes and completes the claim by hand, then "dies".
+    let gate = ClaimGate::new(b.claims.clone());
+    let ClaimOutcome::Claimed(lease) = rt
+        .block_on(gate.try_claim(&scene_key, "by-hand", Duration::from_secs(60)))
+        .unwrap()
+    else {
+        panic!("claim");
+    };
+    let PutOutcome::Written(meta) = rt
+        .block_on(
+            b.objects
+                .put_create(&scene_key, Bytes::from_static(b"scene")),
+        )
+        .unwrap()
+    else {
+        panic!("put scene");
+    };
+    let output = OutputRef {
+        key: scene_key.clone(),
+        e_tag: meta.e_tag.clone(),
+        size: meta.size,
+    };
+    rt.block_on(gate.complete(&lease, output.clone())).unwrap();
+    assert!(
+        rt.block_on(b.jobs.get_job(&job))
             .unwrap()
-        else {
-            panic!("claim");
-        };
-        let PutOutcome::Written(meta) = rt
-            .block_on(
-                b.objects
-                    .put_create(&scene_key, Bytes::from_static(b"scene")),
-            )
             .unwrap()
-        else {
-            panic!("put scene");
-        };
-        let output = OutputRef {
-            key: scene_key.clone(),
-            e_tag: meta.e_tag.clone(),
-            size: meta.size,
-        };
-        rt.block_on(gate.complete(&lease, output.clone())).unwrap();
-        assert!(
-            rt.block_on(b.jobs.get_job(&job))
-                .unwrap()
-                .unwrap()
-                .row
-                .scene_output
-                .is_none()
-        );
+            .row
+            .scene_output
+            .is_none()
+    );
 
-        let doc = target.json(data, &["assemble", job.as_str()]);
-        assert_eq!(doc["outcome"], "already_done", "{}: {doc}", target.name());
-        let row = rt.block_on(b.jobs.get_job(&job)).unwrap().unwrap().row;
-        assert_eq!(row.scene_output, Some(output), "{}", target.name());
-        let status = target.json(data, &["status", job.as_str()]);
-        assert_eq!(status["scene_output"]["e_tag"], meta.e_tag.as_str());
-    }
+    let doc = target.json(data, &["assemble", job.as_str()]);
+    assert_eq!(doc["outcome"], "already_done", "{}: {doc}", target.name());
+    let row = rt.block_on(b.jobs.get_job(&job)).unwrap().unwrap().row;
+    assert_eq!(row.scene_output, Some(output), "{}", target.name());
+    let status = target.json(data, &["status", job.as_str()]);
+    assert_eq!(status["scene_output"]["e_tag"], meta.e_tag.as_str());
 }
+
+per_backend!(a_done_claim_records_the_scene_on_the_job_row);
 
 /// Risk: a scene that landed before its holder could mark the claim done is found by the next
 /// claimant with one HEAD, recorded, and not built or uploaded again.
-#[test]
-fn a_scene_already_in_place_is_recorded_without_an_upload() {
-    for target in targets("a_scene_already_in_place_is_recorded_without_an_upload") {
-        let TilesJob { tmp, job, rt, b } = tiles_job(&target);
-        let data = tmp.path();
-        let scene_key = Prefix::default().scene_key(&job);
-        let PutOutcome::Written(meta) = rt
-            .block_on(
-                b.objects
-                    .put_create(&scene_key, Bytes::from_static(b"landed")),
-            )
-            .unwrap()
-        else {
-            panic!("put scene");
-        };
-        let doc = target.json(
-            data,
-            &["assemble", job.as_str(), "--multipart-threshold", "1"],
-        );
-        assert_eq!(
-            doc["outcome"],
-            "already_present",
-            "{}: {doc}",
-            target.name()
-        );
-        assert_eq!(doc["multipart_bytes_uploaded_total"], 0);
-        assert_eq!(doc["scene_etag"], meta.e_tag.as_str());
-        let row = rt.block_on(b.jobs.get_job(&job)).unwrap().unwrap().row;
-        assert_eq!(row.scene_output.map(|o| o.e_tag), Some(meta.e_tag.clone()));
-        let again = target.json(data, &["assemble", job.as_str()]);
-        assert_eq!(again["outcome"], "already_done");
-        assert_eq!(
-            rt.block_on(b.objects.head(&scene_key)).unwrap().unwrap(),
-            meta,
-            "{}: the scene in place was not touched",
-            target.name()
-        );
-    }
+fn a_scene_already_in_place_is_recorded_without_an_upload(target: Target) {
+    let TilesJob { tmp, job, rt, b } = tiles_job(&target);
+    let data = tmp.path();
+    let scene_key = Prefix::default().scene_key(&job);
+    let PutOutcome::Written(meta) = rt
+        .block_on(
+            b.objects
+                .put_create(&scene_key, Bytes::from_static(b"landed")),
+        )
+        .unwrap()
+    else {
+        panic!("put scene");
+    };
+    let doc = target.json(
+        data,
+        &["assemble", job.as_str(), "--multipart-threshold", "1"],
+    );
+    assert_eq!(
+        doc["outcome"],
+        "already_present",
+        "{}: {doc}",
+        target.name()
+    );
+    assert_eq!(doc["multipart_bytes_uploaded_total"], 0);
+    assert_eq!(doc["scene_etag"], meta.e_tag.as_str());
+    let row = rt.block_on(b.jobs.get_job(&job)).unwrap().unwrap().row;
+    assert_eq!(row.scene_output.map(|o| o.e_tag), Some(meta.e_tag.clone()));
+    let again = target.json(data, &["assemble", job.as_str()]);
+    assert_eq!(again["outcome"], "already_done");
+    assert_eq!(
+        rt.block_on(b.objects.head(&scene_key)).unwrap().unwrap(),
+        meta,
+        "{}: the scene in place was not touched",
+        target.name()
+    );
 }
+
+per_backend!(a_scene_already_in_place_is_recorded_without_an_upload);
 
 /// Risk: a multipart upload whose parts fail is aborted at once, not left for the hourly
 /// cleanup.
@@ -502,54 +495,53 @@ per_backend!(a_failed_multipart_upload_is_aborted_at_once);
 /// retried, then dead-lettered with `encoder-panicked` after its last receive; the process and
 /// every other window carry on. Before the fix rayon aborted the whole process on the first
 /// panic.
-#[test]
-fn an_encoder_panic_stays_inside_its_window() {
-    for target in targets("an_encoder_panic_stays_inside_its_window") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let src = scene(data);
-        let plan = target.json(data, &["plan", src.to_str().unwrap(), "--window", "256"]);
-        let job = plan["job_id"].as_str().unwrap().to_owned();
-        let out = target
-            .command(data)
-            .args([
-                "--json",
-                "work",
-                "--until-empty",
-                "--visibility",
-                "2",
-                "--threads",
-                "2",
-            ])
-            .env("TILEGATE_PANIC_WINDOWS", "0001_0002")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "{}: {}\n{stderr}",
-            target.name(),
-            out.status
-        );
-        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(report["dead_lettered"], 1, "{}: {report}", target.name());
-        let status = target.json(data, &["status", &job]);
-        assert_eq!(status["manifest_rows"], 15, "{}: {status}", target.name());
-        assert_eq!(
-            status["counters"][m::WINDOW_PANICS],
-            3,
-            "{}: {status}",
-            target.name()
-        );
-        let dlq = target.json(data, &["dlq", "list"]);
-        let letters = dlq["dead_letters"].as_array().unwrap();
-        assert_eq!(letters.len(), 1, "{}: {dlq}", target.name());
-        let reason = letters[0]["reason"].as_str().unwrap();
-        assert!(reason.starts_with("encoder-panicked: "), "{reason}");
-        assert!(reason.contains("0001_0002"), "{reason}");
-        assert_eq!(letters[0]["window"], "0001_0002", "{dlq}");
-    }
+fn an_encoder_panic_stays_inside_its_window(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = scene(data);
+    let plan = target.json(data, &["plan", src.to_str().unwrap(), "--window", "256"]);
+    let job = plan["job_id"].as_str().unwrap().to_owned();
+    let out = target
+        .command(data)
+        .args([
+            "--json",
+            "work",
+            "--until-empty",
+            "--visibility",
+            "2",
+            "--threads",
+            "2",
+        ])
+        .env("TILEGATE_PANIC_WINDOWS", "0001_0002")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{}: {}\n{stderr}",
+        target.name(),
+        out.status
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["dead_lettered"], 1, "{}: {report}", target.name());
+    let status = target.json(data, &["status", &job]);
+    assert_eq!(status["manifest_rows"], 15, "{}: {status}", target.name());
+    assert_eq!(
+        status["counters"][m::WINDOW_PANICS],
+        3,
+        "{}: {status}",
+        target.name()
+    );
+    let dlq = target.json(data, &["dlq", "list"]);
+    let letters = dlq["dead_letters"].as_array().unwrap();
+    assert_eq!(letters.len(), 1, "{}: {dlq}", target.name());
+    let reason = letters[0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("encoder-panicked: "), "{reason}");
+    assert!(reason.contains("0001_0002"), "{reason}");
+    assert_eq!(letters[0]["window"], "0001_0002", "{dlq}");
 }
+
+per_backend!(an_encoder_panic_stays_inside_its_window);
 
 /// Item 6: a prefix of valid segments whose keys would pass 1,024 bytes is refused when
 /// planning, with a named reason, and nothing is planned. Before the fix it planned, and every
@@ -589,57 +581,56 @@ per_backend!(a_prefix_too_long_for_its_keys_is_refused_at_plan);
 /// Item 7: the same source and recipe asked for under two prefixes are two jobs, each with its
 /// own tiles and scene. Before the fix the second run reported `already_done` and named the
 /// first prefix's scene.
-#[test]
-fn two_output_prefixes_are_two_jobs() {
-    for target in targets("two_output_prefixes_are_two_jobs") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let src = scene(data);
-        let run = |prefix: &str| {
-            target.json(
-                data,
-                &[
-                    "run",
-                    src.to_str().unwrap(),
-                    "--window",
-                    "256",
-                    "--prefix",
-                    prefix,
-                ],
-            )
-        };
-        let a = run("tenant-a");
-        let b_run = run("tenant-b");
-        let name = target.name();
-        assert_ne!(a["job_id"], b_run["job_id"], "{name}");
-        for (doc, prefix) in [(&a, "tenant-a"), (&b_run, "tenant-b")] {
-            assert_eq!(doc["tiles_written"], 16, "{name}: {doc}");
-            assert_eq!(doc["scene"]["outcome"], "written", "{name}: {doc}");
-            let key = doc["scene"]["scene_key"].as_str().unwrap();
-            assert!(
-                key.starts_with(&format!("{prefix}/scenes/")),
-                "{name}: {key}"
-            );
-        }
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        for (doc, prefix) in [(&a, "tenant-a"), (&b_run, "tenant-b")] {
-            let job = JobId::parse(doc["job_id"].as_str().unwrap()).unwrap();
-            let tiles = rt
-                .block_on(
-                    b.objects
-                        .list(&Prefix::parse(prefix).unwrap().tiles_dir(&job)),
-                )
-                .unwrap();
-            assert_eq!(tiles.len(), 16, "{name}: {prefix}");
-        }
-        // A rerun under the first prefix writes nothing.
-        let again = run("tenant-a");
-        assert_eq!(again["job_id"], a["job_id"]);
-        assert_eq!(again["tiles_written"], 0, "{name}: {again}");
-        assert_eq!(again["scene"]["outcome"], "already_done", "{name}: {again}");
+fn two_output_prefixes_are_two_jobs(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = scene(data);
+    let run = |prefix: &str| {
+        target.json(
+            data,
+            &[
+                "run",
+                src.to_str().unwrap(),
+                "--window",
+                "256",
+                "--prefix",
+                prefix,
+            ],
+        )
+    };
+    let a = run("tenant-a");
+    let b_run = run("tenant-b");
+    let name = target.name();
+    assert_ne!(a["job_id"], b_run["job_id"], "{name}");
+    for (doc, prefix) in [(&a, "tenant-a"), (&b_run, "tenant-b")] {
+        assert_eq!(doc["tiles_written"], 16, "{name}: {doc}");
+        assert_eq!(doc["scene"]["outcome"], "written", "{name}: {doc}");
+        let key = doc["scene"]["scene_key"].as_str().unwrap();
+        assert!(
+            key.starts_with(&format!("{prefix}/scenes/")),
+            "{name}: {key}"
+        );
     }
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    for (doc, prefix) in [(&a, "tenant-a"), (&b_run, "tenant-b")] {
+        let job = JobId::parse(doc["job_id"].as_str().unwrap()).unwrap();
+        let tiles = rt
+            .block_on(
+                b.objects
+                    .list(&Prefix::parse(prefix).unwrap().tiles_dir(&job)),
+            )
+            .unwrap();
+        assert_eq!(tiles.len(), 16, "{name}: {prefix}");
+    }
+    // A rerun under the first prefix writes nothing.
+    let again = run("tenant-a");
+    assert_eq!(again["job_id"], a["job_id"]);
+    assert_eq!(again["tiles_written"], 0, "{name}: {again}");
+    assert_eq!(again["scene"]["outcome"], "already_done", "{name}: {again}");
 }
+
+per_backend!(two_output_prefixes_are_two_jobs);
 
 /// Risk: a manifest row that disagrees with the tile in place is counted and named
 /// (`manifest_mismatch_total`) when a worker records its window.

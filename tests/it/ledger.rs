@@ -18,10 +18,6 @@ use tilegate_ledger::{LedgerError, attempt, reconcile, url};
 use tilegate_tests::{Target, sample, tempdir};
 use tilegate_worker::regenerate;
 
-fn targets(test: &str) -> Vec<Target> {
-    Target::embedded_and_aws(test)
-}
-
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Runtime::new().unwrap()
 }
@@ -82,269 +78,267 @@ fn pixels(path: &Path, w: Window) -> Vec<u8> {
         .bytes
 }
 
-#[test]
-fn a_regenerated_window_is_published_by_pointer_and_assembled() {
-    for target in targets("a_regenerated_window_is_published_by_pointer_and_assembled") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let (src_a, a) = tiles(&target, data, 5, &[]);
-        // A second scene of the same shape: its tile is window 0_0 "re-rendered".
-        let (src_b, b_job) = tiles(&target, data, 9, &[]);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let job_a = rt.block_on(job(&b, &a));
-        let job_b = rt.block_on(job(&b, &b_job));
-        let w = Window::new(0, 0);
-        let s = Subject::Window(w);
-        let tile_key = job_a.prefix.tile_key(&a, w);
-        let original = rt.block_on(b.objects.get_bytes(&tile_key)).unwrap();
-        let other = rt
-            .block_on(b.objects.get_bytes(&job_b.prefix.tile_key(&b_job, w)))
-            .unwrap();
+fn a_regenerated_window_is_published_by_pointer_and_assembled(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (src_a, a) = tiles(&target, data, 5, &[]);
+    // A second scene of the same shape: its tile is window 0_0 "re-rendered".
+    let (src_b, b_job) = tiles(&target, data, 9, &[]);
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let job_a = rt.block_on(job(&b, &a));
+    let job_b = rt.block_on(job(&b, &b_job));
+    let w = Window::new(0, 0);
+    let s = Subject::Window(w);
+    let tile_key = job_a.prefix.tile_key(&a, w);
+    let original = rt.block_on(b.objects.get_bytes(&tile_key)).unwrap();
+    let other = rt
+        .block_on(b.objects.get_bytes(&job_b.prefix.tile_key(&b_job, w)))
+        .unwrap();
 
-        // First attempt: the same pixels, at a key of its own.
-        let first = rt.block_on(regen(
-            &b,
-            &job_a,
-            w,
-            original.bytes.clone(),
-            Retention::default(),
-            true,
-            1_000,
-        ));
-        assert_eq!(
-            first.published,
-            Some(PublishOutcome::Published { previous: None })
-        );
-        let first_row = first.row.row.clone();
-        assert_ne!(
-            first_row.key, tile_key,
-            "an attempt never takes a shared name"
-        );
-        assert!(
-            first_row
-                .key
-                .starts_with(&format!("tilegate/attempts/{a}/0000_0000/attempt-")),
-            "{}",
-            first_row.key
-        );
-        // Second attempt: other pixels. The pointer moves from the first in one write.
-        let second = rt.block_on(regen(
-            &b,
-            &job_a,
-            w,
-            other.bytes.clone(),
-            Retention::default(),
-            true,
-            2_000,
-        ));
-        assert_eq!(
-            second.published,
-            Some(PublishOutcome::Published {
-                previous: Some(first_row.attempt.clone())
-            })
-        );
-        let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
-        assert_eq!(p.row.attempt, second.row.row.attempt);
-        assert_eq!(p.row.output.e_tag, other.meta.e_tag);
-        // The previous attempt is retired, and readable until its deadline.
-        let retired = rt
-            .block_on(attempt::row(&b, &a, s, &first_row.attempt))
+    // First attempt: the same pixels, at a key of its own.
+    let first = rt.block_on(regen(
+        &b,
+        &job_a,
+        w,
+        original.bytes.clone(),
+        Retention::default(),
+        true,
+        1_000,
+    ));
+    assert_eq!(
+        first.published,
+        Some(PublishOutcome::Published { previous: None })
+    );
+    let first_row = first.row.row.clone();
+    assert_ne!(
+        first_row.key, tile_key,
+        "an attempt never takes a shared name"
+    );
+    assert!(
+        first_row
+            .key
+            .starts_with(&format!("tilegate/attempts/{a}/0000_0000/attempt-")),
+        "{}",
+        first_row.key
+    );
+    // Second attempt: other pixels. The pointer moves from the first in one write.
+    let second = rt.block_on(regen(
+        &b,
+        &job_a,
+        w,
+        other.bytes.clone(),
+        Retention::default(),
+        true,
+        2_000,
+    ));
+    assert_eq!(
+        second.published,
+        Some(PublishOutcome::Published {
+            previous: Some(first_row.attempt.clone())
+        })
+    );
+    let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
+    assert_eq!(p.row.attempt, second.row.row.attempt);
+    assert_eq!(p.row.output.e_tag, other.meta.e_tag);
+    // The previous attempt is retired, and readable until its deadline.
+    let retired = rt
+        .block_on(attempt::row(&b, &a, s, &first_row.attempt))
+        .unwrap()
+        .row;
+    assert_eq!(retired.state, AttemptState::Retired);
+    assert_eq!(retired.retired_at, Some(2_000));
+    assert_eq!(retired.delete_after, Some(2_000 + DAY_MS as i64 * 7));
+    assert_eq!(
+        rt.block_on(b.objects.get_bytes(&retired.key))
             .unwrap()
-            .row;
-        assert_eq!(retired.state, AttemptState::Retired);
-        assert_eq!(retired.retired_at, Some(2_000));
-        assert_eq!(retired.delete_after, Some(2_000 + DAY_MS as i64 * 7));
-        assert_eq!(
-            rt.block_on(b.objects.get_bytes(&retired.key))
+            .bytes,
+        original.bytes
+    );
+    // The deterministic tile and its row are untouched.
+    let row = rt.block_on(b.manifest.get_entry(&a, w)).unwrap().unwrap();
+    assert_eq!(row.row.key, tile_key);
+    assert_eq!(row.row.e_tag, original.meta.e_tag);
+
+    // A regeneration through the command line: recomputed, new key, published.
+    let out = target.json(data, &["regenerate", a.as_str(), "--window", "1_1"]);
+    assert_eq!(out["publish"]["outcome"], "published", "{out}");
+    let key = out["key"].as_str().unwrap();
+    assert!(rt.block_on(b.objects.head(key)).unwrap().is_some());
+    let listed = target.json(data, &["attempts", a.as_str()]);
+    assert_eq!(listed["pointers"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed["by_state"]["accepted"], 2);
+    assert_eq!(listed["by_state"]["retired"], 1);
+
+    // Assembly follows the pointer: window 0_0 has the second attempt's pixels.
+    let assembled = target.json(data, &["assemble", a.as_str()]);
+    assert_eq!(assembled["outcome"], "written", "{assembled}");
+    let scene = rt
+        .block_on(b.objects.get_bytes(&job_a.prefix.scene_key(&a)))
+        .unwrap();
+    let path = data.join("scene-out.tif");
+    std::fs::write(&path, &scene.bytes).unwrap();
+    assert_eq!(pixels(&path, w), pixels(&src_b, w), "{}", target.name());
+    assert_ne!(pixels(&path, w), pixels(&src_a, w));
+    assert_eq!(
+        pixels(&path, Window::new(0, 1)),
+        pixels(&src_a, Window::new(0, 1))
+    );
+    tilegate_tests::validate_cog(&path).unwrap();
+}
+
+per_backend!(a_regenerated_window_is_published_by_pointer_and_assembled);
+
+fn retention_and_gc_with_an_injected_clock(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (_, a) = tiles(&target, data, 5, &[]);
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let job_a = rt.block_on(job(&b, &a));
+    let bytes = |w: Window| {
+        rt.block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
+            .unwrap()
+            .bytes
+    };
+    let t0: UnixMillis = 1_700_000_000_000;
+    let h = HOUR_MS as i64;
+
+    // A 6-hour preview of window 0_1, published.
+    let preview = Retention {
+        preview_ms: Some(6 * HOUR_MS),
+        ..Retention::default()
+    };
+    let w1 = Window::new(0, 1);
+    let p = rt.block_on(regen(&b, &job_a, w1, bytes(w1), preview, true, t0));
+    let preview_key = p.row.row.key.clone();
+    // Window 0_2: an attempt replaced by a second one (the first retired at t0 + 1 h).
+    let w2 = Window::new(0, 2);
+    let old = rt.block_on(regen(
+        &b,
+        &job_a,
+        w2,
+        bytes(w2),
+        Retention::default(),
+        true,
+        t0,
+    ));
+    let new = rt.block_on(regen(
+        &b,
+        &job_a,
+        w2,
+        bytes(Window::new(1, 2)),
+        Retention::default(),
+        true,
+        t0 + h,
+    ));
+    // Window 0_3: a retired attempt on legal hold.
+    let w3 = Window::new(0, 3);
+    let held = rt.block_on(regen(
+        &b,
+        &job_a,
+        w3,
+        bytes(w3),
+        Retention::default(),
+        true,
+        t0,
+    ));
+    // Begun a moment later, so it is the newer attempt (an order never publishes an
+    // attempt begun before the one published).
+    rt.block_on(regen(
+        &b,
+        &job_a,
+        w3,
+        bytes(Window::new(1, 3)),
+        Retention::default(),
+        true,
+        t0 + 1,
+    ));
+    let hr = rt
+        .block_on(attempt::row(
+            &b,
+            &a,
+            Subject::Window(w3),
+            &held.row.row.attempt,
+        ))
+        .unwrap();
+    let mut on_hold = hr.row.clone();
+    on_hold.legal_hold = true;
+    rt.block_on(b.ledger.update_attempt(&on_hold, hr.version))
+        .unwrap();
+
+    let pass = |now: UnixMillis| rt.block_on(gc::gc(&b, &GcOptions::at(now))).unwrap();
+    // A millisecond before the preview's deadline: nothing is due.
+    let r = pass(t0 + 6 * h - 1);
+    assert_eq!((r.marked, r.deleted), (0, 0), "{r:?}");
+    assert!(rt.block_on(b.objects.head(&preview_key)).unwrap().is_some());
+    // At the deadline, one pass deletes it and withdraws its pointer.
+    let r = pass(t0 + 6 * h);
+    assert_eq!(r.deleted, 1, "{r:?}");
+    assert_eq!(r.items[0].key, preview_key);
+    assert!(rt.block_on(b.objects.head(&preview_key)).unwrap().is_none());
+    let row = rt
+        .block_on(attempt::row(
+            &b,
+            &a,
+            Subject::Window(w1),
+            &p.row.row.attempt,
+        ))
+        .unwrap()
+        .row;
+    assert_eq!(row.state, AttemptState::Deleted);
+    assert_eq!(row.deletion_verified_at, Some(t0 + 6 * h));
+    assert!(
+        rt.block_on(b.ledger.get_pointer(&a, Subject::Window(w1)))
+            .unwrap()
+            .is_none()
+    );
+    // Retired attempts: kept 7 days from their retirement (t0 + 1 h), not from creation.
+    let retired_due = t0 + h + 7 * 24 * h;
+    let r = pass(retired_due - 1);
+    assert_eq!(r.deleted, 0, "{r:?}");
+    assert!(
+        rt.block_on(b.objects.head(&old.row.row.key))
+            .unwrap()
+            .is_some()
+    );
+    let r = pass(retired_due);
+    assert_eq!(r.deleted, 1, "{r:?}");
+    assert!(
+        rt.block_on(b.objects.head(&old.row.row.key))
+            .unwrap()
+            .is_none()
+    );
+    // Long after: accepted attempts and held ones are still there.
+    let r = pass(t0 + 3650 * 24 * h);
+    assert_eq!(r.deleted, 0, "{r:?}");
+    assert!(
+        rt.block_on(b.objects.head(&new.row.row.key))
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        rt.block_on(b.objects.head(&held.row.row.key))
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        rt.block_on(gc::oldest_overdue_seconds(&b, t0 + 3650 * 24 * h))
+            .unwrap(),
+        0,
+        "nothing is overdue: held rows are not due"
+    );
+    // The deterministic tiles are never the ledger's to delete.
+    for w in [w1, w2, w3] {
+        assert!(
+            rt.block_on(b.objects.head(&job_a.prefix.tile_key(&a, w)))
                 .unwrap()
-                .bytes,
-            original.bytes
+                .is_some()
         );
-        // The deterministic tile and its row are untouched.
-        let row = rt.block_on(b.manifest.get_entry(&a, w)).unwrap().unwrap();
-        assert_eq!(row.row.key, tile_key);
-        assert_eq!(row.row.e_tag, original.meta.e_tag);
-
-        // A regeneration through the command line: recomputed, new key, published.
-        let out = target.json(data, &["regenerate", a.as_str(), "--window", "1_1"]);
-        assert_eq!(out["publish"]["outcome"], "published", "{out}");
-        let key = out["key"].as_str().unwrap();
-        assert!(rt.block_on(b.objects.head(key)).unwrap().is_some());
-        let listed = target.json(data, &["attempts", a.as_str()]);
-        assert_eq!(listed["pointers"].as_array().unwrap().len(), 2, "{listed}");
-        assert_eq!(listed["by_state"]["accepted"], 2);
-        assert_eq!(listed["by_state"]["retired"], 1);
-
-        // Assembly follows the pointer: window 0_0 has the second attempt's pixels.
-        let assembled = target.json(data, &["assemble", a.as_str()]);
-        assert_eq!(assembled["outcome"], "written", "{assembled}");
-        let scene = rt
-            .block_on(b.objects.get_bytes(&job_a.prefix.scene_key(&a)))
-            .unwrap();
-        let path = data.join("scene-out.tif");
-        std::fs::write(&path, &scene.bytes).unwrap();
-        assert_eq!(pixels(&path, w), pixels(&src_b, w), "{}", target.name());
-        assert_ne!(pixels(&path, w), pixels(&src_a, w));
-        assert_eq!(
-            pixels(&path, Window::new(0, 1)),
-            pixels(&src_a, Window::new(0, 1))
-        );
-        tilegate_tests::validate_cog(&path).unwrap();
     }
 }
 
-#[test]
-fn retention_and_gc_with_an_injected_clock() {
-    for target in targets("retention_and_gc_with_an_injected_clock") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let (_, a) = tiles(&target, data, 5, &[]);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let job_a = rt.block_on(job(&b, &a));
-        let bytes = |w: Window| {
-            rt.block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
-                .unwrap()
-                .bytes
-        };
-        let t0: UnixMillis = 1_700_000_000_000;
-        let h = HOUR_MS as i64;
-
-        // A 6-hour preview of window 0_1, published.
-        let preview = Retention {
-            preview_ms: Some(6 * HOUR_MS),
-            ..Retention::default()
-        };
-        let w1 = Window::new(0, 1);
-        let p = rt.block_on(regen(&b, &job_a, w1, bytes(w1), preview, true, t0));
-        let preview_key = p.row.row.key.clone();
-        // Window 0_2: an attempt replaced by a second one (the first retired at t0 + 1 h).
-        let w2 = Window::new(0, 2);
-        let old = rt.block_on(regen(
-            &b,
-            &job_a,
-            w2,
-            bytes(w2),
-            Retention::default(),
-            true,
-            t0,
-        ));
-        let new = rt.block_on(regen(
-            &b,
-            &job_a,
-            w2,
-            bytes(Window::new(1, 2)),
-            Retention::default(),
-            true,
-            t0 + h,
-        ));
-        // Window 0_3: a retired attempt on legal hold.
-        let w3 = Window::new(0, 3);
-        let held = rt.block_on(regen(
-            &b,
-            &job_a,
-            w3,
-            bytes(w3),
-            Retention::default(),
-            true,
-            t0,
-        ));
-        // Begun a moment later, so it is the newer attempt (an order never publishes an
-        // attempt begun before the one published).
-        rt.block_on(regen(
-            &b,
-            &job_a,
-            w3,
-            bytes(Window::new(1, 3)),
-            Retention::default(),
-            true,
-            t0 + 1,
-        ));
-        let hr = rt
-            .block_on(attempt::row(
-                &b,
-                &a,
-                Subject::Window(w3),
-                &held.row.row.attempt,
-            ))
-            .unwrap();
-        let mut on_hold = hr.row.clone();
-        on_hold.legal_hold = true;
-        rt.block_on(b.ledger.update_attempt(&on_hold, hr.version))
-            .unwrap();
-
-        let pass = |now: UnixMillis| rt.block_on(gc::gc(&b, &GcOptions::at(now))).unwrap();
-        // A millisecond before the preview's deadline: nothing is due.
-        let r = pass(t0 + 6 * h - 1);
-        assert_eq!((r.marked, r.deleted), (0, 0), "{r:?}");
-        assert!(rt.block_on(b.objects.head(&preview_key)).unwrap().is_some());
-        // At the deadline, one pass deletes it and withdraws its pointer.
-        let r = pass(t0 + 6 * h);
-        assert_eq!(r.deleted, 1, "{r:?}");
-        assert_eq!(r.items[0].key, preview_key);
-        assert!(rt.block_on(b.objects.head(&preview_key)).unwrap().is_none());
-        let row = rt
-            .block_on(attempt::row(
-                &b,
-                &a,
-                Subject::Window(w1),
-                &p.row.row.attempt,
-            ))
-            .unwrap()
-            .row;
-        assert_eq!(row.state, AttemptState::Deleted);
-        assert_eq!(row.deletion_verified_at, Some(t0 + 6 * h));
-        assert!(
-            rt.block_on(b.ledger.get_pointer(&a, Subject::Window(w1)))
-                .unwrap()
-                .is_none()
-        );
-        // Retired attempts: kept 7 days from their retirement (t0 + 1 h), not from creation.
-        let retired_due = t0 + h + 7 * 24 * h;
-        let r = pass(retired_due - 1);
-        assert_eq!(r.deleted, 0, "{r:?}");
-        assert!(
-            rt.block_on(b.objects.head(&old.row.row.key))
-                .unwrap()
-                .is_some()
-        );
-        let r = pass(retired_due);
-        assert_eq!(r.deleted, 1, "{r:?}");
-        assert!(
-            rt.block_on(b.objects.head(&old.row.row.key))
-                .unwrap()
-                .is_none()
-        );
-        // Long after: accepted attempts and held ones are still there.
-        let r = pass(t0 + 3650 * 24 * h);
-        assert_eq!(r.deleted, 0, "{r:?}");
-        assert!(
-            rt.block_on(b.objects.head(&new.row.row.key))
-                .unwrap()
-                .is_some()
-        );
-        assert!(
-            rt.block_on(b.objects.head(&held.row.row.key))
-                .unwrap()
-                .is_some()
-        );
-        assert_eq!(
-            rt.block_on(gc::oldest_overdue_seconds(&b, t0 + 3650 * 24 * h))
-                .unwrap(),
-            0,
-            "nothing is overdue: held rows are not due"
-        );
-        // The deterministic tiles are never the ledger's to delete.
-        for w in [w1, w2, w3] {
-            assert!(
-                rt.block_on(b.objects.head(&job_a.prefix.tile_key(&a, w)))
-                    .unwrap()
-                    .is_some()
-            );
-        }
-    }
-}
+per_backend!(retention_and_gc_with_an_injected_clock);
 
 fn a_relink_between_mark_and_sweep_wins(target: Target) {
     let tmp = tempdir();
@@ -407,215 +401,213 @@ fn a_relink_between_mark_and_sweep_wins(target: Target) {
 
 per_backend!(a_relink_between_mark_and_sweep_wins);
 
-#[test]
-fn reconcile_reports_foreign_keys_byte_exactly_and_deletes_nothing() {
-    for target in targets("reconcile_reports_foreign_keys_byte_exactly_and_deletes_nothing") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let (_, a) = tiles(&target, data, 5, &[]);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let job_a = rt.block_on(job(&b, &a));
-        let w = Window::new(3, 3);
-        let tile = rt
-            .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
-            .unwrap()
-            .bytes;
-        let gone = rt.block_on(regen(
-            &b,
-            &job_a,
-            w,
-            tile.clone(),
-            Retention::default(),
-            true,
-            0,
-        ));
-        rt.block_on(regen(
-            &b,
-            &job_a,
-            w,
-            tile.clone(),
-            Retention::default(),
-            true,
-            1,
-        ));
-        let clean = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
-        assert!(clean.is_clean(), "{clean:?}");
-        assert_eq!(clean.objects, 16 + 2);
+fn reconcile_reports_foreign_keys_byte_exactly_and_deletes_nothing(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (_, a) = tiles(&target, data, 5, &[]);
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let job_a = rt.block_on(job(&b, &a));
+    let w = Window::new(3, 3);
+    let tile = rt
+        .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
+        .unwrap()
+        .bytes;
+    let gone = rt.block_on(regen(
+        &b,
+        &job_a,
+        w,
+        tile.clone(),
+        Retention::default(),
+        true,
+        0,
+    ));
+    rt.block_on(regen(
+        &b,
+        &job_a,
+        w,
+        tile.clone(),
+        Retention::default(),
+        true,
+        1,
+    ));
+    let clean = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
+    assert!(clean.is_clean(), "{clean:?}");
+    assert_eq!(clean.objects, 16 + 2);
 
-        // An orphan whose name tilegate would never write (space, `%`, non-ASCII, `+`), and a
-        // row whose object vanished, both injected behind tilegate's back.
-        let orphan = format!(
-            "{}0003_0003/attempt-ü 50%+x.tif",
-            job_a.prefix.attempts_dir(&a)
-        );
-        match &target {
-            Target::Embedded => {
-                let path = data.join("objects").join(&orphan);
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, b"foreign").unwrap();
-                std::fs::remove_file(data.join("objects").join(&gone.row.row.key)).unwrap();
-            }
-            Target::Aws(aws) => {
-                let s3 = rt
-                    .block_on(tilegate_aws::S3Store::connect(&aws.objects))
-                    .unwrap();
-                let full = |k: &str| format!("{}/{k}", s3.prefix());
-                rt.block_on(
-                    s3.client()
-                        .put_object()
-                        .bucket(s3.bucket())
-                        .key(full(&orphan))
-                        .body(b"foreign".to_vec().into())
-                        .send(),
-                )
-                .unwrap();
-                rt.block_on(
-                    s3.client()
-                        .delete_object()
-                        .bucket(s3.bucket())
-                        .key(full(&gone.row.row.key))
-                        .send(),
-                )
-                .unwrap();
-            }
-            Target::Objects(_) => unreachable!(),
+    // An orphan whose name tilegate would never write (space, `%`, non-ASCII, `+`), and a
+    // row whose object vanished, both injected behind tilegate's back.
+    let orphan = format!(
+        "{}0003_0003/attempt-ü 50%+x.tif",
+        job_a.prefix.attempts_dir(&a)
+    );
+    match &target {
+        Target::Embedded => {
+            let path = data.join("objects").join(&orphan);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, b"foreign").unwrap();
+            std::fs::remove_file(data.join("objects").join(&gone.row.row.key)).unwrap();
         }
-        let r = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
-        assert_eq!(r.orphans.len(), 1, "{r:?}");
-        assert_eq!(r.orphans[0].key.as_bytes(), orphan.as_bytes());
-        assert_eq!(r.orphans[0].size, 7);
-        assert_eq!(r.missing.len(), 1, "{r:?}");
-        assert_eq!(r.missing[0].key, gone.row.row.key);
-        assert_eq!(r.missing[0].state, Some("retired"));
-        // The command: exit code 5, the same keys in --json, byte for byte; nothing deleted.
-        let out = target
-            .command(data)
-            .args(["--json", "reconcile", a.as_str()])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(5));
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(doc["orphans"][0]["key"].as_str().unwrap(), orphan);
-        let after = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
-        assert_eq!(after.orphans, r.orphans, "reconcile deletes nothing");
-        assert_eq!(after.objects, r.objects);
-    }
-}
-
-#[test]
-fn tenants_are_apart_and_urls_are_theirs() {
-    for target in targets("tenants_are_apart_and_urls_are_theirs") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let (_, a) = tiles(&target, data, 5, &["--tenant", "acme"]);
-        // The same source for another tenant is another job, with objects of its own.
-        let src = data.join("scene-5.tif");
-        let run = target.json(
-            data,
-            &[
-                "run",
-                src.to_str().unwrap(),
-                "--window",
-                "256",
-                "--no-assemble",
-                "--tenant",
-                "globex",
-            ],
-        );
-        let g = JobId::parse(run["job_id"].as_str().unwrap()).unwrap();
-        assert_ne!(a, g);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let job_a = rt.block_on(job(&b, &a));
-        assert_eq!(job_a.tenant.as_str(), "acme");
-        assert_eq!(job_a.prefix.as_str(), "tilegate/tenants/acme");
-        let w = Window::new(0, 0);
-        let s = Subject::Window(w);
-        let tile = rt
-            .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
-            .unwrap()
-            .bytes;
-        let now = tilegate_core::now_millis();
-        let preview = Retention {
-            preview_ms: Some(HOUR_MS),
-            ..Retention::default()
-        };
-        rt.block_on(regen(&b, &job_a, w, tile, preview, true, now));
-        let acme = Tenant::parse("acme").unwrap();
-        let globex = Tenant::parse("globex").unwrap();
-        let fifteen = Duration::from_secs(900);
-        // Another tenant gets a named refusal and no URL.
-        let err = rt
-            .block_on(url::grant(&b, &job_a, s, &globex, fifteen, now))
-            .unwrap_err();
-        assert!(matches!(err, LedgerError::NotYourTenant { .. }), "{err}");
-        let out = target
-            .command(data)
-            .args(["url", a.as_str(), "--window", "0_0", "--tenant", "globex"])
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        assert!(out.stdout.is_empty(), "no URL on a refusal");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("error[not-your-tenant]"),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        match &target {
-            Target::Embedded => {
-                // The embedded store has no signer: a named refusal, after authorisation.
-                let err = rt
-                    .block_on(url::grant(&b, &job_a, s, &acme, fifteen, now))
-                    .unwrap_err();
-                assert_eq!(err.reason_code(), "storage", "{err}");
-            }
-            _ => {
-                // 15 minutes asked, well inside the hour of retention.
-                let g15 = rt
-                    .block_on(url::grant(&b, &job_a, s, &acme, fifteen, now))
-                    .unwrap();
-                assert_eq!(g15.expires_at, now + 900_000);
-                assert!(!g15.capped_by_retention);
-                assert!(g15.url.contains("X-Amz-Expires=900"), "{}", g15.url);
-                // A day asked: capped at the preview's deadline.
-                let day = Duration::from_secs(86_400);
-                let gd = rt
-                    .block_on(url::grant(&b, &job_a, s, &acme, day, now))
-                    .unwrap();
-                assert!(gd.capped_by_retention);
-                assert_eq!(gd.expires_at, now + HOUR_MS as i64);
-                assert!(gd.url.contains("X-Amz-Expires=3600"), "{}", gd.url);
-                // And the URL reads the accepted attempt's bytes.
-                let got = http_get(&gd.url);
-                let want = rt.block_on(b.objects.get_bytes(&gd.key)).unwrap().bytes;
-                assert_eq!(got, want.to_vec());
-            }
-        }
-        // Past the row's retention: no URL at all.
-        let err = rt
-            .block_on(url::grant(
-                &b,
-                &job_a,
-                s,
-                &acme,
-                fifteen,
-                now + HOUR_MS as i64,
-            ))
-            .unwrap_err();
-        assert_eq!(err.reason_code(), "retention-expired", "{err}");
-        // A create at an attempt key that holds another attempt's object is refused.
-        let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
-        assert_eq!(
+        Target::Aws(aws) => {
+            let s3 = rt
+                .block_on(tilegate_aws::S3Store::connect(&aws.objects))
+                .unwrap();
+            let full = |k: &str| format!("{}/{k}", s3.prefix());
             rt.block_on(
-                b.objects
-                    .put_create(&p.row.output.key, Bytes::from_static(b"x"))
+                s3.client()
+                    .put_object()
+                    .bucket(s3.bucket())
+                    .key(full(&orphan))
+                    .body(b"foreign".to_vec().into())
+                    .send(),
             )
-            .unwrap(),
-            PutOutcome::AlreadyPresent
-        );
+            .unwrap();
+            rt.block_on(
+                s3.client()
+                    .delete_object()
+                    .bucket(s3.bucket())
+                    .key(full(&gone.row.row.key))
+                    .send(),
+            )
+            .unwrap();
+        }
+        Target::Objects(_) => unreachable!(),
     }
+    let r = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
+    assert_eq!(r.orphans.len(), 1, "{r:?}");
+    assert_eq!(r.orphans[0].key.as_bytes(), orphan.as_bytes());
+    assert_eq!(r.orphans[0].size, 7);
+    assert_eq!(r.missing.len(), 1, "{r:?}");
+    assert_eq!(r.missing[0].key, gone.row.row.key);
+    assert_eq!(r.missing[0].state, Some("retired"));
+    // The command: exit code 5, the same keys in --json, byte for byte; nothing deleted.
+    let out = target
+        .command(data)
+        .args(["--json", "reconcile", a.as_str()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["orphans"][0]["key"].as_str().unwrap(), orphan);
+    let after = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
+    assert_eq!(after.orphans, r.orphans, "reconcile deletes nothing");
+    assert_eq!(after.objects, r.objects);
 }
+
+per_backend!(reconcile_reports_foreign_keys_byte_exactly_and_deletes_nothing);
+
+fn tenants_are_apart_and_urls_are_theirs(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (_, a) = tiles(&target, data, 5, &["--tenant", "acme"]);
+    // The same source for another tenant is another job, with objects of its own.
+    let src = data.join("scene-5.tif");
+    let run = target.json(
+        data,
+        &[
+            "run",
+            src.to_str().unwrap(),
+            "--window",
+            "256",
+            "--no-assemble",
+            "--tenant",
+            "globex",
+        ],
+    );
+    let g = JobId::parse(run["job_id"].as_str().unwrap()).unwrap();
+    assert_ne!(a, g);
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let job_a = rt.block_on(job(&b, &a));
+    assert_eq!(job_a.tenant.as_str(), "acme");
+    assert_eq!(job_a.prefix.as_str(), "tilegate/tenants/acme");
+    let w = Window::new(0, 0);
+    let s = Subject::Window(w);
+    let tile = rt
+        .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
+        .unwrap()
+        .bytes;
+    let now = tilegate_core::now_millis();
+    let preview = Retention {
+        preview_ms: Some(HOUR_MS),
+        ..Retention::default()
+    };
+    rt.block_on(regen(&b, &job_a, w, tile, preview, true, now));
+    let acme = Tenant::parse("acme").unwrap();
+    let globex = Tenant::parse("globex").unwrap();
+    let fifteen = Duration::from_secs(900);
+    // Another tenant gets a named refusal and no URL.
+    let err = rt
+        .block_on(url::grant(&b, &job_a, s, &globex, fifteen, now))
+        .unwrap_err();
+    assert!(matches!(err, LedgerError::NotYourTenant { .. }), "{err}");
+    let out = target
+        .command(data)
+        .args(["url", a.as_str(), "--window", "0_0", "--tenant", "globex"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "no URL on a refusal");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("error[not-your-tenant]"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match &target {
+        Target::Embedded => {
+            // The embedded store has no signer: a named refusal, after authorisation.
+            let err = rt
+                .block_on(url::grant(&b, &job_a, s, &acme, fifteen, now))
+                .unwrap_err();
+            assert_eq!(err.reason_code(), "storage", "{err}");
+        }
+        _ => {
+            // 15 minutes asked, well inside the hour of retention.
+            let g15 = rt
+                .block_on(url::grant(&b, &job_a, s, &acme, fifteen, now))
+                .unwrap();
+            assert_eq!(g15.expires_at, now + 900_000);
+            assert!(!g15.capped_by_retention);
+            assert!(g15.url.contains("X-Amz-Expires=900"), "{}", g15.url);
+            // A day asked: capped at the preview's deadline.
+            let day = Duration::from_secs(86_400);
+            let gd = rt
+                .block_on(url::grant(&b, &job_a, s, &acme, day, now))
+                .unwrap();
+            assert!(gd.capped_by_retention);
+            assert_eq!(gd.expires_at, now + HOUR_MS as i64);
+            assert!(gd.url.contains("X-Amz-Expires=3600"), "{}", gd.url);
+            // And the URL reads the accepted attempt's bytes.
+            let got = http_get(&gd.url);
+            let want = rt.block_on(b.objects.get_bytes(&gd.key)).unwrap().bytes;
+            assert_eq!(got, want.to_vec());
+        }
+    }
+    // Past the row's retention: no URL at all.
+    let err = rt
+        .block_on(url::grant(
+            &b,
+            &job_a,
+            s,
+            &acme,
+            fifteen,
+            now + HOUR_MS as i64,
+        ))
+        .unwrap_err();
+    assert_eq!(err.reason_code(), "retention-expired", "{err}");
+    // A create at an attempt key that holds another attempt's object is refused.
+    let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
+    assert_eq!(
+        rt.block_on(
+            b.objects
+                .put_create(&p.row.output.key, Bytes::from_static(b"x"))
+        )
+        .unwrap(),
+        PutOutcome::AlreadyPresent
+    );
+}
+
+per_backend!(tenants_are_apart_and_urls_are_theirs);
 
 /// The status of a GET of `url`.
 fn http_status(url: &str) -> u16 {
@@ -792,94 +784,92 @@ fn a_regeneration_travels_in_a_message_and_a_redelivery_continues_it() {
 /// A1's order comes back (`regenerate --enqueue --attempt A1`, as a redelivery would): the
 /// worker acknowledges it as `accept-refused`, the pointer stays on A2, A2 keeps no deadline
 /// and A1 stays retired. On the embedded backend and on AWS.
-#[test]
-fn a_returning_order_through_the_queue_leaves_the_pointer_on_the_newer_attempt() {
-    for target in targets("returning_order") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let (_, a) = tiles(&target, data, 7, &[]);
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let s = Subject::Window(Window::new(2, 2));
-        let enqueue = |extra: &[&str]| {
-            let mut args = vec!["regenerate", a.as_str(), "--window", "2_2", "--enqueue"];
-            args.extend_from_slice(extra);
-            let out = target.json(data, &args);
-            let work = target.json(data, &["work", "--until-empty", "--threads", "1"]);
-            (out["attempt"].as_str().unwrap().to_owned(), work)
-        };
-        let (a1, _) = enqueue(&[]);
-        let (a2, _) = enqueue(&[]);
-        let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
-        assert_eq!(p.row.attempt.as_str(), a2);
-        let (again, work) = enqueue(&["--attempt", &a1]);
-        assert_eq!(again, a1);
-        assert_eq!(work["accepts_refused"], 1, "{work}");
-        assert_eq!(work["dead_lettered"], 0, "{work}");
-        assert_eq!(
-            work["counters"][tilegate_core::metrics::ACCEPTS_REFUSED],
-            1,
-            "{work}"
-        );
-        let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
-        assert_eq!(
-            p.row.attempt.as_str(),
-            a2,
-            "a returning order moved the pointer back on {}",
-            target.name()
-        );
-        let rows = rt.block_on(b.ledger.list_attempts(&a)).unwrap();
-        let state = |id: &str| {
-            rows.iter()
-                .find(|r| r.row.attempt.as_str() == id)
-                .map(|r| (r.row.state, r.row.delete_after.is_some()))
-                .unwrap()
-        };
-        assert_eq!(state(&a2), (AttemptState::Accepted, false));
-        assert_eq!(state(&a1), (AttemptState::Retired, true));
-        // The operator may still move it back, explicitly.
-        let acc = target.json(
-            data,
-            &["accept", a.as_str(), "--window", "2_2", "--attempt", &a1],
-        );
-        assert_eq!(acc["publish"]["outcome"], "published", "{acc}");
-    }
+fn a_returning_order_through_the_queue_leaves_the_pointer_on_the_newer_attempt(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (_, a) = tiles(&target, data, 7, &[]);
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let s = Subject::Window(Window::new(2, 2));
+    let enqueue = |extra: &[&str]| {
+        let mut args = vec!["regenerate", a.as_str(), "--window", "2_2", "--enqueue"];
+        args.extend_from_slice(extra);
+        let out = target.json(data, &args);
+        let work = target.json(data, &["work", "--until-empty", "--threads", "1"]);
+        (out["attempt"].as_str().unwrap().to_owned(), work)
+    };
+    let (a1, _) = enqueue(&[]);
+    let (a2, _) = enqueue(&[]);
+    let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
+    assert_eq!(p.row.attempt.as_str(), a2);
+    let (again, work) = enqueue(&["--attempt", &a1]);
+    assert_eq!(again, a1);
+    assert_eq!(work["accepts_refused"], 1, "{work}");
+    assert_eq!(work["dead_lettered"], 0, "{work}");
+    assert_eq!(
+        work["counters"][tilegate_core::metrics::ACCEPTS_REFUSED],
+        1,
+        "{work}"
+    );
+    let p = rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().unwrap();
+    assert_eq!(
+        p.row.attempt.as_str(),
+        a2,
+        "a returning order moved the pointer back on {}",
+        target.name()
+    );
+    let rows = rt.block_on(b.ledger.list_attempts(&a)).unwrap();
+    let state = |id: &str| {
+        rows.iter()
+            .find(|r| r.row.attempt.as_str() == id)
+            .map(|r| (r.row.state, r.row.delete_after.is_some()))
+            .unwrap()
+    };
+    assert_eq!(state(&a2), (AttemptState::Accepted, false));
+    assert_eq!(state(&a1), (AttemptState::Retired, true));
+    // The operator may still move it back, explicitly.
+    let acc = target.json(
+        data,
+        &["accept", a.as_str(), "--window", "2_2", "--attempt", &a1],
+    );
+    assert_eq!(acc["publish"]["outcome"], "published", "{acc}");
 }
+
+per_backend!(a_returning_order_through_the_queue_leaves_the_pointer_on_the_newer_attempt);
 
 /// The other reproduction through the CLI: an order waits in the queue longer than the upload
 /// grace (a backlog; here GC runs with its clock 7 hours on), and is then worked. The row is
 /// not collected while it waits, and the regeneration is published — not dead-lettered as
 /// `attempt-not-uploading`. On the embedded backend and on AWS.
-#[test]
-fn an_enqueued_order_that_waited_past_the_grace_is_still_published() {
-    for target in targets("old_order") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let (_, a) = tiles(&target, data, 8, &[]);
-        let out = target.json(
-            data,
-            &["regenerate", a.as_str(), "--window", "3_0", "--enqueue"],
-        );
-        let id = out["attempt"].as_str().unwrap().to_owned();
-        let later = (tilegate_core::now_millis() + 7 * HOUR_MS as i64).to_string();
-        let gc = target.json(data, &["gc", "--test-now-ms", &later]);
-        assert_eq!(gc["deleted"], 0, "a waiting order was collected: {gc}");
-        let work = target.json(data, &["work", "--until-empty", "--threads", "1"]);
-        assert_eq!(work["dead_lettered"], 0, "{work}");
-        let rt = rt();
-        let b = rt.block_on(target.backends(data));
-        let p = rt
-            .block_on(b.ledger.get_pointer(&a, Subject::Window(Window::new(3, 0))))
+fn an_enqueued_order_that_waited_past_the_grace_is_still_published(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (_, a) = tiles(&target, data, 8, &[]);
+    let out = target.json(
+        data,
+        &["regenerate", a.as_str(), "--window", "3_0", "--enqueue"],
+    );
+    let id = out["attempt"].as_str().unwrap().to_owned();
+    let later = (tilegate_core::now_millis() + 7 * HOUR_MS as i64).to_string();
+    let gc = target.json(data, &["gc", "--test-now-ms", &later]);
+    assert_eq!(gc["deleted"], 0, "a waiting order was collected: {gc}");
+    let work = target.json(data, &["work", "--until-empty", "--threads", "1"]);
+    assert_eq!(work["dead_lettered"], 0, "{work}");
+    let rt = rt();
+    let b = rt.block_on(target.backends(data));
+    let p = rt
+        .block_on(b.ledger.get_pointer(&a, Subject::Window(Window::new(3, 0))))
+        .unwrap()
+        .expect("published");
+    assert_eq!(p.row.attempt.as_str(), id, "on {}", target.name());
+    assert!(
+        rt.block_on(b.objects.head(&p.row.output.key))
             .unwrap()
-            .expect("published");
-        assert_eq!(p.row.attempt.as_str(), id, "on {}", target.name());
-        assert!(
-            rt.block_on(b.objects.head(&p.row.output.key))
-                .unwrap()
-                .is_some()
-        );
-    }
+            .is_some()
+    );
 }
+
+per_backend!(an_enqueued_order_that_waited_past_the_grace_is_still_published);
 
 /// Embedded only: moto answers every upload's `Initiated` with a fixed placeholder, so an S3
 /// upload started by another process has no age there (`S3Store::initiated_of`; the S3
@@ -1180,377 +1170,365 @@ impl Rng {
 /// object deleted, no delete issued for a key that is not a ledger row's exact key, no order's
 /// publish moved a pointer onto an attempt older than one already published, and some
 /// returning order was refused.
-#[test]
-fn ledger_chaos() {
-    for target in targets("ledger_chaos") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let (_, a) = tiles(&target, data, 5, &[]);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(4)
-            .enable_all()
-            .build()
-            .unwrap();
-        let base = rt.block_on(target.backends(data));
-        let log = Requests::default();
-        let b = Backends {
-            objects: Arc::new(tilegate_tests::ScriptedStore {
-                inner: base.objects.clone(),
-                script: log.clone(),
-            }),
-            ..base.clone()
-        };
-        let job_a = rt.block_on(job(&b, &a));
-        let windows: Vec<Window> = job_a.grid.windows().collect();
-        let tile_bytes: Vec<Bytes> = windows
-            .iter()
-            .map(|w| {
-                rt.block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, *w)))
-                    .unwrap()
-                    .bytes
-            })
-            .collect();
-        let seed = tilegate_core::now_millis().unsigned_abs() | 1;
-        println!("ledger_chaos seed {seed} on {}", target.name());
-        let clock = Arc::new(AtomicI64::new(1_700_000_000_000));
-        let done = Arc::new(AtomicBool::new(false));
-        let retention = |preview: bool| Retention {
-            preview_ms: preview.then_some(HOUR_MS),
-            retired_ms: 3 * HOUR_MS,
-            upload_grace_ms: 2 * HOUR_MS,
-        };
-        let collected = Arc::new(AtomicU64::new(0));
-        let old_orders = Arc::new(AtomicU64::new(0));
-        let history = History::default();
-        rt.block_on(async {
-            let mut tasks = Vec::new();
-            for r in 0..3u64 {
-                let (b, job_a, windows, tile_bytes, clock, collected, old_orders) = (
-                    b.clone(),
-                    job_a.clone(),
-                    windows.clone(),
-                    tile_bytes.clone(),
-                    clock.clone(),
-                    collected.clone(),
-                    old_orders.clone(),
-                );
-                let history = history.clone();
-                tasks.push(tokio::spawn(async move {
-                    let mut rng = Rng(seed ^ (r + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                    // Orders this task finished, for redeliveries.
-                    let mut done_orders: Vec<(Window, tilegate_core::ledger::AttemptOrder)> =
-                        Vec::new();
-                    for _ in 0..30 {
-                        let i = rng.below(windows.len() as u64) as usize;
-                        let w = windows[i];
+fn ledger_chaos(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let (_, a) = tiles(&target, data, 5, &[]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let base = rt.block_on(target.backends(data));
+    let log = Requests::default();
+    let b = Backends {
+        objects: Arc::new(tilegate_tests::ScriptedStore {
+            inner: base.objects.clone(),
+            script: log.clone(),
+        }),
+        ..base.clone()
+    };
+    let job_a = rt.block_on(job(&b, &a));
+    let windows: Vec<Window> = job_a.grid.windows().collect();
+    let tile_bytes: Vec<Bytes> = windows
+        .iter()
+        .map(|w| {
+            rt.block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, *w)))
+                .unwrap()
+                .bytes
+        })
+        .collect();
+    let seed = tilegate_core::now_millis().unsigned_abs() | 1;
+    println!("ledger_chaos seed {seed} on {}", target.name());
+    let clock = Arc::new(AtomicI64::new(1_700_000_000_000));
+    let done = Arc::new(AtomicBool::new(false));
+    let retention = |preview: bool| Retention {
+        preview_ms: preview.then_some(HOUR_MS),
+        retired_ms: 3 * HOUR_MS,
+        upload_grace_ms: 2 * HOUR_MS,
+    };
+    let collected = Arc::new(AtomicU64::new(0));
+    let old_orders = Arc::new(AtomicU64::new(0));
+    let history = History::default();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for r in 0..3u64 {
+            let (b, job_a, windows, tile_bytes, clock, collected, old_orders) = (
+                b.clone(),
+                job_a.clone(),
+                windows.clone(),
+                tile_bytes.clone(),
+                clock.clone(),
+                collected.clone(),
+                old_orders.clone(),
+            );
+            let history = history.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut rng = Rng(seed ^ (r + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                // Orders this task finished, for redeliveries.
+                let mut done_orders: Vec<(Window, tilegate_core::ledger::AttemptOrder)> =
+                    Vec::new();
+                for _ in 0..30 {
+                    let i = rng.below(windows.len() as u64) as usize;
+                    let w = windows[i];
+                    let s = Subject::Window(w);
+                    let now = || clock.load(Ordering::SeqCst);
+                    let action = rng.below(12);
+                    // A returning order: one this task finished comes back (an SQS
+                    // duplicate, a lost acknowledgement, a visibility timeout).
+                    if action == 11 && !done_orders.is_empty() {
+                        let k = rng.below(done_orders.len() as u64) as usize;
+                        let (w, order) = done_orders[k].clone();
                         let s = Subject::Window(w);
-                        let now = || clock.load(Ordering::SeqCst);
-                        let action = rng.below(12);
-                        // A returning order: one this task finished comes back (an SQS
-                        // duplicate, a lost acknowledgement, a visibility timeout).
-                        if action == 11 && !done_orders.is_empty() {
-                            let k = rng.below(done_orders.len() as u64) as usize;
-                            let (w, order) = done_orders[k].clone();
-                            let s = Subject::Window(w);
-                            let row = attempt::row(&b, &job_a.job_id, s, &order.id).await.unwrap();
-                            if row.row.state == AttemptState::Deleted {
-                                continue;
-                            }
-                            let before = history.snapshot(s);
-                            match regenerate::finish(&b, row, &order, Bytes::new(), now()).await {
-                                Ok(done) => history.order_outcome(s, &done, before),
-                                Err(regenerate::RegenerateError::Ledger(
-                                    LedgerError::CollectedWhileUploading { .. },
-                                )) => {}
-                                Err(e) => panic!("returning order: {e}"),
-                            }
+                        let row = attempt::row(&b, &job_a.job_id, s, &order.id).await.unwrap();
+                        if row.row.state == AttemptState::Deleted {
                             continue;
                         }
-                        let req = regenerate::Request {
-                            id: None,
-                            retention: retention(action == 9),
-                            accept: action != 8,
-                            ..Default::default()
-                        };
-                        let (row, order) =
-                            regenerate::start(&b, &job_a, w, req, now()).await.unwrap();
-                        match action {
-                            // An order no worker ever took: no deadline, no object.
-                            0 => {}
-                            // A worker killed after starting the upload, or after its object
-                            // before recording it.
-                            1 | 10 => {
-                                let row = attempt::start_upload(&b, row, now()).await.unwrap();
-                                if action == 1 {
-                                    let opts = tilegate_core::object::PutOptions {
-                                        metadata: [(
-                                            tilegate_core::object::ATTEMPT_METADATA.to_owned(),
-                                            order.id.to_string(),
-                                        )]
-                                        .into(),
-                                        ..tilegate_core::object::PutOptions::create()
-                                    };
-                                    b.objects
-                                        .put_opts(&row.row.key, tile_bytes[i].clone(), opts)
-                                        .await
-                                        .unwrap();
-                                }
-                            }
-                            // An upload slower than its grace: begun, then the object and its
-                            // record land after GC may have collected the row (a hold may
-                            // have landed in between).
-                            2 => {
-                                let row = attempt::start_upload(&b, row, now()).await.unwrap();
-                                let until = now() + 3 * HOUR_MS as i64;
-                                while now() < until {
-                                    tokio::time::sleep(Duration::from_millis(5)).await;
-                                }
-                                let put = attempt::put(&b, &row.row, tile_bytes[i].clone()).await;
-                                let meta = match put {
-                                    Ok(m) => m,
-                                    Err(e) => panic!("slow upload's put: {e}"),
+                        let before = history.snapshot(s);
+                        match regenerate::finish(&b, row, &order, Bytes::new(), now()).await {
+                            Ok(done) => history.order_outcome(s, &done, before),
+                            Err(regenerate::RegenerateError::Ledger(
+                                LedgerError::CollectedWhileUploading { .. },
+                            )) => {}
+                            Err(e) => panic!("returning order: {e}"),
+                        }
+                        continue;
+                    }
+                    let req = regenerate::Request {
+                        id: None,
+                        retention: retention(action == 9),
+                        accept: action != 8,
+                        ..Default::default()
+                    };
+                    let (row, order) = regenerate::start(&b, &job_a, w, req, now()).await.unwrap();
+                    match action {
+                        // An order no worker ever took: no deadline, no object.
+                        0 => {}
+                        // A worker killed after starting the upload, or after its object
+                        // before recording it.
+                        1 | 10 => {
+                            let row = attempt::start_upload(&b, row, now()).await.unwrap();
+                            if action == 1 {
+                                let opts = tilegate_core::object::PutOptions {
+                                    metadata: [(
+                                        tilegate_core::object::ATTEMPT_METADATA.to_owned(),
+                                        order.id.to_string(),
+                                    )]
+                                    .into(),
+                                    ..tilegate_core::object::PutOptions::create()
                                 };
-                                match attempt::record(&b, row, meta.size, meta.e_tag, now()).await {
-                                    Ok(_) => {}
-                                    Err(LedgerError::CollectedWhileUploading { .. }) => {
-                                        collected.fetch_add(1, Ordering::SeqCst);
-                                    }
-                                    Err(e) => panic!("slow upload: {e}"),
-                                }
-                            }
-                            // An order that waited in the queue longer than the upload grace:
-                            // never collected for having waited.
-                            3 => {
-                                let until = now() + 3 * HOUR_MS as i64;
-                                while now() < until {
-                                    tokio::time::sleep(Duration::from_millis(5)).await;
-                                }
-                                let row =
-                                    attempt::row(&b, &job_a.job_id, s, &order.id).await.unwrap();
-                                let before = history.snapshot(s);
-                                let done = regenerate::finish(
-                                    &b,
-                                    row,
-                                    &order,
-                                    tile_bytes[i].clone(),
-                                    now(),
-                                )
-                                .await
-                                .unwrap_or_else(|e| panic!("an order older than the grace: {e}"));
-                                history.order_outcome(s, &done, before);
-                                done_orders.push((w, order));
-                                old_orders.fetch_add(1, Ordering::SeqCst);
-                            }
-                            _ => {
-                                let before = history.snapshot(s);
-                                let done = regenerate::finish(
-                                    &b,
-                                    row,
-                                    &order,
-                                    tile_bytes[i].clone(),
-                                    now(),
-                                )
-                                .await
-                                .unwrap();
-                                history.order_outcome(s, &done, before);
-                                done_orders.push((w, order));
+                                b.objects
+                                    .put_opts(&row.row.key, tile_bytes[i].clone(), opts)
+                                    .await
+                                    .unwrap();
                             }
                         }
-                        tokio::time::sleep(Duration::from_millis(rng.below(8))).await;
-                    }
-                }));
-            }
-            // Re-links onto retired or marked attempts, and legal holds.
-            {
-                let (b, a, clock, done, history) = (
-                    b.clone(),
-                    a.clone(),
-                    clock.clone(),
-                    done.clone(),
-                    history.clone(),
-                );
-                tasks.push(tokio::spawn(async move {
-                    let mut rng = Rng(seed.rotate_left(17) | 1);
-                    while !done.load(Ordering::SeqCst) {
-                        let rows = b.ledger.list_attempts(&a).await.unwrap();
-                        // Holds also go on marked rows whose upload has not recorded yet: they
-                        // race a slow upload's late record.
-                        let candidates: Vec<_> = rows
-                            .iter()
-                            .filter(|r| {
-                                (r.row.publishable() && r.row.state != AttemptState::Uploaded)
-                                    || (r.row.state == AttemptState::Deleting
-                                        && r.row.sweep_started_at.is_none())
-                            })
-                            .collect();
-                        if !candidates.is_empty() {
-                            let r = &candidates[rng.below(candidates.len() as u64) as usize].row;
-                            if rng.below(4) == 0 || !r.publishable() {
-                                let _ =
-                                    attempt::set_hold(&b, &a, r.subject, &r.attempt, true).await;
-                            } else {
-                                let out = attempt::accept_current(
-                                    &b,
-                                    &a,
-                                    r.subject,
-                                    &r.attempt,
-                                    clock.load(Ordering::SeqCst),
-                                )
-                                .await
-                                .unwrap();
-                                if matches!(out, PublishOutcome::Published { .. }) {
-                                    history.published(r.subject, r);
+                        // An upload slower than its grace: begun, then the object and its
+                        // record land after GC may have collected the row (a hold may
+                        // have landed in between).
+                        2 => {
+                            let row = attempt::start_upload(&b, row, now()).await.unwrap();
+                            let until = now() + 3 * HOUR_MS as i64;
+                            while now() < until {
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                            let put = attempt::put(&b, &row.row, tile_bytes[i].clone()).await;
+                            let meta = match put {
+                                Ok(m) => m,
+                                Err(e) => panic!("slow upload's put: {e}"),
+                            };
+                            match attempt::record(&b, row, meta.size, meta.e_tag, now()).await {
+                                Ok(_) => {}
+                                Err(LedgerError::CollectedWhileUploading { .. }) => {
+                                    collected.fetch_add(1, Ordering::SeqCst);
                                 }
+                                Err(e) => panic!("slow upload: {e}"),
                             }
                         }
-                        tokio::time::sleep(Duration::from_millis(3)).await;
+                        // An order that waited in the queue longer than the upload grace:
+                        // never collected for having waited.
+                        3 => {
+                            let until = now() + 3 * HOUR_MS as i64;
+                            while now() < until {
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                            let row = attempt::row(&b, &job_a.job_id, s, &order.id).await.unwrap();
+                            let before = history.snapshot(s);
+                            let done =
+                                regenerate::finish(&b, row, &order, tile_bytes[i].clone(), now())
+                                    .await
+                                    .unwrap_or_else(|e| {
+                                        panic!("an order older than the grace: {e}")
+                                    });
+                            history.order_outcome(s, &done, before);
+                            done_orders.push((w, order));
+                            old_orders.fetch_add(1, Ordering::SeqCst);
+                        }
+                        _ => {
+                            let before = history.snapshot(s);
+                            let done =
+                                regenerate::finish(&b, row, &order, tile_bytes[i].clone(), now())
+                                    .await
+                                    .unwrap();
+                            history.order_outcome(s, &done, before);
+                            done_orders.push((w, order));
+                        }
                     }
-                }));
-            }
-            // GC: whole passes and split ones (a pause between mark and sweep).
-            let gc_task = {
-                let (b, clock, done) = (b.clone(), clock.clone(), done.clone());
-                tokio::spawn(async move {
-                    let mut passes = 0u64;
-                    while !done.load(Ordering::SeqCst) {
-                        let opts = GcOptions::at(clock.load(Ordering::SeqCst));
-                        if passes.is_multiple_of(2) {
-                            gc::gc(&b, &opts).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(rng.below(8))).await;
+                }
+            }));
+        }
+        // Re-links onto retired or marked attempts, and legal holds.
+        {
+            let (b, a, clock, done, history) = (
+                b.clone(),
+                a.clone(),
+                clock.clone(),
+                done.clone(),
+                history.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut rng = Rng(seed.rotate_left(17) | 1);
+                while !done.load(Ordering::SeqCst) {
+                    let rows = b.ledger.list_attempts(&a).await.unwrap();
+                    // Holds also go on marked rows whose upload has not recorded yet: they
+                    // race a slow upload's late record.
+                    let candidates: Vec<_> = rows
+                        .iter()
+                        .filter(|r| {
+                            (r.row.publishable() && r.row.state != AttemptState::Uploaded)
+                                || (r.row.state == AttemptState::Deleting
+                                    && r.row.sweep_started_at.is_none())
+                        })
+                        .collect();
+                    if !candidates.is_empty() {
+                        let r = &candidates[rng.below(candidates.len() as u64) as usize].row;
+                        if rng.below(4) == 0 || !r.publishable() {
+                            let _ = attempt::set_hold(&b, &a, r.subject, &r.attempt, true).await;
                         } else {
-                            let (mut r, marked) = gc::mark_pass(&b, &opts).await.unwrap();
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                            gc::sweep_pass(&b, marked, &opts, &mut r).await.unwrap();
+                            let out = attempt::accept_current(
+                                &b,
+                                &a,
+                                r.subject,
+                                &r.attempt,
+                                clock.load(Ordering::SeqCst),
+                            )
+                            .await
+                            .unwrap();
+                            if matches!(out, PublishOutcome::Published { .. }) {
+                                history.published(r.subject, r);
+                            }
                         }
-                        clock.fetch_add(HOUR_MS as i64 / 2, Ordering::SeqCst);
-                        passes += 1;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
                     }
-                    passes
-                })
-            };
-            let relinker = tasks.pop().unwrap();
-            for t in tasks {
-                t.await.unwrap();
-            }
-            done.store(true, Ordering::SeqCst);
-            relinker.await.unwrap();
-            let passes = gc_task.await.unwrap();
-            // Far past every deadline: two passes collect everything due.
-            clock.fetch_add(100 * DAY_MS as i64, Ordering::SeqCst);
-            for _ in 0..2 {
-                gc::gc(&b, &GcOptions::at(clock.load(Ordering::SeqCst)))
-                    .await
-                    .unwrap();
-            }
-            println!("ledger_chaos: {passes} gc passes");
-        });
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                }
+            }));
+        }
+        // GC: whole passes and split ones (a pause between mark and sweep).
+        let gc_task = {
+            let (b, clock, done) = (b.clone(), clock.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut passes = 0u64;
+                while !done.load(Ordering::SeqCst) {
+                    let opts = GcOptions::at(clock.load(Ordering::SeqCst));
+                    if passes.is_multiple_of(2) {
+                        gc::gc(&b, &opts).await.unwrap();
+                    } else {
+                        let (mut r, marked) = gc::mark_pass(&b, &opts).await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        gc::sweep_pass(&b, marked, &opts, &mut r).await.unwrap();
+                    }
+                    clock.fetch_add(HOUR_MS as i64 / 2, Ordering::SeqCst);
+                    passes += 1;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                passes
+            })
+        };
+        let relinker = tasks.pop().unwrap();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+        relinker.await.unwrap();
+        let passes = gc_task.await.unwrap();
+        // Far past every deadline: two passes collect everything due.
+        clock.fetch_add(100 * DAY_MS as i64, Ordering::SeqCst);
+        for _ in 0..2 {
+            gc::gc(&b, &GcOptions::at(clock.load(Ordering::SeqCst)))
+                .await
+                .unwrap();
+        }
+        println!("ledger_chaos: {passes} gc passes");
+    });
 
-        // Judge.
-        let rows = rt.block_on(b.ledger.list_attempts(&a)).unwrap();
-        let pointers = rt.block_on(b.ledger.list_pointers(&a)).unwrap();
-        let row_of: std::collections::HashMap<&str, &tilegate_core::ledger::AttemptRow> =
-            rows.iter().map(|r| (r.row.key.as_str(), &r.row)).collect();
-        let requests = log.0.lock().unwrap().clone();
-        let deletes: Vec<&String> = requests
-            .iter()
-            .filter(|(op, _)| *op == "delete")
-            .map(|(_, k)| k)
-            .collect();
-        let mut bad = Vec::new();
-        for k in &deletes {
-            match row_of.get(k.as_str()) {
-                None => bad.push(format!("delete of `{k}`, which is no ledger row's key")),
-                Some(r) if r.state != AttemptState::Deleted => {
-                    bad.push(format!(
-                        "delete of `{k}`, whose row is {} (hold {})",
-                        r.state, r.legal_hold
-                    ));
-                }
-                Some(_) => {}
+    // Judge.
+    let rows = rt.block_on(b.ledger.list_attempts(&a)).unwrap();
+    let pointers = rt.block_on(b.ledger.list_pointers(&a)).unwrap();
+    let row_of: std::collections::HashMap<&str, &tilegate_core::ledger::AttemptRow> =
+        rows.iter().map(|r| (r.row.key.as_str(), &r.row)).collect();
+    let requests = log.0.lock().unwrap().clone();
+    let deletes: Vec<&String> = requests
+        .iter()
+        .filter(|(op, _)| *op == "delete")
+        .map(|(_, k)| k)
+        .collect();
+    let mut bad = Vec::new();
+    for k in &deletes {
+        match row_of.get(k.as_str()) {
+            None => bad.push(format!("delete of `{k}`, which is no ledger row's key")),
+            Some(r) if r.state != AttemptState::Deleted => {
+                bad.push(format!(
+                    "delete of `{k}`, whose row is {} (hold {})",
+                    r.state, r.legal_hold
+                ));
             }
+            Some(_) => {}
         }
-        for p in &pointers {
-            let r = row_of[p.row.output.key.as_str()];
-            if r.state != AttemptState::Accepted {
-                bad.push(format!("pointer {} names a {} row", p.row.subject, r.state));
-            }
-            match rt.block_on(b.objects.head(&p.row.output.key)).unwrap() {
-                Some(m) if m.e_tag == p.row.output.e_tag => {}
-                other => bad.push(format!("published `{}` is {other:?}", p.row.output.key)),
-            }
-        }
-        let accepted = rows
-            .iter()
-            .filter(|r| r.row.state == AttemptState::Accepted)
-            .count();
-        if accepted != pointers.len() {
-            bad.push(format!(
-                "{accepted} accepted rows, {} pointers",
-                pointers.len()
-            ));
-        }
-        let mut held = 0;
-        for r in &rows {
-            let r = &r.row;
-            let present = rt.block_on(b.objects.head(&r.key)).unwrap().is_some();
-            if r.legal_hold {
-                held += 1;
-                if r.e_tag.is_some() && !present {
-                    bad.push(format!("held `{}` ({}) is gone", r.key, r.state));
-                }
-            } else if r.state == AttemptState::Uploading && r.upload_started_at.is_none() {
-                // An order no worker took: no deadline, and nothing at its key.
-                if r.delete_after.is_some() || present {
-                    bad.push(format!(
-                        "untaken order `{}`: {:?}, object {present}",
-                        r.key, r.delete_after
-                    ));
-                }
-            } else if r.state != AttemptState::Accepted {
-                // Everything else was due long ago: deleted, verified, object gone.
-                if r.state != AttemptState::Deleted || r.deletion_verified_at.is_none() {
-                    bad.push(format!("due `{}` was left {}", r.key, r.state));
-                }
-                if present {
-                    bad.push(format!("due `{}` still has its object", r.key));
-                }
-            }
-        }
-        // The deterministic tiles: never deleted.
-        for w in &windows {
-            let k = job_a.prefix.tile_key(&a, *w);
-            if deletes.iter().any(|d| **d == k) {
-                bad.push(format!("deleted the tile `{k}`"));
-            }
-        }
-        bad.extend(history.violations());
-        let rec = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
-        if !rec.orphans.is_empty() || !rec.missing.is_empty() || !rec.mismatched.is_empty() {
-            bad.push(format!("reconcile: {rec:?}"));
-        }
-        println!(
-            "ledger_chaos on {}: {} rows, {} pointers, {held} held, {} deletes issued, {} slow uploads collected, {} orders older than the grace, {} order publishes checked ({} refused)",
-            target.name(),
-            rows.len(),
-            pointers.len(),
-            deletes.len(),
-            collected.load(Ordering::SeqCst),
-            old_orders.load(Ordering::SeqCst),
-            history.checked(),
-            history.refused(),
-        );
-        assert!(bad.is_empty(), "seed {seed}: {}", bad.join("\n"));
-        assert!(
-            deletes.len() > 10,
-            "GC must have deleted something: {}",
-            deletes.len()
-        );
-        assert!(
-            history.refused() > 0,
-            "no returning order was refused: the chaos missed it"
-        );
     }
+    for p in &pointers {
+        let r = row_of[p.row.output.key.as_str()];
+        if r.state != AttemptState::Accepted {
+            bad.push(format!("pointer {} names a {} row", p.row.subject, r.state));
+        }
+        match rt.block_on(b.objects.head(&p.row.output.key)).unwrap() {
+            Some(m) if m.e_tag == p.row.output.e_tag => {}
+            other => bad.push(format!("published `{}` is {other:?}", p.row.output.key)),
+        }
+    }
+    let accepted = rows
+        .iter()
+        .filter(|r| r.row.state == AttemptState::Accepted)
+        .count();
+    if accepted != pointers.len() {
+        bad.push(format!(
+            "{accepted} accepted rows, {} pointers",
+            pointers.len()
+        ));
+    }
+    let mut held = 0;
+    for r in &rows {
+        let r = &r.row;
+        let present = rt.block_on(b.objects.head(&r.key)).unwrap().is_some();
+        if r.legal_hold {
+            held += 1;
+            if r.e_tag.is_some() && !present {
+                bad.push(format!("held `{}` ({}) is gone", r.key, r.state));
+            }
+        } else if r.state == AttemptState::Uploading && r.upload_started_at.is_none() {
+            // An order no worker took: no deadline, and nothing at its key.
+            if r.delete_after.is_some() || present {
+                bad.push(format!(
+                    "untaken order `{}`: {:?}, object {present}",
+                    r.key, r.delete_after
+                ));
+            }
+        } else if r.state != AttemptState::Accepted {
+            // Everything else was due long ago: deleted, verified, object gone.
+            if r.state != AttemptState::Deleted || r.deletion_verified_at.is_none() {
+                bad.push(format!("due `{}` was left {}", r.key, r.state));
+            }
+            if present {
+                bad.push(format!("due `{}` still has its object", r.key));
+            }
+        }
+    }
+    // The deterministic tiles: never deleted.
+    for w in &windows {
+        let k = job_a.prefix.tile_key(&a, *w);
+        if deletes.iter().any(|d| **d == k) {
+            bad.push(format!("deleted the tile `{k}`"));
+        }
+    }
+    bad.extend(history.violations());
+    let rec = rt.block_on(reconcile::reconcile(&b, &job_a)).unwrap();
+    if !rec.orphans.is_empty() || !rec.missing.is_empty() || !rec.mismatched.is_empty() {
+        bad.push(format!("reconcile: {rec:?}"));
+    }
+    println!(
+        "ledger_chaos on {}: {} rows, {} pointers, {held} held, {} deletes issued, {} slow uploads collected, {} orders older than the grace, {} order publishes checked ({} refused)",
+        target.name(),
+        rows.len(),
+        pointers.len(),
+        deletes.len(),
+        collected.load(Ordering::SeqCst),
+        old_orders.load(Ordering::SeqCst),
+        history.checked(),
+        history.refused(),
+    );
+    assert!(bad.is_empty(), "seed {seed}: {}", bad.join("\n"));
+    assert!(
+        deletes.len() > 10,
+        "GC must have deleted something: {}",
+        deletes.len()
+    );
+    assert!(
+        history.refused() > 0,
+        "no returning order was refused: the chaos missed it"
+    );
 }
+
+per_backend!(ledger_chaos);
 
 /// What the chaos saw published, to judge orders by: an order's publish that moved the
 /// pointer must have moved it onto an attempt begun after every attempt whose publish had

@@ -4,6 +4,7 @@
 //! STAC Item validated by `stac-validator` on both backends and left alone by a second run,
 //! and `status --cost` equal to the requests that reached the AWS emulator.
 
+use crate::per_backend::per_backend;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -378,93 +379,91 @@ fn report_shows_a_dead_lettered_and_a_missing_window() {
 /// The scene's STAC Item, on each backend: published beside the scene, valid for
 /// `stac-validator` (core, projection, raster and file extensions), its size and checksum the
 /// scene's, and untouched by a second run of the same job (same ETag and LastModified).
-#[test]
-fn the_scene_stac_item_validates_and_a_second_run_leaves_it() {
-    let test = "the_scene_stac_item_validates_and_a_second_run_leaves_it";
-    for target in Target::embedded_and_aws(test) {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let scene = data.join("scene.tif");
-        sample(data, &scene, 1024, 5);
-        let src = scene.to_str().unwrap();
-        // The source says when it was made: the Item's datetime.
-        let edit = std::process::Command::new("gdal_edit.py")
-            .args(["-mo", "TIFFTAG_DATETIME=2024:06:30 10:15:00", src])
-            .output()
-            .expect("run gdal_edit.py (gdal-bin)");
-        assert!(
-            edit.status.success(),
-            "{}",
-            String::from_utf8_lossy(&edit.stderr)
-        );
-        let first = target.json(data, &["run", src, "--window", "256"]);
-        let job = first["job_id"].as_str().unwrap().to_owned();
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let b = rt.block_on(target.backends(data));
-        let row = rt
-            .block_on(b.jobs.get_job(&JobId::parse(&job).unwrap()))
-            .unwrap()
-            .unwrap()
-            .row;
-        let scene_ref = row.scene_output.expect("the scene is recorded");
-        let item_key = tilegate_stac::item_key(&scene_ref.key);
-        let item_bytes = rt.block_on(b.objects.get_bytes(&item_key)).unwrap().bytes;
-        let path = data.join("item.json");
-        std::fs::write(&path, &item_bytes).unwrap();
-        validate_stac(&path).unwrap_or_else(|e| panic!("{}: {e}", target.name()));
+fn the_scene_stac_item_validates_and_a_second_run_leaves_it(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 1024, 5);
+    let src = scene.to_str().unwrap();
+    // The source says when it was made: the Item's datetime.
+    let edit = std::process::Command::new("gdal_edit.py")
+        .args(["-mo", "TIFFTAG_DATETIME=2024:06:30 10:15:00", src])
+        .output()
+        .expect("run gdal_edit.py (gdal-bin)");
+    assert!(
+        edit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&edit.stderr)
+    );
+    let first = target.json(data, &["run", src, "--window", "256"]);
+    let job = first["job_id"].as_str().unwrap().to_owned();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = rt.block_on(target.backends(data));
+    let row = rt
+        .block_on(b.jobs.get_job(&JobId::parse(&job).unwrap()))
+        .unwrap()
+        .unwrap()
+        .row;
+    let scene_ref = row.scene_output.expect("the scene is recorded");
+    let item_key = tilegate_stac::item_key(&scene_ref.key);
+    let item_bytes = rt.block_on(b.objects.get_bytes(&item_key)).unwrap().bytes;
+    let path = data.join("item.json");
+    std::fs::write(&path, &item_bytes).unwrap();
+    validate_stac(&path).unwrap_or_else(|e| panic!("{}: {e}", target.name()));
 
-        let item: Value = serde_json::from_slice(&item_bytes).unwrap();
-        let scene_bytes = rt
-            .block_on(b.objects.get_bytes(&scene_ref.key))
-            .unwrap()
-            .bytes;
-        let asset = &item["assets"]["data"];
-        assert_eq!(asset["file:size"], scene_bytes.len() as u64);
-        assert_eq!(
-            asset["file:checksum"],
-            tilegate_stac::blake3_multihash(blake3::hash(&scene_bytes).as_bytes())
-        );
-        assert_eq!(asset["type"], tilegate_stac::COG_MEDIA_TYPE);
-        assert_eq!(asset["raster:bands"][0]["data_type"], "uint16");
-        assert_eq!(item["id"], job.as_str());
-        assert_eq!(item["properties"]["proj:code"], "EPSG:32633");
-        assert_eq!(item["properties"]["datetime"], "2024-06-30T10:15:00Z");
-        assert_eq!(
-            item["properties"]["proj:shape"],
-            serde_json::json!([1024, 1024])
-        );
-        let bbox: Vec<f64> = serde_json::from_value(item["bbox"].clone()).unwrap();
-        assert!(
-            bbox[0] >= 14.9 && bbox[2] <= 15.2 && bbox[1] > 44.0 && bbox[3] < 46.0,
-            "{bbox:?}"
-        );
+    let item: Value = serde_json::from_slice(&item_bytes).unwrap();
+    let scene_bytes = rt
+        .block_on(b.objects.get_bytes(&scene_ref.key))
+        .unwrap()
+        .bytes;
+    let asset = &item["assets"]["data"];
+    assert_eq!(asset["file:size"], scene_bytes.len() as u64);
+    assert_eq!(
+        asset["file:checksum"],
+        tilegate_stac::blake3_multihash(blake3::hash(&scene_bytes).as_bytes())
+    );
+    assert_eq!(asset["type"], tilegate_stac::COG_MEDIA_TYPE);
+    assert_eq!(asset["raster:bands"][0]["data_type"], "uint16");
+    assert_eq!(item["id"], job.as_str());
+    assert_eq!(item["properties"]["proj:code"], "EPSG:32633");
+    assert_eq!(item["properties"]["datetime"], "2024-06-30T10:15:00Z");
+    assert_eq!(
+        item["properties"]["proj:shape"],
+        serde_json::json!([1024, 1024])
+    );
+    let bbox: Vec<f64> = serde_json::from_value(item["bbox"].clone()).unwrap();
+    assert!(
+        bbox[0] >= 14.9 && bbox[2] <= 15.2 && bbox[1] > 44.0 && bbox[3] < 46.0,
+        "{bbox:?}"
+    );
 
-        let before = rt.block_on(b.objects.head(&item_key)).unwrap().unwrap();
-        std::thread::sleep(Duration::from_millis(1100));
-        let second = target.json(data, &["run", src, "--window", "256"]);
-        assert_eq!(second["job_id"], job.as_str());
-        let after = rt.block_on(b.objects.head(&item_key)).unwrap().unwrap();
-        assert_eq!(
-            (&after.e_tag, after.last_modified),
-            (&before.e_tag, before.last_modified),
-            "{}: a second run touched the Item",
-            target.name()
-        );
+    let before = rt.block_on(b.objects.head(&item_key)).unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let second = target.json(data, &["run", src, "--window", "256"]);
+    assert_eq!(second["job_id"], job.as_str());
+    let after = rt.block_on(b.objects.head(&item_key)).unwrap().unwrap();
+    assert_eq!(
+        (&after.e_tag, after.last_modified),
+        (&before.e_tag, before.last_modified),
+        "{}: a second run touched the Item",
+        target.name()
+    );
 
-        // A Collection over the job's Item validates too.
-        let collection = data.join("collection.json");
-        target.json(
-            data,
-            &[
-                "stac",
-                &job,
-                "--stac-collection",
-                collection.to_str().unwrap(),
-            ],
-        );
-        validate_stac(&collection).unwrap_or_else(|e| panic!("{}: {e}", target.name()));
-    }
+    // A Collection over the job's Item validates too.
+    let collection = data.join("collection.json");
+    target.json(
+        data,
+        &[
+            "stac",
+            &job,
+            "--stac-collection",
+            collection.to_str().unwrap(),
+        ],
+    );
+    validate_stac(&collection).unwrap_or_else(|e| panic!("{}: {e}", target.name()));
 }
+
+per_backend!(the_scene_stac_item_validates_and_a_second_run_leaves_it);
 
 /// The operation of one request that reached the emulator, as the SDK names it: the
 /// `X-Amz-Target` of DynamoDB's and SQS's JSON protocols, S3's method (compared by method).
