@@ -35,3 +35,9 @@ pub use support::raster::{
 pub use support::scripted::{ScriptedStore, StoreScript};
 pub use support::stac::validate_stac;
 pub use support::target::Target;
+
+/// `k` as an [`tilegate_core::ObjectKey`], for tests that name their keys; panics on a key
+/// the stores would refuse (a test that means to pass one builds it with `ObjectKey::parse`).
+pub fn object_key(k: impl AsRef<str>) -> tilegate_core::ObjectKey {
+    tilegate_core::ObjectKey::parse(k.as_ref()).expect("a valid object key")
+}

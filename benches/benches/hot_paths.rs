@@ -14,6 +14,10 @@ use tilegate_core::queue::ReceiveOptions;
 use tilegate_core::table::{ManifestEntry, TileOrigin};
 use tilegate_core::{ETag, JobId, Window, now_millis};
 
+fn object_key(k: impl AsRef<str>) -> tilegate_core::ObjectKey {
+    tilegate_core::ObjectKey::parse(k.as_ref()).expect("a valid key")
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -53,24 +57,32 @@ fn objects(c: &mut Criterion) {
     c.bench_function("local_create_64k", |b| {
         b.iter(|| {
             let key = format!("t/{}.tif", n.fetch_add(1, Ordering::Relaxed));
-            rt.block_on(store.put_create(&key, tile.clone())).unwrap()
+            rt.block_on(store.put_create(&object_key(&key), tile.clone()))
+                .unwrap()
         })
     });
     c.bench_function("local_create_refused", |b| {
-        rt.block_on(store.put_create("t/fixed.tif", tile.clone()))
+        rt.block_on(store.put_create(&object_key("t/fixed.tif"), tile.clone()))
             .unwrap();
         b.iter(|| {
-            rt.block_on(store.put_create("t/fixed.tif", tile.clone()))
+            rt.block_on(store.put_create(&object_key("t/fixed.tif"), tile.clone()))
                 .unwrap()
         })
     });
     c.bench_function("local_update_64k", |b| {
-        rt.block_on(store.put_create("t/cas.tif", tile.clone()))
+        rt.block_on(store.put_create(&object_key("t/cas.tif"), tile.clone()))
             .unwrap();
         b.iter(|| {
-            let cur = rt.block_on(store.head("t/cas.tif")).unwrap().unwrap();
-            rt.block_on(store.put_update("t/cas.tif", tile.clone(), UpdateVersion::from(&cur)))
+            let cur = rt
+                .block_on(store.head(&object_key("t/cas.tif")))
                 .unwrap()
+                .unwrap();
+            rt.block_on(store.put_update(
+                &object_key("t/cas.tif"),
+                tile.clone(),
+                UpdateVersion::from(&cur),
+            ))
+            .unwrap()
         })
     });
 }

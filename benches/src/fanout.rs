@@ -691,7 +691,7 @@ fn prepare_manifest_count(
         let entries = row.grid.windows().map(|w| ManifestEntry {
             job_id: job.clone(),
             window: w,
-            key: row.prefix.tile_key(&job, w),
+            key: String::from(row.prefix.tile_key(&job, w)),
             size: 1,
             e_tag: ETag::new("\"x\""),
             origin: TileOrigin::Written,

@@ -173,7 +173,10 @@ fn put_source(bucket: &str, scene: &Path) -> anyhow::Result<String> {
     let root = format!("s3://{bucket}");
     let store = rt.block_on(tilegate_aws::S3Store::connect(&root))?;
     let bytes = bytes::Bytes::from(std::fs::read(scene)?);
-    rt.block_on(store.put_create("sources/scene.tif", bytes))?;
+    rt.block_on(store.put_create(
+        &tilegate_core::ObjectKey::parse("sources/scene.tif")?,
+        bytes,
+    ))?;
     Ok(format!("{root}/sources/scene.tif"))
 }
 

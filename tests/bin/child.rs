@@ -25,6 +25,7 @@ use tilegate_core::object::{ObjectStore as _, ObjectStoreExt as _, PutOutcome, U
 use tilegate_core::queue::{ReceiveOptions, WorkQueue as _};
 use tilegate_core::table::{AcquireOutcome, ClaimTable as _};
 use tilegate_embedded::{LocalObjectStore, SqliteBackend};
+use tilegate_tests::object_key;
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -68,7 +69,7 @@ async fn run(args: &[String]) -> Res<()> {
             let s = objects(arg(1)?)?;
             let (key, payload) = (arg(2)?, arg(3)?.to_owned());
             ready_then_wait(&barrier)?;
-            match s.put_create(key, Bytes::from(payload)).await? {
+            match s.put_create(&object_key(key), Bytes::from(payload)).await? {
                 PutOutcome::Written(_) => println!("written"),
                 PutOutcome::AlreadyPresent => println!("already-present"),
                 PutOutcome::Superseded => println!("superseded"),
@@ -82,11 +83,11 @@ async fn run(args: &[String]) -> Res<()> {
             let mut refused = 0u64;
             for _ in 0..times {
                 loop {
-                    let cur = s.get_bytes(key).await?;
+                    let cur = s.get_bytes(&object_key(key)).await?;
                     let n: u64 = std::str::from_utf8(&cur.bytes)?.parse()?;
                     let next = Bytes::from((n + 1).to_string());
                     match s
-                        .put_update(key, next, UpdateVersion::from(&cur.meta))
+                        .put_update(&object_key(key), next, UpdateVersion::from(&cur.meta))
                         .await?
                     {
                         PutOutcome::Written(_) => break,
@@ -139,12 +140,18 @@ async fn run(args: &[String]) -> Res<()> {
             let shared = format!("{prefix}/shared");
             for i in 0u64.. {
                 let key = format!("{prefix}/obj-{i}");
-                s.put_create(&key, Bytes::from(tilegate_tests::crash_payload(&key, i)))
-                    .await?;
+                s.put_create(
+                    &object_key(&key),
+                    Bytes::from(tilegate_tests::crash_payload(&key, i)),
+                )
+                .await?;
                 let next = Bytes::from(tilegate_tests::crash_payload(&shared, i));
-                match s.head(&shared).await? {
-                    None => s.put_create(&shared, next).await?,
-                    Some(m) => s.put_update(&shared, next, UpdateVersion::from(&m)).await?,
+                match s.head(&object_key(&shared)).await? {
+                    None => s.put_create(&object_key(&shared), next).await?,
+                    Some(m) => {
+                        s.put_update(&object_key(&shared), next, UpdateVersion::from(&m))
+                            .await?
+                    }
                 };
             }
         }

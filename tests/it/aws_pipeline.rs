@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use tilegate_core::JobId;
 use tilegate_core::object::ObjectStore;
 use tilegate_core::table::ManifestTable;
+use tilegate_tests::object_key;
 use tilegate_tests::{Aws, sample, tempdir, tg, tilegate_bin};
 
 #[test]
@@ -167,7 +168,7 @@ fn aws_run_of_an_s3_source_matches_the_embedded_run() {
     {
         use tilegate_core::object::ObjectStoreExt;
         let bytes = bytes::Bytes::from(std::fs::read(&scene).unwrap());
-        rt.block_on(root.put_create("sources/scene.tif", bytes))
+        rt.block_on(root.put_create(&object_key("sources/scene.tif"), bytes))
             .unwrap();
     }
     let source = format!("{bucket_root}/sources/scene.tif");
@@ -210,7 +211,7 @@ fn aws_run_of_an_s3_source_matches_the_embedded_run() {
     for key in remote.keys() {
         use tilegate_core::object::ObjectStoreExt;
         let name = key.rsplit('/').next().unwrap();
-        let got = rt.block_on(store.get_bytes(key)).unwrap();
+        let got = rt.block_on(store.get_bytes(&object_key(key))).unwrap();
         let want = std::fs::read(local_dir.join(name)).unwrap();
         assert!(got.bytes == want, "{key} differs between backends");
     }
@@ -294,7 +295,7 @@ fn aws_eight_racing_assemblers_upload_the_scene_once() {
         .block_on(tilegate_aws::S3Store::connect(&aws.objects))
         .unwrap();
     let meta = rt
-        .block_on(store.head(&format!("tilegate/scenes/{job}.tif")))
+        .block_on(store.head(&object_key(format!("tilegate/scenes/{job}.tif"))))
         .unwrap()
         .expect("scene object");
     assert_eq!(meta.size, size);

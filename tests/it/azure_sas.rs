@@ -10,6 +10,7 @@ use tilegate_azure::{Account, Auth, AzureStore, Clock, DEV_ACCOUNT, DEV_KEY};
 use tilegate_core::object::{ObjectStore, PutOptions, PutOutcome};
 use tilegate_core::{Retry, time::rfc3339};
 use tilegate_retry::RetryPolicy;
+use tilegate_tests::object_key;
 use tilegate_tests::responder::read_request;
 use tokio::io::{AsyncWriteExt as _, BufReader};
 use tokio::net::TcpListener;
@@ -150,7 +151,11 @@ fn store(url: &str, clock: Clock) -> AzureStore {
 
 async fn create(store: &AzureStore, key: &str) -> tilegate_core::StoreResult<PutOutcome> {
     store
-        .put_opts(key, Bytes::from_static(b"abc"), PutOptions::create())
+        .put_opts(
+            &object_key(key),
+            Bytes::from_static(b"abc"),
+            PutOptions::create(),
+        )
         .await
 }
 

@@ -12,6 +12,7 @@ use tilegate_core::message::WindowMessage;
 use tilegate_core::queue::MAX_MESSAGE_BYTES;
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, ETag, JobId, Recipe, SourceInfo, Window};
+use tilegate_tests::object_key;
 use tilegate_tests::{sample, snapshot_tree, tempdir, tg, tg_json};
 
 /// What a bad input is.
@@ -280,7 +281,7 @@ fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
                 let job = p["job_id"].as_str().unwrap().to_owned();
                 let key = format!("tilegate/tiles/{job}/0000_0000.tif");
                 block_on(b.objects.put_opts(
-                    &key,
+                    &object_key(&key),
                     bytes::Bytes::from_static(b"definitely not a TIFF"),
                     tilegate_core::object::PutOptions::create(),
                 ))

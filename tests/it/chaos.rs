@@ -50,6 +50,7 @@ use tilegate_core::message::WindowMessage;
 use tilegate_core::object::{GetOptions, GetOutcome, ObjectStore, ObjectStoreExt};
 use tilegate_core::table::ClaimState;
 use tilegate_core::{Backends, ETag, JobId, Window, now_millis};
+use tilegate_tests::object_key;
 use tilegate_tests::{Aws, Target, assert_scene_matches_source, sample, tempdir};
 
 const SIZE: u32 = 2560;
@@ -488,7 +489,7 @@ fn chaos(target: Target) {
         .collect();
     expected_keys.push(scene_key.clone());
     // The scene's STAC Item, written once beside it like the scene.
-    expected_keys.push(tilegate_stac::item_key(&scene_key));
+    expected_keys.push(tilegate_stac::item_key(&scene_key).unwrap().into_string());
     for key in &expected_keys {
         let seen_writes = writes.get(key).map_or(&[][..], Vec::as_slice);
         if seen_writes.len() != 1 {
@@ -607,7 +608,9 @@ fn chaos(target: Target) {
     if cleanup["aborted"] != 0 {
         problems.push(format!("an upload was left incomplete: {cleanup}"));
     }
-    let scene_meta = rt.block_on(b.objects.head(&scene_key)).unwrap();
+    let scene_meta = rt
+        .block_on(b.objects.head(&object_key(&scene_key)))
+        .unwrap();
     match (&scene_meta, winners.first()) {
         (Some(m), Some(w)) if w["scene_etag"] == m.e_tag.as_str() => {}
         _ => problems.push(format!(
@@ -661,7 +664,9 @@ fn chaos(target: Target) {
         Target::Embedded => data.join("objects").join(&scene_key),
         Target::Aws(_) | Target::Objects(_) => {
             let path = data.join("scene-downloaded.tif");
-            let got = rt.block_on(b.objects.get_bytes(&scene_key)).unwrap();
+            let got = rt
+                .block_on(b.objects.get_bytes(&object_key(&scene_key)))
+                .unwrap();
             std::fs::write(&path, &got.bytes).unwrap();
             path
         }
@@ -949,7 +954,7 @@ async fn reader(
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         };
-        let Some(meta) = objects.head(&key).await.unwrap() else {
+        let Some(meta) = objects.head(&object_key(&key)).await.unwrap() else {
             violations.add(format!("reader: `{key}` vanished"));
             continue;
         };
@@ -965,7 +970,7 @@ async fn reader(
                 if_match: Some(ConditionList::Tags(vec![etag.clone()])),
                 if_none_match: None,
             };
-            match objects.get_opts(&key, opts).await {
+            match objects.get_opts(&object_key(&key), opts).await {
                 Ok(GetOutcome::Found(r)) if r.meta.e_tag == etag => {
                     reads.fetch_add(1, Ordering::Relaxed);
                 }
@@ -1069,7 +1074,7 @@ fn watched(tiles_prefix: &str, scene_key: &str) -> Vec<String> {
     vec![
         tiles_prefix.to_owned(),
         scene_key.to_owned(),
-        tilegate_stac::item_key(scene_key),
+        tilegate_stac::item_key(scene_key).unwrap().into_string(),
     ]
 }
 

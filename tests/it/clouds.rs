@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::SystemTime;
 use tilegate_core::object::{ObjectStore, ObjectStoreExt as _};
+use tilegate_tests::object_key;
 use tilegate_tests::{sample, tempdir, tg, tg_json};
 
 /// Every object under the store: key → (bytes' hash, ETag, version, LastModified).
@@ -15,7 +16,7 @@ type Snapshot = BTreeMap<String, (String, String, Option<String>, SystemTime)>;
 async fn snapshot(s: &dyn ObjectStore) -> Snapshot {
     let mut out = BTreeMap::new();
     for m in s.list("").await.expect("list") {
-        let bytes = s.get_bytes(&m.key).await.expect("get").bytes;
+        let bytes = s.get_bytes(&object_key(&m.key)).await.expect("get").bytes;
         out.insert(
             m.key.clone(),
             (
@@ -176,7 +177,9 @@ fn a_cloud_source_gives_the_tiles_of_the_local_file(bucket: &str) {
     rt.block_on(async {
         let s = tilegate_backends::open_objects(bucket).await.unwrap();
         let bytes = bytes::Bytes::from(std::fs::read(&src).unwrap());
-        s.put_create("scenes/scene.tif", bytes).await.unwrap();
+        s.put_create(&object_key("scenes/scene.tif"), bytes)
+            .await
+            .unwrap();
     });
     let (local, remote) = (tmp.path().join("local"), tmp.path().join("remote"));
     let a = run(&local, None, &src);

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use tilegate_core::object::{ObjectStore, ObjectStoreExt, PutOutcome};
 use tilegate_embedded::LocalObjectStore;
+use tilegate_tests::object_key;
 use tilegate_tests::{check_crash_payload, child_bin, crash_payload, tempdir};
 
 const ROUNDS: u64 = 40;
@@ -47,7 +48,9 @@ fn crash_safety_writer_killed_mid_put_never_leaves_a_partial_object() {
         let mut created = 0u64;
         let mut shared = None;
         for meta in &listed {
-            let got = rt.block_on(store.get_bytes(&meta.key)).unwrap();
+            let got = rt
+                .block_on(store.get_bytes(&object_key(&meta.key)))
+                .unwrap();
             let (key, version) = check_crash_payload(&got.bytes)
                 .unwrap_or_else(|e| panic!("round {round}: `{}` is partial: {e}", meta.key));
             assert_eq!(key, meta.key, "round {round}: bytes of another key");
@@ -70,17 +73,17 @@ fn crash_safety_writer_killed_mid_put_never_leaves_a_partial_object() {
         for i in created..created + 2 {
             let key = format!("{prefix}/obj-{i}");
             let first = rt
-                .block_on(store.put_create(&key, Bytes::from(crash_payload(&key, i))))
+                .block_on(store.put_create(&object_key(&key), Bytes::from(crash_payload(&key, i))))
                 .unwrap();
             assert!(
                 matches!(first, PutOutcome::Written(_)),
                 "round {round}: `{key}` was not listed, yet Create says {first:?}"
             );
             let again = rt
-                .block_on(store.put_create(&key, Bytes::from_static(b"other")))
+                .block_on(store.put_create(&object_key(&key), Bytes::from_static(b"other")))
                 .unwrap();
             assert_eq!(again, PutOutcome::AlreadyPresent, "round {round}: `{key}`");
-            let got = rt.block_on(store.get_bytes(&key)).unwrap();
+            let got = rt.block_on(store.get_bytes(&object_key(&key))).unwrap();
             assert_eq!(check_crash_payload(&got.bytes).unwrap(), (key.clone(), i));
         }
         killed_at.push(created);

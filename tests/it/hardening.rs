@@ -394,7 +394,7 @@ fn a_done_claim_records_the_scene_on_the_job_row(target: Target) {
         panic!("put scene");
     };
     let output = OutputRef {
-        key: scene_key.clone(),
+        key: scene_key.to_string(),
         e_tag: meta.e_tag.clone(),
         size: meta.size,
     };
@@ -645,7 +645,7 @@ fn a_manifest_row_that_disagrees_with_its_tile_is_counted() {
     let wrong = ManifestEntry {
         job_id: job.clone(),
         window: w,
-        key: Prefix::default().tile_key(&job, w),
+        key: String::from(Prefix::default().tile_key(&job, w)),
         size: 1,
         e_tag: ETag::new("\"not-the-tile\""),
         origin: TileOrigin::Written,

@@ -11,6 +11,7 @@ use tilegate_core::queue::{ReceiveOptions, Received};
 use tilegate_core::{JobId, Retry, StoreError, StoreResult};
 use tilegate_lambda::events::SqsEvent;
 use tilegate_lambda::{Handler, HandlerConfig};
+use tilegate_tests::object_key;
 use tilegate_tests::{Aws, ScriptedStore, StoreScript, Target, sample, tempdir};
 use tilegate_worker::WindowOutcome;
 
@@ -126,7 +127,7 @@ fn lambda_partial_batch_lists_exactly_the_throttled_record() {
     assert!(first.response.batch_item_failures.is_empty());
     assert_eq!(first.outcomes[0].1, WindowOutcome::Written);
     let dup_meta = rt
-        .block_on(b.objects.head(&tile("0001_0000")))
+        .block_on(b.objects.head(&object_key(tile("0001_0000"))))
         .unwrap()
         .unwrap();
 
@@ -173,7 +174,7 @@ fn lambda_partial_batch_lists_exactly_the_throttled_record() {
     // Stored state: the duplicate rewrote nothing; the throttled window wrote nothing; the
     // malformed record waits in the dead-letter queue with its reason.
     let dup_after = rt
-        .block_on(b.objects.head(&tile("0001_0000")))
+        .block_on(b.objects.head(&object_key(tile("0001_0000"))))
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -181,7 +182,7 @@ fn lambda_partial_batch_lists_exactly_the_throttled_record() {
         (dup_meta.e_tag, dup_meta.last_modified)
     );
     assert!(
-        rt.block_on(b.objects.head(&tile("0000_0001")))
+        rt.block_on(b.objects.head(&object_key(tile("0000_0001"))))
             .unwrap()
             .is_none()
     );

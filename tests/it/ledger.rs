@@ -15,6 +15,7 @@ use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, JobId, Tenant, UnixMillis, Window, WindowRect};
 use tilegate_ledger::gc::{self, GcOptions};
 use tilegate_ledger::{LedgerError, attempt, reconcile, url};
+use tilegate_tests::object_key;
 use tilegate_tests::{Target, sample, tempdir};
 use tilegate_worker::regenerate;
 
@@ -150,7 +151,7 @@ fn a_regenerated_window_is_published_by_pointer_and_assembled(target: Target) {
     assert_eq!(retired.retired_at, Some(2_000));
     assert_eq!(retired.delete_after, Some(2_000 + DAY_MS as i64 * 7));
     assert_eq!(
-        rt.block_on(b.objects.get_bytes(&retired.key))
+        rt.block_on(b.objects.get_bytes(&object_key(&retired.key)))
             .unwrap()
             .bytes,
         original.bytes
@@ -164,7 +165,11 @@ fn a_regenerated_window_is_published_by_pointer_and_assembled(target: Target) {
     let out = target.json(data, &["regenerate", a.as_str(), "--window", "1_1"]);
     assert_eq!(out["publish"]["outcome"], "published", "{out}");
     let key = out["key"].as_str().unwrap();
-    assert!(rt.block_on(b.objects.head(key)).unwrap().is_some());
+    assert!(
+        rt.block_on(b.objects.head(&object_key(key)))
+            .unwrap()
+            .is_some()
+    );
     let listed = target.json(data, &["attempts", a.as_str()]);
     assert_eq!(listed["pointers"].as_array().unwrap().len(), 2, "{listed}");
     assert_eq!(listed["by_state"]["accepted"], 2);
@@ -271,12 +276,20 @@ fn retention_and_gc_with_an_injected_clock(target: Target) {
     // A millisecond before the preview's deadline: nothing is due.
     let r = pass(t0 + 6 * h - 1);
     assert_eq!((r.marked, r.deleted), (0, 0), "{r:?}");
-    assert!(rt.block_on(b.objects.head(&preview_key)).unwrap().is_some());
+    assert!(
+        rt.block_on(b.objects.head(&object_key(&preview_key)))
+            .unwrap()
+            .is_some()
+    );
     // At the deadline, one pass deletes it and withdraws its pointer.
     let r = pass(t0 + 6 * h);
     assert_eq!(r.deleted, 1, "{r:?}");
     assert_eq!(r.items[0].key, preview_key);
-    assert!(rt.block_on(b.objects.head(&preview_key)).unwrap().is_none());
+    assert!(
+        rt.block_on(b.objects.head(&object_key(&preview_key)))
+            .unwrap()
+            .is_none()
+    );
     let row = rt
         .block_on(attempt::row(
             &b,
@@ -298,14 +311,14 @@ fn retention_and_gc_with_an_injected_clock(target: Target) {
     let r = pass(retired_due - 1);
     assert_eq!(r.deleted, 0, "{r:?}");
     assert!(
-        rt.block_on(b.objects.head(&old.row.row.key))
+        rt.block_on(b.objects.head(&object_key(&old.row.row.key)))
             .unwrap()
             .is_some()
     );
     let r = pass(retired_due);
     assert_eq!(r.deleted, 1, "{r:?}");
     assert!(
-        rt.block_on(b.objects.head(&old.row.row.key))
+        rt.block_on(b.objects.head(&object_key(&old.row.row.key)))
             .unwrap()
             .is_none()
     );
@@ -313,12 +326,12 @@ fn retention_and_gc_with_an_injected_clock(target: Target) {
     let r = pass(t0 + 3650 * 24 * h);
     assert_eq!(r.deleted, 0, "{r:?}");
     assert!(
-        rt.block_on(b.objects.head(&new.row.row.key))
+        rt.block_on(b.objects.head(&object_key(&new.row.row.key)))
             .unwrap()
             .is_some()
     );
     assert!(
-        rt.block_on(b.objects.head(&held.row.row.key))
+        rt.block_on(b.objects.head(&object_key(&held.row.row.key)))
             .unwrap()
             .is_some()
     );
@@ -396,7 +409,11 @@ fn a_relink_between_mark_and_sweep_wins(target: Target) {
         .unwrap()
         .row;
     assert_eq!(row.state, AttemptState::Accepted);
-    assert!(rt.block_on(b.objects.head(&row.key)).unwrap().is_some());
+    assert!(
+        rt.block_on(b.objects.head(&object_key(&row.key)))
+            .unwrap()
+            .is_some()
+    );
 }
 
 per_backend!(a_relink_between_mark_and_sweep_wins);
@@ -579,7 +596,10 @@ fn tenants_are_apart_and_urls_are_theirs(target: Target) {
             assert!(gd.url.contains("X-Amz-Expires=3600"), "{}", gd.url);
             // And the URL reads the accepted attempt's bytes.
             let got = http_get(&gd.url);
-            let want = rt.block_on(b.objects.get_bytes(&gd.key)).unwrap().bytes;
+            let want = rt
+                .block_on(b.objects.get_bytes(&object_key(&gd.key)))
+                .unwrap()
+                .bytes;
             assert_eq!(got, want.to_vec());
         }
     }
@@ -600,7 +620,7 @@ fn tenants_are_apart_and_urls_are_theirs(target: Target) {
     assert_eq!(
         rt.block_on(
             b.objects
-                .put_create(&p.row.output.key, Bytes::from_static(b"x"))
+                .put_create(&object_key(&p.row.output.key), Bytes::from_static(b"x"))
         )
         .unwrap(),
         PutOutcome::AlreadyPresent
@@ -685,7 +705,7 @@ fn a_scene_is_regenerated_as_an_attempt_from_the_accepted_tiles(target: Target) 
         .unwrap();
     assert_eq!(p.row.output.key, key);
     // The new scene has the accepted window; the deterministic one is as it was.
-    let got = rt.block_on(b.objects.get_bytes(&key)).unwrap();
+    let got = rt.block_on(b.objects.get_bytes(&object_key(&key))).unwrap();
     assert_eq!(got.meta.e_tag, p.row.output.e_tag);
     let path = data.join("regenerated.tif");
     std::fs::write(&path, &got.bytes).unwrap();
@@ -695,7 +715,10 @@ fn a_scene_is_regenerated_as_an_attempt_from_the_accepted_tiles(target: Target) 
         pixels(&path, Window::new(2, 3)),
         pixels(&src_a, Window::new(2, 3))
     );
-    let det = rt.block_on(b.objects.head(&scene.key)).unwrap().unwrap();
+    let det = rt
+        .block_on(b.objects.head(&object_key(&scene.key)))
+        .unwrap()
+        .unwrap();
     assert_eq!(
         det.e_tag, scene.e_tag,
         "the deterministic scene is never rewritten"
@@ -863,7 +886,7 @@ fn an_enqueued_order_that_waited_past_the_grace_is_still_published(target: Targe
         .expect("published");
     assert_eq!(p.row.attempt.as_str(), id, "on {}", target.name());
     assert!(
-        rt.block_on(b.objects.head(&p.row.output.key))
+        rt.block_on(b.objects.head(&object_key(&p.row.output.key)))
             .unwrap()
             .is_some()
     );
@@ -896,10 +919,10 @@ fn stale_uploads_are_reported_against_the_ledger() {
                 1,
             ))
             .unwrap();
-        rt.block_on(
-            b.objects
-                .create_multipart(&row.row.key, &tilegate_core::object::PutOptions::create()),
-        )
+        rt.block_on(b.objects.create_multipart(
+            &object_key(&row.row.key),
+            &tilegate_core::object::PutOptions::create(),
+        ))
         .unwrap();
         // Older than a second by the store's clock (S3 reports initiation in whole seconds).
         std::thread::sleep(Duration::from_millis(2500));
@@ -1040,7 +1063,7 @@ fn a_worker_killed_mid_upload_leaves_a_row_gc_collects() {
     assert_eq!(row.state, AttemptState::Uploading);
     assert_eq!(row.e_tag, None);
     let object = rt
-        .block_on(b.objects.head(&key))
+        .block_on(b.objects.head(&object_key(&key)))
         .unwrap()
         .expect("the object");
     assert_eq!(
@@ -1057,7 +1080,11 @@ fn a_worker_killed_mid_upload_leaves_a_row_gc_collects() {
     let r = target.json(data, &["gc", "--test-now-ms", &later]);
     assert_eq!(r["deleted"], 1, "{r}");
     assert_eq!(r["items"][0]["key"], key.as_str());
-    assert!(rt.block_on(b.objects.head(&key)).unwrap().is_none());
+    assert!(
+        rt.block_on(b.objects.head(&object_key(&key)))
+            .unwrap()
+            .is_none()
+    );
     let row = rt.block_on(attempt::row(&b, &a, s, &id)).unwrap().row;
     assert_eq!(row.state, AttemptState::Deleted);
     // The message comes back after its visibility; the collected attempt is not revived.
@@ -1074,7 +1101,11 @@ fn a_worker_killed_mid_upload_leaves_a_row_gc_collects() {
         "{}",
         dead[0].reason
     );
-    assert!(rt.block_on(b.objects.head(&key)).unwrap().is_none());
+    assert!(
+        rt.block_on(b.objects.head(&object_key(&key)))
+            .unwrap()
+            .is_none()
+    );
     assert!(rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().is_none());
 }
 
@@ -1109,7 +1140,10 @@ fn gc_collects_a_dead_upload_in_a_data_directory_copied_without_attributes() {
     assert!(cp.success());
     let rt = rt();
     let b = rt.block_on(target.backends(&copy));
-    let object = rt.block_on(b.objects.head(&key)).unwrap().expect("copied");
+    let object = rt
+        .block_on(b.objects.head(&object_key(&key)))
+        .unwrap()
+        .expect("copied");
     assert!(
         !object
             .metadata
@@ -1133,7 +1167,11 @@ fn gc_collects_a_dead_upload_in_a_data_directory_copied_without_attributes() {
         (Some(1), Some(0)),
         "{r}"
     );
-    assert!(rt.block_on(b.objects.head(&key)).unwrap().is_none());
+    assert!(
+        rt.block_on(b.objects.head(&object_key(&key)))
+            .unwrap()
+            .is_none()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1278,7 +1316,11 @@ fn ledger_chaos(target: Target) {
                                     ..tilegate_core::object::PutOptions::create()
                                 };
                                 b.objects
-                                    .put_opts(&row.row.key, tile_bytes[i].clone(), opts)
+                                    .put_opts(
+                                        &object_key(&row.row.key),
+                                        tile_bytes[i].clone(),
+                                        opts,
+                                    )
                                     .await
                                     .unwrap();
                             }
@@ -1451,7 +1493,10 @@ fn ledger_chaos(target: Target) {
         if r.state != AttemptState::Accepted {
             bad.push(format!("pointer {} names a {} row", p.row.subject, r.state));
         }
-        match rt.block_on(b.objects.head(&p.row.output.key)).unwrap() {
+        match rt
+            .block_on(b.objects.head(&object_key(&p.row.output.key)))
+            .unwrap()
+        {
             Some(m) if m.e_tag == p.row.output.e_tag => {}
             other => bad.push(format!("published `{}` is {other:?}", p.row.output.key)),
         }
@@ -1469,7 +1514,10 @@ fn ledger_chaos(target: Target) {
     let mut held = 0;
     for r in &rows {
         let r = &r.row;
-        let present = rt.block_on(b.objects.head(&r.key)).unwrap().is_some();
+        let present = rt
+            .block_on(b.objects.head(&object_key(&r.key)))
+            .unwrap()
+            .is_some();
         if r.legal_hold {
             held += 1;
             if r.e_tag.is_some() && !present {

@@ -16,6 +16,7 @@ use tilegate_core::{JobId, Window};
 use tilegate_report::WindowState;
 use tilegate_report::html::colour;
 use tilegate_tests::lossy::LossyProxy;
+use tilegate_tests::object_key;
 use tilegate_tests::{
     Aws, Target, artifacts_dir, chromium, elements, render_in_chromium, sample, tempdir, tg,
     tg_json, validate_stac, work_one_at_a_time,
@@ -405,7 +406,7 @@ fn the_scene_stac_item_validates_and_a_second_run_leaves_it(target: Target) {
         .unwrap()
         .row;
     let scene_ref = row.scene_output.expect("the scene is recorded");
-    let item_key = tilegate_stac::item_key(&scene_ref.key);
+    let item_key = tilegate_stac::item_key(&scene_ref.key).unwrap();
     let item_bytes = rt.block_on(b.objects.get_bytes(&item_key)).unwrap().bytes;
     let path = data.join("item.json");
     std::fs::write(&path, &item_bytes).unwrap();
@@ -413,7 +414,7 @@ fn the_scene_stac_item_validates_and_a_second_run_leaves_it(target: Target) {
 
     let item: Value = serde_json::from_slice(&item_bytes).unwrap();
     let scene_bytes = rt
-        .block_on(b.objects.get_bytes(&scene_ref.key))
+        .block_on(b.objects.get_bytes(&object_key(&scene_ref.key)))
         .unwrap()
         .bytes;
     let asset = &item["assets"]["data"];

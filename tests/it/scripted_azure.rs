@@ -8,6 +8,7 @@ use tilegate_azure::{Account, Auth, AzureStore, DEV_ACCOUNT, DEV_KEY};
 use tilegate_core::ETag;
 use tilegate_core::object::{ATTEMPT_METADATA, ObjectStore, PutOptions, PutOutcome, UpdateVersion};
 use tilegate_retry::RetryPolicy;
+use tilegate_tests::object_key;
 use tilegate_tests::responder::{Answer, Seen, responder};
 
 fn store(url: &str) -> AzureStore {
@@ -65,7 +66,11 @@ fn assert_put_blob(seen: &Seen, i: usize) {
 async fn a_create_refused_with_412_condition_not_met_is_already_present() {
     let (url, seen) = responder(vec![error(412, "ConditionNotMet")]).await;
     let out = store(&url)
-        .put_opts("t/a.tif", Bytes::from_static(b"abc"), PutOptions::create())
+        .put_opts(
+            &object_key("t/a.tif"),
+            Bytes::from_static(b"abc"),
+            PutOptions::create(),
+        )
         .await
         .unwrap();
     assert_eq!(out, PutOutcome::AlreadyPresent);
@@ -82,7 +87,11 @@ async fn a_create_refused_with_412_condition_not_met_is_already_present() {
 async fn a_create_refused_with_409_blob_already_exists_is_already_present() {
     let (url, seen) = responder(vec![error(409, "BlobAlreadyExists")]).await;
     let out = store(&url)
-        .put_opts("t/a.tif", Bytes::from_static(b"abc"), PutOptions::create())
+        .put_opts(
+            &object_key("t/a.tif"),
+            Bytes::from_static(b"abc"),
+            PutOptions::create(),
+        )
         .await
         .unwrap();
     assert_eq!(out, PutOutcome::AlreadyPresent);
@@ -93,7 +102,11 @@ async fn a_create_refused_with_409_blob_already_exists_is_already_present() {
 async fn another_409_is_an_error_not_a_refusal() {
     let (url, _) = responder(vec![error(409, "LeaseIdMissing")]).await;
     let err = store(&url)
-        .put_opts("t/a.tif", Bytes::from_static(b"abc"), PutOptions::create())
+        .put_opts(
+            &object_key("t/a.tif"),
+            Bytes::from_static(b"abc"),
+            PutOptions::create(),
+        )
         .await
         .unwrap_err();
     let why = tilegate_core::error::chain(&err);
@@ -106,7 +119,11 @@ async fn a_stale_if_match_is_superseded() {
     let (url, seen) = responder(vec![error(412, "ConditionNotMet")]).await;
     let v = UpdateVersion::etag(ETag::new("\"0x8DD1\""));
     let out = store(&url)
-        .put_opts("t/a.tif", Bytes::from_static(b"abc"), PutOptions::update(v))
+        .put_opts(
+            &object_key("t/a.tif"),
+            Bytes::from_static(b"abc"),
+            PutOptions::update(v),
+        )
         .await
         .unwrap();
     assert_eq!(out, PutOutcome::Superseded);
@@ -119,7 +136,11 @@ async fn a_stale_if_match_is_superseded() {
 async fn server_busy_is_sent_again() {
     let (url, seen) = responder(vec![error(503, "ServerBusy"), created("\"0x8DD2\"")]).await;
     let out = store(&url)
-        .put_opts("t/a.tif", Bytes::from_static(b"abc"), PutOptions::create())
+        .put_opts(
+            &object_key("t/a.tif"),
+            Bytes::from_static(b"abc"),
+            PutOptions::create(),
+        )
         .await
         .unwrap();
     let PutOutcome::Written(meta) = out else {
@@ -158,7 +179,11 @@ async fn a_refused_resend_of_a_lost_create_is_written_when_the_blob_is_its_own()
         ])
         .await;
         let out = store(&url)
-            .put_opts("t/a.tif", Bytes::from_static(b"abc"), opts.clone())
+            .put_opts(
+                &object_key("t/a.tif"),
+                Bytes::from_static(b"abc"),
+                opts.clone(),
+            )
             .await
             .unwrap();
         assert_eq!(

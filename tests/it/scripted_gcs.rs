@@ -11,6 +11,7 @@ use tilegate_core::object::{
 };
 use tilegate_gcs::GcsStore;
 use tilegate_retry::RetryPolicy;
+use tilegate_tests::object_key;
 use tilegate_tests::responder::{Answer, responder};
 
 fn object_json(name: &str, generation: i64) -> String {
@@ -42,7 +43,11 @@ async fn a_create_refused_with_412_is_already_present() {
     .await;
     let s = store(&url).await;
     let out = s
-        .put_opts("t/a.tif", Bytes::from_static(b"abc"), PutOptions::create())
+        .put_opts(
+            &object_key("t/a.tif"),
+            Bytes::from_static(b"abc"),
+            PutOptions::create(),
+        )
         .await
         .unwrap();
     assert_eq!(out, PutOutcome::AlreadyPresent);
@@ -69,7 +74,11 @@ async fn a_stale_update_is_superseded() {
     let s = store(&url).await;
     let v = UpdateVersion::etag(ETag::new("\"42\""));
     let out = s
-        .put_opts("t/a.tif", Bytes::from_static(b"abc"), PutOptions::update(v))
+        .put_opts(
+            &object_key("t/a.tif"),
+            Bytes::from_static(b"abc"),
+            PutOptions::update(v),
+        )
         .await
         .unwrap();
     assert_eq!(out, PutOutcome::Superseded);
@@ -89,7 +98,7 @@ async fn a_conditional_delete_carries_the_generation_and_412_is_superseded() {
         if_match: Some(ETag::new("\"42\"")),
     };
     assert_eq!(
-        s.delete_opts("t/a.tif", opts).await.unwrap(),
+        s.delete_opts(&object_key("t/a.tif"), opts).await.unwrap(),
         DeleteOutcome::Superseded
     );
     let line = seen.line(1);
@@ -115,7 +124,7 @@ async fn a_read_if_match_is_sent_and_412_is_precondition_failed() {
         ..GetOptions::default()
     };
     assert_eq!(
-        s.get_opts("t/a.tif", opts).await.unwrap(),
+        s.get_opts(&object_key("t/a.tif"), opts).await.unwrap(),
         GetOutcome::PreconditionFailed
     );
     assert!(seen.line(0).contains("ifGenerationMatch=7"));
@@ -145,15 +154,20 @@ async fn a_session_carries_its_precondition_and_a_412_at_finalisation_is_already
     .await;
     let s = store(&url).await;
     let id = s
-        .create_multipart("scenes/s.tif", &PutOptions::create())
+        .create_multipart(&object_key("scenes/s.tif"), &PutOptions::create())
         .await
         .unwrap();
     let p = s
-        .upload_part("scenes/s.tif", &id, 1, Bytes::from_static(b"tail"))
+        .upload_part(
+            &object_key("scenes/s.tif"),
+            &id,
+            1,
+            Bytes::from_static(b"tail"),
+        )
         .await
         .unwrap();
     let out = s
-        .complete_multipart("scenes/s.tif", &id, &[p], &PutMode::Create)
+        .complete_multipart(&object_key("scenes/s.tif"), &id, &[p], &PutMode::Create)
         .await
         .unwrap();
     assert_eq!(out, PutOutcome::AlreadyPresent);

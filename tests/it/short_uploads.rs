@@ -21,9 +21,10 @@ use tilegate_core::object::{
     MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt as _, PartId, PutMode, PutOptions,
     PutOutcome,
 };
-use tilegate_core::{Backends, JobId, Recipe, StoreResult};
+use tilegate_core::{Backends, JobId, ObjectKey, Recipe, StoreResult};
 use tilegate_gcs::GcsStore;
 use tilegate_retry::RetryPolicy;
+use tilegate_tests::object_key;
 use tilegate_tests::responder::read_request;
 use tokio::io::{AsyncWriteExt as _, BufReader};
 use tokio::net::TcpListener;
@@ -313,16 +314,22 @@ async fn upload(
     bytes: &[u8],
     cuts: &[usize],
 ) -> StoreResult<PutOutcome> {
-    let id = store.create_multipart(key, &PutOptions::create()).await?;
+    let id = store
+        .create_multipart(&object_key(key), &PutOptions::create())
+        .await?;
     let mut parts = Vec::new();
     let mut at = 0;
     for (i, &end) in cuts.iter().chain([&bytes.len()]).enumerate() {
         let part = Bytes::copy_from_slice(&bytes[at..end]);
-        parts.push(store.upload_part(key, &id, i as u32 + 1, part).await?);
+        parts.push(
+            store
+                .upload_part(&object_key(key), &id, i as u32 + 1, part)
+                .await?,
+        );
         at = end;
     }
     store
-        .complete_multipart(key, &id, &parts, &PutMode::Create)
+        .complete_multipart(&object_key(key), &id, &parts, &PutMode::Create)
         .await
 }
 
@@ -436,38 +443,53 @@ impl ObjectStore for LosesPartTails {
     fn name(&self) -> &'static str {
         "loses-part-tails"
     }
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+    async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
         self.0.head(key).await
     }
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome> {
         self.0.get_opts(key, opts).await
     }
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
+    async fn put_opts(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        opts: PutOptions,
+    ) -> StoreResult<PutOutcome> {
         self.0.put_opts(key, bytes, opts).await
     }
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
+    async fn delete_opts(
+        &self,
+        key: &ObjectKey,
+        opts: DeleteOptions,
+    ) -> StoreResult<DeleteOutcome> {
         self.0.delete_opts(key, opts).await
     }
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {
         self.0.list(prefix).await
     }
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
+    async fn create_multipart(&self, key: &ObjectKey, opts: &PutOptions) -> StoreResult<String> {
         self.0.create_multipart(key, opts).await
     }
-    async fn upload_part(&self, key: &str, id: &str, n: u32, bytes: Bytes) -> StoreResult<PartId> {
+    async fn upload_part(
+        &self,
+        key: &ObjectKey,
+        id: &str,
+        n: u32,
+        bytes: Bytes,
+    ) -> StoreResult<PartId> {
         let kept = bytes.slice(..bytes.len().saturating_sub(LOST));
         self.0.upload_part(key, id, n, kept).await
     }
     async fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         id: &str,
         parts: &[PartId],
         mode: &PutMode,
     ) -> StoreResult<PutOutcome> {
         self.0.complete_multipart(key, id, parts, mode).await
     }
-    async fn abort_multipart(&self, key: &str, id: &str) -> StoreResult<()> {
+    async fn abort_multipart(&self, key: &ObjectKey, id: &str) -> StoreResult<()> {
         self.0.abort_multipart(key, id).await
     }
     async fn list_multipart(
@@ -547,7 +569,7 @@ async fn refuses_a_short_scene(objects: Arc<dyn ObjectStore>, dir: &Path) {
     );
     assert!(
         objects
-            .head(&tilegate_stac::item_key(&scene))
+            .head(&tilegate_stac::item_key(&scene).unwrap())
             .await
             .unwrap()
             .is_none(),

@@ -3,11 +3,11 @@
 
 use bytes::Bytes;
 use std::time::SystemTime;
-use tilegate_core::StoreResult;
 use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, MultipartUpload, ObjectMeta, ObjectStore,
     PartId, PutMode, PutOptions, PutOutcome,
 };
+use tilegate_core::{ObjectKey, StoreResult};
 
 /// What a [`ScriptedStore`] does to the calls it passes on to the real store beneath it: the
 /// faults and lost answers the tests inject.
@@ -35,43 +35,58 @@ impl<S: StoreScript> ObjectStore for ScriptedStore<S> {
     fn name(&self) -> &'static str {
         "scripted"
     }
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+    async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
         self.inner.head(key).await
     }
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome> {
         self.inner.get_opts(key, opts).await
     }
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
+    async fn put_opts(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        opts: PutOptions,
+    ) -> StoreResult<PutOutcome> {
         self.script.before_write("put", key)?;
         let mode = opts.mode.clone();
         let answer = self.inner.put_opts(key, bytes, opts).await?;
         Ok(self.script.answer_put(&mode, answer))
     }
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
+    async fn delete_opts(
+        &self,
+        key: &ObjectKey,
+        opts: DeleteOptions,
+    ) -> StoreResult<DeleteOutcome> {
         self.script.before_write("delete", key)?;
         self.inner.delete_opts(key, opts).await
     }
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {
         self.inner.list(prefix).await
     }
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
+    async fn create_multipart(&self, key: &ObjectKey, opts: &PutOptions) -> StoreResult<String> {
         self.script.before_write("create multipart", key)?;
         self.inner.create_multipart(key, opts).await
     }
-    async fn upload_part(&self, key: &str, id: &str, n: u32, bytes: Bytes) -> StoreResult<PartId> {
+    async fn upload_part(
+        &self,
+        key: &ObjectKey,
+        id: &str,
+        n: u32,
+        bytes: Bytes,
+    ) -> StoreResult<PartId> {
         self.script.before_write("upload part", key)?;
         self.inner.upload_part(key, id, n, bytes).await
     }
     async fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         id: &str,
         parts: &[PartId],
         mode: &PutMode,
     ) -> StoreResult<PutOutcome> {
         self.inner.complete_multipart(key, id, parts, mode).await
     }
-    async fn abort_multipart(&self, key: &str, id: &str) -> StoreResult<()> {
+    async fn abort_multipart(&self, key: &ObjectKey, id: &str) -> StoreResult<()> {
         self.inner.abort_multipart(key, id).await
     }
     async fn list_multipart(

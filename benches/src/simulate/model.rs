@@ -33,7 +33,7 @@ use tilegate_core::table::{
     JobTable, ManifestEntry, ManifestTable, ShardCounts, UpdateOutcome, Versioned,
     manifest_partition,
 };
-use tilegate_core::{Backends, Retry, StoreError, StoreResult, UnixMillis};
+use tilegate_core::{Backends, ObjectKey, Retry, StoreError, StoreResult, UnixMillis};
 
 /// Bytes of a manifest row as DynamoDB sizes it (window facts included), for Query billing.
 const MANIFEST_ROW_BYTES: u64 = 400;
@@ -485,22 +485,31 @@ impl ObjectStore for Modelled {
         "modelled"
     }
 
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+    async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
         self.model.s3("HeadObject", key, false).await?;
         self.inner.objects.head(key).await
     }
 
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome> {
         self.model.s3("GetObject", key, false).await?;
         self.inner.objects.get_opts(key, opts).await
     }
 
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
+    async fn put_opts(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        opts: PutOptions,
+    ) -> StoreResult<PutOutcome> {
         self.model.s3("PutObject", key, true).await?;
         self.inner.objects.put_opts(key, bytes, opts).await
     }
 
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
+    async fn delete_opts(
+        &self,
+        key: &ObjectKey,
+        opts: DeleteOptions,
+    ) -> StoreResult<DeleteOutcome> {
         self.model.s3("DeleteObject", key, true).await?;
         self.inner.objects.delete_opts(key, opts).await
     }
@@ -516,14 +525,14 @@ impl ObjectStore for Modelled {
         Ok(listed)
     }
 
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
+    async fn create_multipart(&self, key: &ObjectKey, opts: &PutOptions) -> StoreResult<String> {
         self.model.s3("CreateMultipartUpload", key, true).await?;
         self.inner.objects.create_multipart(key, opts).await
     }
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part_number: u32,
         bytes: Bytes,
@@ -537,7 +546,7 @@ impl ObjectStore for Modelled {
 
     async fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         parts: &[PartId],
         mode: &PutMode,
@@ -549,7 +558,7 @@ impl ObjectStore for Modelled {
             .await
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
+    async fn abort_multipart(&self, key: &ObjectKey, upload_id: &str) -> StoreResult<()> {
         self.model.s3("AbortMultipartUpload", key, true).await?;
         self.inner.objects.abort_multipart(key, upload_id).await
     }

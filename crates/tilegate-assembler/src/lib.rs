@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tilegate_claim::{ClaimGate, ClaimOutcome, LeaseState};
 use tilegate_cogwrite::{AssemblyPath, ReducedWindows, Resampling};
+use tilegate_core::ObjectKey;
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::object::PutOptions;
 use tilegate_core::{Backends, ETag, JobId, UnixMillis};
@@ -160,14 +161,14 @@ pub async fn assemble(
         .ok_or_else(|| AssembleError::UnknownJob(job_id.clone()))?
         .row;
     let scene_key = match &opts.attempt {
-        Some(a) => a.key.clone(),
+        Some(a) => ObjectKey::checked(&a.key)?,
         None => job.prefix.scene_key(&job.job_id),
     };
     let record = opts.attempt.is_none();
     let mut report = AssembleReport {
         job_id: job.job_id.clone(),
         outcome: AssembleOutcome::AlreadyDone,
-        scene_key: scene_key.clone(),
+        scene_key: scene_key.to_string(),
         scene_etag: job.scene_output.as_ref().map(|o| o.e_tag.clone()),
         scene_size: job.scene_output.as_ref().map(|o| o.size),
         path: None,

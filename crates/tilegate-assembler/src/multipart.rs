@@ -5,6 +5,7 @@ use crate::{AssembleError, AssembleOptions, AssembleReport};
 use bytes::Bytes;
 use tilegate_claim::{ClaimGate, KeepAlive, Lease, LeaseState};
 use tilegate_cogwrite::LaidOut;
+use tilegate_core::ObjectKey;
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::object::{PartId, PutMode, PutOutcome};
 use tilegate_core::{Backends, StoreError};
@@ -18,7 +19,7 @@ use tilegate_core::{Backends, StoreError};
 )]
 pub(crate) async fn multipart(
     b: &Backends,
-    key: &str,
+    key: &ObjectKey,
     file: &LaidOut,
     gate: &ClaimGate,
     lease: &mut Lease,
@@ -77,7 +78,7 @@ pub(crate) async fn multipart(
             // A completion that published and then refused its object spent the upload.
             Err(StoreError::NotFound { .. }) => {}
             Err(e) => {
-                tracing::warn!(key, upload_id, error = %tilegate_core::error::chain(&e),
+                tracing::warn!(key = %key, upload_id, error = %tilegate_core::error::chain(&e),
                     "could not abort a failed multipart upload; cleanup-uploads will");
             }
         }
@@ -87,11 +88,11 @@ pub(crate) async fn multipart(
 
 async fn abort(
     b: &Backends,
-    key: &str,
+    key: &ObjectKey,
     upload_id: &str,
 ) -> Result<Option<PutOutcome>, AssembleError> {
     tracing::warn!(
-        key,
+        key = %key,
         upload_id,
         "lease lost mid-upload; aborting the multipart upload"
     );

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use std::time::Instant;
 use tilegate_claim::{ClaimGate, KeepAlive, Lease, LeaseState};
 use tilegate_cogwrite::SceneSpec;
+use tilegate_core::ObjectKey;
 use tilegate_core::metrics::Counters;
 use tilegate_core::object::{CompletionMismatch, Differs, PutOutcome, withdraw_completed};
 use tilegate_core::table::{JobRecord, OutputRef};
@@ -55,7 +56,7 @@ pub(crate) async fn build_and_publish(
     report.path = Some(cog.path);
     report.reduced_windows_reused = cog.reduced_windows_reused;
     let size = cog.file.len();
-    let key = report.scene_key.clone();
+    let key = ObjectKey::checked(&report.scene_key)?;
 
     let uploaded = Instant::now();
     // A store's own completion check refusing what it published is the same fault as the
@@ -64,7 +65,7 @@ pub(crate) async fn build_and_publish(
         AssembleError::Store(s) => match CompletionMismatch::of(&s) {
             Some(m) => AssembleError::PublishedMismatch {
                 job: job.job_id.clone(),
-                key: key.clone(),
+                key: key.to_string(),
                 laid_out: size,
                 mismatch: m.clone(),
             },
@@ -138,7 +139,7 @@ pub(crate) async fn build_and_publish(
         }
     };
     let output = OutputRef {
-        key: key.clone(),
+        key: key.to_string(),
         e_tag: meta.e_tag.clone(),
         size: meta.size,
     };
@@ -159,10 +160,10 @@ pub(crate) async fn build_and_publish(
 /// The scene object at `key`, if one is there.
 pub(crate) async fn scene_in_place(
     b: &Backends,
-    key: &str,
+    key: &ObjectKey,
 ) -> Result<Option<OutputRef>, AssembleError> {
     Ok(b.objects.head(key).await?.map(|meta| OutputRef {
-        key: key.to_owned(),
+        key: key.to_string(),
         e_tag: meta.e_tag,
         size: meta.size,
     }))

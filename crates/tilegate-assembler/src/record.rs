@@ -3,6 +3,7 @@
 
 use crate::AssembleError;
 use bytes::Bytes;
+use tilegate_core::ObjectKey;
 use tilegate_core::object::{ObjectStoreExt, PutOutcome};
 use tilegate_core::table::{JobRecord, OutputRef, UpdateOutcome};
 use tilegate_core::{Backends, StoreError};
@@ -18,7 +19,8 @@ pub(crate) async fn publish_item(
     scene: &OutputRef,
     checksum: Option<String>,
 ) -> Result<(), AssembleError> {
-    let key = tilegate_stac::item_key(&scene.key);
+    let key = tilegate_stac::item_key(&scene.key)?;
+    let scene_key = ObjectKey::checked(&scene.key)?;
     let checksum = match checksum {
         Some(c) => c,
         None => {
@@ -36,7 +38,7 @@ pub(crate) async fn publish_item(
                     if_match: Some(tilegate_core::ConditionList::one(scene.e_tag.clone())),
                     ..Default::default()
                 };
-                let part = match b.objects.get_opts(&scene.key, opts).await? {
+                let part = match b.objects.get_opts(&scene_key, opts).await? {
                     tilegate_core::object::GetOutcome::Found(r) => r.bytes,
                     _ => {
                         return Err(StoreError::backend(

@@ -4,6 +4,7 @@
 use crate::AssembleError;
 use futures::{StreamExt, TryStreamExt};
 use tilegate_cogwrite::TileInput;
+use tilegate_core::ObjectKey;
 use tilegate_core::ledger::Subject;
 use tilegate_core::object::ObjectStoreExt;
 use tilegate_core::table::{JobRecord, OutputRef};
@@ -43,7 +44,7 @@ pub(crate) async fn fetch_tiles(
         .collect();
     futures::stream::iter(wanted)
         .map(|(window, want)| async move {
-            let got = b.objects.get_bytes(&want.key).await?;
+            let got = b.objects.get_bytes(&ObjectKey::checked(&want.key)?).await?;
             if got.meta.size != want.size {
                 return Err(AssembleError::SizeMismatch {
                     job: job.job_id.clone(),

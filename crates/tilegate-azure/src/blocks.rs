@@ -32,7 +32,7 @@ use tilegate_core::object::{
     ATTEMPT_METADATA, CompletionMismatch, MultipartUpload, ObjectStore as _, PartId, PutMode,
     PutOptions, PutOutcome,
 };
-use tilegate_core::{ETag, Retry, StoreError, StoreResult};
+use tilegate_core::{ETag, ObjectKey, Retry, StoreError, StoreResult};
 use tilegate_retry::record::{
     RECORDS, initiated_at, no_upload, parse_upload_id, record_key, upload_id,
 };
@@ -202,7 +202,7 @@ impl AzureStore {
     /// Put Block List of `parts` under the mode's condition.
     pub(crate) async fn commit(
         &self,
-        key: &str,
+        key: &ObjectKey,
         id: &str,
         parts: &[PartId],
         mode: &PutMode,
@@ -211,7 +211,7 @@ impl AzureStore {
         let (Some(nonce), Some(record)) = (nonce(id), self.read_record(key, id).await?) else {
             return Err(no_upload(key));
         };
-        if record.key != key {
+        if record.key != key.as_str() {
             return Err(no_upload(key));
         }
         let blocks = parts
@@ -281,7 +281,7 @@ impl AzureStore {
                 }
                 info!(
                     store = "azure",
-                    key,
+                    key = %key,
                     upload_id = id,
                     "the upload's blocks are gone: a list was committed before this one"
                 );

@@ -810,7 +810,9 @@ async fn cleanup_uploads(out: &Out, b: &Backends, a: CleanupArgs) -> anyhow::Res
     let stale = b.objects.list_multipart("", Some(cutoff)).await?;
     let mut uploads = Vec::new();
     for u in &stale {
-        b.objects.abort_multipart(&u.key, &u.upload_id).await?;
+        b.objects
+            .abort_multipart(&tilegate_core::ObjectKey::checked(&u.key)?, &u.upload_id)
+            .await?;
         // Against the ledger: an attempt's upload names its row; anything else is a
         // deterministic scene's (the claim gate's) or foreign.
         let ledger = match tilegate_ledger::parse_attempt_key(&u.key) {

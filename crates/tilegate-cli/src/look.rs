@@ -344,7 +344,7 @@ pub async fn stac_cmd(out: &Out, b: &Backends, a: StacArgs) -> anyhow::Result<Ex
                 job.job_id
             );
         };
-        let key = stac::item_key(&scene.key);
+        let key = stac::item_key(&scene.key)?;
         // A scene assembled before scenes had Items has none until its next `assemble`.
         if a.jobs.is_empty() && b.objects.head(&key).await?.is_none() {
             eprintln!(

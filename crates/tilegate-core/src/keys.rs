@@ -111,6 +111,12 @@ impl Prefix {
         for seg in &segs {
             validate_segment(seg)?;
         }
+        if segs[0] == STORE_RESERVED {
+            return Err(KeyError {
+                shown: shown(s),
+                reason: "the first segment `.tilegate` is kept by the stores for their own state",
+            });
+        }
         Ok(Self(trimmed.to_owned()))
     }
 
@@ -119,8 +125,8 @@ impl Prefix {
     }
 
     /// `{prefix}/tiles/{job_id}/{row:04}_{col:04}.tif`
-    pub fn tile_key(&self, job: &JobId, w: Window) -> String {
-        format!("{}/tiles/{job}/{w}.tif", self.0)
+    pub fn tile_key(&self, job: &JobId, w: Window) -> ObjectKey {
+        ObjectKey::built(format!("{}/tiles/{job}/{w}.tif", self.0))
     }
 
     /// `{prefix}/tiles/{job_id}/` — for reports only; never listed to count tiles.
@@ -129,8 +135,8 @@ impl Prefix {
     }
 
     /// `{prefix}/scenes/{job_id}.tif`
-    pub fn scene_key(&self, job: &JobId) -> String {
-        format!("{}/scenes/{job}.tif", self.0)
+    pub fn scene_key(&self, job: &JobId) -> ObjectKey {
+        ObjectKey::built(format!("{}/scenes/{job}.tif", self.0))
     }
 
     /// `{prefix}/attempts/{job_id}/` — every attempt key of a job is under it.
@@ -140,8 +146,17 @@ impl Prefix {
 
     /// `{prefix}/attempts/{job_id}/{subject}/attempt-{id}.tif`: a regenerated output's
     /// immutable key, never a shared name (subject is a window `RRRR_CCCC` or `scene`).
-    pub fn attempt_key(&self, job: &JobId, subject: &str, attempt: &str) -> String {
-        format!("{}/attempts/{job}/{subject}/attempt-{attempt}.tif", self.0)
+    pub fn attempt_key(
+        &self,
+        job: &JobId,
+        subject: &crate::ledger::Subject,
+        attempt: &crate::ledger::AttemptId,
+    ) -> ObjectKey {
+        ObjectKey::built(format!(
+            "{}/attempts/{job}/{subject}/attempt-{attempt}.tif",
+            self.0,
+            attempt = attempt.as_str()
+        ))
     }
 }
 
@@ -241,15 +256,137 @@ impl fmt::Display for Tenant {
     }
 }
 
-/// [`validate_key`] as a store refuses a key: [`crate::StoreError::InvalidKey`], with the key
-/// shown escaped and cut to 200 characters.
-pub fn check_store_key(key: &str) -> crate::StoreResult<()> {
-    validate_key(key)
-        .map(|_| ())
-        .map_err(|e| crate::StoreError::InvalidKey {
+/// The first key segment every store keeps for its own state (the embedded store's internal
+/// directory, the upload records of the stores that cannot list their uploads): no
+/// [`ObjectKey`] starts with it.
+pub const STORE_RESERVED: &str = ".tilegate";
+
+/// An object key every store accepts: `/`-separated segments that each pass
+/// [`validate_segment`], at most [`MAX_KEY_LEN`] bytes, and a first segment other than
+/// [`STORE_RESERVED`]. Checked once, where it is made — the key builders of [`Prefix`], or
+/// [`ObjectKey::parse`] for a key read from anywhere else — so that a store never sees an
+/// unchecked key: [`crate::ObjectStore`] takes nothing else.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ObjectKey(String);
+
+impl ObjectKey {
+    /// Check `key`.
+    pub fn parse(key: &str) -> Result<Self, KeyError> {
+        validate_key(key)?;
+        if key.split('/').next() == Some(STORE_RESERVED) {
+            return Err(KeyError {
+                shown: shown(key),
+                reason: "the first segment `.tilegate` is kept by the stores for their own state",
+            });
+        }
+        Ok(Self(key.to_owned()))
+    }
+
+    /// [`ObjectKey::parse`] as a store refuses a key: [`crate::StoreError::InvalidKey`], with
+    /// the key shown escaped and cut to 200 characters. For keys read from rows, records and
+    /// listings, which are checked again here rather than trusted.
+    pub fn checked(key: &str) -> crate::StoreResult<Self> {
+        Self::parse(key).map_err(|e| crate::StoreError::InvalidKey {
             key: shown_key(key),
             reason: format!("segment `{}`: {}", e.shown, e.reason),
         })
+    }
+
+    /// A key built by this module from checked parts.
+    fn built(key: String) -> Self {
+        debug_assert!(Self::parse(&key).is_ok(), "built an invalid key: {key}");
+        Self(key)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl std::ops::Deref for ObjectKey {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for ObjectKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for ObjectKey {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for ObjectKey {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for ObjectKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for ObjectKey {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<ObjectKey> for String {
+    fn eq(&self, other: &ObjectKey) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<ObjectKey> for &str {
+    fn eq(&self, other: &ObjectKey) -> bool {
+        *self == other.0
+    }
+}
+
+impl TryFrom<String> for ObjectKey {
+    type Error = KeyError;
+    fn try_from(s: String) -> Result<Self, KeyError> {
+        Self::parse(&s)
+    }
+}
+
+impl std::str::FromStr for ObjectKey {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, KeyError> {
+        Self::parse(s)
+    }
+}
+
+impl From<ObjectKey> for String {
+    fn from(k: ObjectKey) -> String {
+        k.0
+    }
+}
+
+impl From<&ObjectKey> for String {
+    fn from(k: &ObjectKey) -> String {
+        k.0.clone()
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// A list prefix as a store accepts it: valid segments, the last one possibly partial.
@@ -276,6 +413,37 @@ fn shown_key(key: &str) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn object_keys_are_checked_once_where_they_are_made() {
+        let k = ObjectKey::parse("tiles/a/0001_0002.tif").unwrap();
+        assert_eq!(k.as_str(), "tiles/a/0001_0002.tif");
+        // Serialized as the plain string; read back only if it is still a valid key.
+        let json = serde_json::to_string(&k).unwrap();
+        assert_eq!(json, "\"tiles/a/0001_0002.tif\"");
+        assert_eq!(serde_json::from_str::<ObjectKey>(&json).unwrap(), k);
+        assert!(serde_json::from_str::<ObjectKey>("\"a/../b\"").is_err());
+        for bad in [
+            "",
+            "a//b",
+            "/a",
+            "a/",
+            "a/../b",
+            ".tilegate/uploads/x",
+            ".tilegate",
+        ] {
+            assert!(ObjectKey::parse(bad).is_err(), "{bad:?} accepted");
+            let e = ObjectKey::checked(bad).unwrap_err();
+            assert!(matches!(e, crate::StoreError::InvalidKey { .. }), "{e:?}");
+        }
+        // Only the first segment is the stores' own.
+        assert!(ObjectKey::parse("a/.tilegate/x").is_ok());
+        assert!(ObjectKey::parse(&format!("{}a", "a/".repeat(600))).is_err());
+        // A prefix cannot name it either, so every key built on a prefix is valid.
+        assert!(Prefix::parse(".tilegate").is_err());
+        assert!(Prefix::parse(".tilegate/x").is_err());
+        assert!(Prefix::parse("x/.tilegate").is_ok());
+    }
 
     #[test]
     fn tenant_roots_never_alias() {
@@ -349,7 +517,9 @@ mod tests {
         let j = JobId::derive("u", "e", "r", "p");
         let w = Window::new(u32::MAX, u32::MAX);
         assert!(validate_key(&p.tile_key(&j, w)).is_ok());
-        assert!(validate_key(&p.attempt_key(&j, &w.to_string(), &"f".repeat(32))).is_ok());
+        let attempt = crate::ledger::AttemptId::parse(&"f".repeat(32)).unwrap();
+        let subject = crate::ledger::Subject::Window(w);
+        assert!(validate_key(&p.attempt_key(&j, &subject, &attempt)).is_ok());
     }
 
     #[test]

@@ -259,7 +259,7 @@ impl AttemptRow {
         retention: Retention,
         now: UnixMillis,
     ) -> Self {
-        let key = root.attempt_key(&job_id, &subject.to_string(), attempt.as_str());
+        let key = root.attempt_key(&job_id, &subject, &attempt).into_string();
         Self {
             tenant,
             job_id,

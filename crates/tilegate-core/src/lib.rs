@@ -27,7 +27,7 @@ pub use error::{Retry, StoreError, StoreResult};
 pub use etag::{ConditionList, ETag};
 pub use grid::{Grid, Window, WindowRect};
 pub use id::JobId;
-pub use keys::{KeyError, Prefix, Tenant};
+pub use keys::{KeyError, ObjectKey, Prefix, Tenant};
 pub use recipe::{Compression, Recipe};
 pub use source::SourceInfo;
 

@@ -11,6 +11,7 @@
 
 use crate::error::StoreResult;
 use crate::etag::{ConditionList, ETag};
+use crate::keys::ObjectKey;
 use async_trait::async_trait;
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -314,30 +315,41 @@ pub fn check_completed(parts: &[PartId], size: u64) -> Result<(), Differs> {
     }
 }
 
-/// An object store. Keys are `/`-separated and validated by the caller (see
-/// [`crate::keys::validate_key`]); a backend may refuse keys it cannot represent.
+/// An object store. Keys are [`ObjectKey`]s, checked where they are made, so no store checks
+/// one again; a list prefix is a plain string that each store checks
+/// ([`crate::keys::check_list_prefix`]).
 #[async_trait]
 pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// A short name for logs and errors (`local`, `s3`).
     fn name(&self) -> &'static str;
 
     /// The object's metadata, or `None` if absent.
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>>;
+    async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>>;
 
     /// Read the whole object or a range, optionally conditional. A missing object is
     /// [`crate::StoreError::NotFound`].
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome>;
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome>;
 
     /// Write an object in one request, honouring `opts.mode` in that same request.
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome>;
+    async fn put_opts(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        opts: PutOptions,
+    ) -> StoreResult<PutOutcome>;
 
     /// Delete, optionally only if the current ETag matches.
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome>;
+    async fn delete_opts(&self, key: &ObjectKey, opts: DeleteOptions)
+    -> StoreResult<DeleteOutcome>;
 
     /// A URL that reads the object at `key` with no other credential until `expires` from
     /// now. Only for keys that never change (attempt keys), since a URL is not pinned to a
     /// version. A store that cannot sign refuses with [`crate::StoreError::NotImplemented`].
-    async fn presign_get(&self, key: &str, expires: std::time::Duration) -> StoreResult<String> {
+    async fn presign_get(
+        &self,
+        key: &ObjectKey,
+        expires: std::time::Duration,
+    ) -> StoreResult<String> {
         let _ = (key, expires);
         Err(crate::StoreError::NotImplemented {
             operation: "sign a read URL",
@@ -352,12 +364,12 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// at completion. A store may fix the upload's precondition here (a GCS resumable session
     /// carries it from its start) and refuse a completion under another mode with
     /// `NotImplemented`.
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String>;
+    async fn create_multipart(&self, key: &ObjectKey, opts: &PutOptions) -> StoreResult<String>;
 
     /// Upload one part (1-based `part_number`).
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part_number: u32,
         bytes: Bytes,
@@ -366,14 +378,14 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Complete an upload; `mode` is evaluated here, atomically with publication.
     async fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         parts: &[PartId],
         mode: &PutMode,
     ) -> StoreResult<PutOutcome>;
 
     /// Abandon an upload and free its parts.
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()>;
+    async fn abort_multipart(&self, key: &ObjectKey, upload_id: &str) -> StoreResult<()>;
 
     /// Incomplete uploads under `prefix`, optionally only those initiated before `older_than`.
     async fn list_multipart(
@@ -387,14 +399,14 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
 #[async_trait]
 pub trait ObjectStoreExt: ObjectStore {
     /// Create if absent.
-    async fn put_create(&self, key: &str, bytes: Bytes) -> StoreResult<PutOutcome> {
+    async fn put_create(&self, key: &ObjectKey, bytes: Bytes) -> StoreResult<PutOutcome> {
         self.put_opts(key, bytes, PutOptions::create()).await
     }
 
     /// Replace only `version`.
     async fn put_update(
         &self,
-        key: &str,
+        key: &ObjectKey,
         bytes: Bytes,
         version: UpdateVersion,
     ) -> StoreResult<PutOutcome> {
@@ -402,7 +414,7 @@ pub trait ObjectStoreExt: ObjectStore {
     }
 
     /// Read a whole object unconditionally.
-    async fn get_bytes(&self, key: &str) -> StoreResult<GetResult> {
+    async fn get_bytes(&self, key: &ObjectKey) -> StoreResult<GetResult> {
         match self.get_opts(key, GetOptions::default()).await? {
             GetOutcome::Found(r) => Ok(r),
             GetOutcome::NotModified | GetOutcome::PreconditionFailed => {
@@ -417,7 +429,7 @@ pub trait ObjectStoreExt: ObjectStore {
     }
 
     /// Read a byte range unconditionally.
-    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<GetResult> {
+    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StoreResult<GetResult> {
         let opts = GetOptions {
             range: Some(range),
             ..GetOptions::default()
@@ -445,7 +457,7 @@ impl<T: ObjectStore + ?Sized> ObjectStoreExt for T {}
 /// completion answers [`CompletionMismatch`].
 pub async fn verify_completed<S: ObjectStore + ?Sized>(
     store: &S,
-    key: &str,
+    key: &ObjectKey,
     parts: &[PartId],
     outcome: PutOutcome,
     also: impl FnOnce(&ObjectMeta) -> Result<(), Differs>,
@@ -465,7 +477,7 @@ pub async fn verify_completed<S: ObjectStore + ?Sized>(
 /// deleted, the caller's retry publishes the right ones.
 pub async fn withdraw_completed<S: ObjectStore + ?Sized>(
     store: &S,
-    key: &str,
+    key: &ObjectKey,
     meta: &ObjectMeta,
     differs: Differs,
 ) -> crate::StoreError {

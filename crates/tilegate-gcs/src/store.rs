@@ -25,8 +25,8 @@ use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
     ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
 };
-use tilegate_core::{ETag, Retry, StoreError, StoreResult};
-use tilegate_retry::record::{RESERVED, check_key};
+use tilegate_core::{ETag, ObjectKey, Retry, StoreError, StoreResult};
+use tilegate_retry::record::RESERVED;
 use tilegate_retry::{
     Answer, Decision, Idempotency, IfMatch, IfNoneMatch, RetryPolicy, conditional_write, run,
 };
@@ -311,7 +311,7 @@ impl GcsStore {
     /// Settle a write's decision (see [`tilegate_retry::settle`]).
     pub(crate) async fn settle(
         &self,
-        key: &str,
+        key: &ObjectKey,
         decision: Decision<Object>,
         token: &str,
         operation: &'static str,
@@ -403,8 +403,7 @@ impl ObjectStore for GcsStore {
         "gcs"
     }
 
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        check_key(key)?;
+    async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
         Ok(self
             .stat(&self.full(key), None)
             .await
@@ -412,8 +411,7 @@ impl ObjectStore for GcsStore {
             .map(|o| self.meta_of(o)))
     }
 
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
-        check_key(key)?;
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome> {
         RangeError::check(opts.range.as_ref()).map_err(|e| e.into_store(key))?;
         let im = opts.if_match.as_ref().map(IfMatch::of);
         let inm = opts.if_none_match.as_ref().map(IfNoneMatch::of);
@@ -435,7 +433,7 @@ impl ObjectStore for GcsStore {
                 Ok(None) => {
                     return Err(StoreError::NotFound {
                         what: "object",
-                        key: key.to_owned(),
+                        key: key.to_string(),
                     });
                 }
                 Err(f) if f.answer == Answer::PreconditionFailed => {
@@ -481,8 +479,12 @@ impl ObjectStore for GcsStore {
         ))
     }
 
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
-        check_key(key)?;
+    async fn put_opts(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        opts: PutOptions,
+    ) -> StoreResult<PutOutcome> {
         check_metadata(&opts.metadata)?;
         let if_generation = match &opts.mode {
             PutMode::Overwrite => None,
@@ -502,8 +504,11 @@ impl ObjectStore for GcsStore {
         self.settle(key, decision, &token, "put").await
     }
 
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
-        check_key(key)?;
+    async fn delete_opts(
+        &self,
+        key: &ObjectKey,
+        opts: DeleteOptions,
+    ) -> StoreResult<DeleteOutcome> {
         let full = self.full(key);
         // The generation to delete: the expected one, checked against a look first (it
         // reports absence and a mismatch; the ifGenerationMatch sent with the DELETE guards).
@@ -520,7 +525,7 @@ impl ObjectStore for GcsStore {
                 Some(current.generation)
             }
             Some(_) => {
-                debug!(store = "gcs", key, outcome = "superseded", "delete");
+                debug!(store = "gcs", key = %key, outcome = "superseded", "delete");
                 return Ok(DeleteOutcome::Superseded);
             }
         };
@@ -551,9 +556,12 @@ impl ObjectStore for GcsStore {
     /// emulator) have nothing to sign with and are refused. A V4 signature lives at most 7
     /// days ("V4 signing process": `X-Goog-Expires` at most 604800 seconds); a longer or
     /// empty lifetime is refused by name here, before any credential is asked to sign.
-    async fn presign_get(&self, key: &str, expires: std::time::Duration) -> StoreResult<String> {
+    async fn presign_get(
+        &self,
+        key: &ObjectKey,
+        expires: std::time::Duration,
+    ) -> StoreResult<String> {
         use gcloud_storage::sign::{SignedURLMethod, SignedURLOptions};
-        check_key(key)?;
         let full = self.full(key);
         check_url_lifetime(expires)
             .map_err(|e| StoreError::backend("sign a read URL", &full, Retry::Permanent, e))?;
@@ -599,36 +607,32 @@ impl ObjectStore for GcsStore {
         Ok(out)
     }
 
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
-        check_key(key)?;
+    async fn create_multipart(&self, key: &ObjectKey, opts: &PutOptions) -> StoreResult<String> {
         check_metadata(&opts.metadata)?;
         self.start_session(key, opts).await
     }
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part_number: u32,
         bytes: Bytes,
     ) -> StoreResult<PartId> {
-        check_key(key)?;
         self.session_part(key, upload_id, part_number, bytes).await
     }
 
     async fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         parts: &[PartId],
         mode: &PutMode,
     ) -> StoreResult<PutOutcome> {
-        check_key(key)?;
         self.finish_session(key, upload_id, parts, mode).await
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
-        check_key(key)?;
+    async fn abort_multipart(&self, key: &ObjectKey, upload_id: &str) -> StoreResult<()> {
         self.cancel_session(key, upload_id).await
     }
 
@@ -646,6 +650,10 @@ impl ObjectStore for GcsStore {
 mod tests {
     use super::*;
     use tilegate_core::object::UpdateVersion;
+
+    fn object_key(k: impl AsRef<str>) -> ObjectKey {
+        ObjectKey::parse(k.as_ref()).expect("a valid key")
+    }
 
     #[tokio::test]
     async fn a_signed_url_lives_at_most_seven_days_and_no_lifetime_panics() {
@@ -667,7 +675,10 @@ mod tests {
             Duration::ZERO,
             Duration::from_millis(999),
         ] {
-            let err = store.presign_get("a.tif", asked).await.unwrap_err();
+            let err = store
+                .presign_get(&object_key("a.tif"), asked)
+                .await
+                .unwrap_err();
             assert!(!err.is_retryable());
             let StoreError::Backend { source, .. } = &err else {
                 panic!("{asked:?}: {err}")

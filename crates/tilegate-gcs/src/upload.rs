@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 use tilegate_core::object::{MultipartUpload, PartId, PutMode, PutOptions, PutOutcome};
-use tilegate_core::{ETag, Retry, StoreError, StoreResult};
+use tilegate_core::{ETag, ObjectKey, Retry, StoreError, StoreResult};
 use tilegate_retry::record::{
     RECORDS, initiated_at, no_upload, parse_upload_id, record_key, upload_id,
 };
@@ -382,7 +382,7 @@ impl GcsStore {
     /// session was created with is evaluated here.
     pub(crate) async fn finish_session(
         &self,
-        key: &str,
+        key: &ObjectKey,
         id: &str,
         parts: &[PartId],
         mode: &PutMode,

@@ -12,6 +12,7 @@
 
 use crate::LedgerError;
 use bytes::Bytes;
+use tilegate_core::ObjectKey;
 use tilegate_core::ledger::{
     AttemptId, AttemptRow, AttemptState, Publish, PublishBy, PublishOutcome, Retention, Subject,
 };
@@ -199,7 +200,7 @@ pub async fn upload(
 /// and the attempt token; an object already there is this attempt's own (an earlier try) or a
 /// named collision. The row is not touched: [`record`] does that.
 pub async fn put(b: &Backends, row: &AttemptRow, bytes: Bytes) -> Result<ObjectMeta, LedgerError> {
-    let key = &row.key;
+    let key = &ObjectKey::checked(&row.key)?;
     let token = row.attempt.to_string();
     let opts = PutOptions {
         metadata: [(ATTEMPT_METADATA.to_owned(), token.clone())].into(),
@@ -269,18 +270,18 @@ pub async fn record(
 /// The object at `key`, this attempt's own earlier write: the key names the attempt and only
 /// the attempt writes it. Its attempt token, where the store kept it, must agree; an object
 /// that carries another token was put there by hand, and is a named collision.
-async fn own_object(b: &Backends, key: &str, token: &str) -> Result<ObjectMeta, LedgerError> {
+async fn own_object(b: &Backends, key: &ObjectKey, token: &str) -> Result<ObjectMeta, LedgerError> {
     let found = b.objects.head(key).await?;
     match found {
         Some(m) if is_own(&m, token) => {
             tracing::info!(
-                key,
+                key = %key,
                 "attempt object already in place: this attempt's own write"
             );
             Ok(m)
         }
         other => Err(LedgerError::KeyCollision {
-            key: key.to_owned(),
+            key: key.to_string(),
             attempt: AttemptId::parse(token).expect("attempt tokens are attempt IDs"),
             found: other.and_then(|m| m.metadata.get(ATTEMPT_METADATA).cloned()),
         }),

@@ -19,6 +19,7 @@
 
 use crate::LedgerError;
 use serde::Serialize;
+use tilegate_core::ObjectKey;
 use tilegate_core::UnixMillis;
 use tilegate_core::ledger::{AttemptRow, AttemptState};
 use tilegate_core::object::{DeleteOptions, DeleteOutcome};
@@ -215,7 +216,7 @@ pub(crate) async fn collect_late_upload(
         // stands (no hold or publish can reach a deleted row), and the object is this
         // attempt's own write at the version given.
         AttemptState::Deleted => {
-            delete_at(b, &current.row.key, e_tag).await?;
+            delete_at(b, &ObjectKey::checked(&current.row.key)?, e_tag).await?;
             Ok(())
         }
         AttemptState::Deleting => {
@@ -267,7 +268,7 @@ async fn sweep_known(
         report.skipped_changed += 1;
         return Ok(());
     };
-    let key = &row.row.key;
+    let key = &ObjectKey::checked(&row.row.key)?;
     let token = row.row.attempt.as_str();
     let expected: Option<ETag> = match known.or(row.row.e_tag.as_ref()) {
         Some(e) => Some(e.clone()),
@@ -279,7 +280,7 @@ async fn sweep_known(
             Some(_) => {
                 report.skipped_mismatch += 1;
                 tracing::warn!(
-                    key,
+                    key = %key,
                     "sweep skipped: the object at the key is not this attempt's"
                 );
                 return Ok(());
@@ -298,7 +299,7 @@ async fn sweep_known(
         outcome = match b.objects.head(key).await? {
             None => DeleteOutcome::NotFound,
             Some(m) if crate::attempt::is_own(&m, token) && Some(m.size) == row.row.size => {
-                tracing::info!(key, recorded = ?expected, found = %m.e_tag,
+                tracing::info!(key = %key, recorded = ?expected, found = %m.e_tag,
                     "the attempt's object reports another ETag than recorded; same size, its own key: deleting that version");
                 delete_at(b, key, &m.e_tag).await?
             }
@@ -311,7 +312,7 @@ async fn sweep_known(
         DeleteOutcome::Superseded => {
             report.skipped_mismatch += 1;
             tracing::warn!(
-                key,
+                key = %key,
                 "sweep skipped: the object at the key is not the recorded version"
             );
             return Ok(());
@@ -327,7 +328,7 @@ async fn sweep_known(
         UpdateOutcome::Updated { .. } => {
             report.deleted += 1;
             report.items.push(item(&row.row));
-            tracing::debug!(row = %done.shown(), key, "swept");
+            tracing::debug!(row = %done.shown(), key = %key, "swept");
         }
         // Only a hold can land here now (no publish after the claim); the object is gone
         // either way, and the next pass finishes the row.
@@ -336,7 +337,11 @@ async fn sweep_known(
     Ok(())
 }
 
-async fn delete_at(b: &Backends, key: &str, e_tag: &ETag) -> Result<DeleteOutcome, LedgerError> {
+async fn delete_at(
+    b: &Backends,
+    key: &ObjectKey,
+    e_tag: &ETag,
+) -> Result<DeleteOutcome, LedgerError> {
     Ok(b.objects
         .delete_opts(
             key,

@@ -130,7 +130,7 @@ mod tests {
     fn attempt_keys_parse_back() {
         let job = JobId::derive("u", "e", "r", "p");
         let id = AttemptId::from_random(5);
-        let key = tilegate_core::Prefix::default().attempt_key(&job, "scene", id.as_str());
+        let key = tilegate_core::Prefix::default().attempt_key(&job, &Subject::Scene, &id);
         assert_eq!(
             parse_attempt_key(&key),
             Some((job.clone(), Subject::Scene, id))

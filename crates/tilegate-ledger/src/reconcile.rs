@@ -126,7 +126,7 @@ pub async fn reconcile(b: &Backends, job: &JobRecord) -> Result<ReconcileReport,
     for dir in [
         job.prefix.attempts_dir(id),
         job.prefix.tiles_dir(id),
-        job.prefix.scene_key(id),
+        String::from(job.prefix.scene_key(id)),
     ] {
         for m in b.objects.list(&dir).await? {
             listed.insert(m.key.clone(), m);

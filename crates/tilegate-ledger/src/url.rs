@@ -5,6 +5,7 @@
 use crate::LedgerError;
 use serde::Serialize;
 use std::time::Duration;
+use tilegate_core::ObjectKey;
 use tilegate_core::ledger::Subject;
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Tenant, UnixMillis};
@@ -84,7 +85,10 @@ pub async fn grant(
     }
     let (until, capped) = expiry(&row.row, expires, now)?;
     let valid = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
-    let url = b.objects.presign_get(&row.row.key, valid).await?;
+    let url = b
+        .objects
+        .presign_get(&ObjectKey::checked(&row.row.key)?, valid)
+        .await?;
     tracing::info!(tenant = %tenant, key = %row.row.key, valid_s = valid.as_secs(), capped, "url granted");
     Ok(Grant {
         url,

@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 use tilegate_core::etag::ETag;
-use tilegate_core::keys::{check_list_prefix, check_store_key};
+use tilegate_core::keys::check_list_prefix;
 use tilegate_core::object::{
     CompletionMismatch, DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult,
     MultipartUpload, ObjectMeta, ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError,
     UpdateVersion, check_completed,
 };
-use tilegate_core::{Retry, StoreError, StoreResult};
+use tilegate_core::{ObjectKey, Retry, StoreError, StoreResult};
 
 /// The in-memory object store. Clones share the objects.
 #[derive(Debug, Clone)]
@@ -164,19 +164,21 @@ impl ObjectStore for MemoryObjectStore {
         "memory"
     }
 
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        check_store_key(key)?;
-        Ok(self.lock().objects.get(key).map(|o| o.meta.clone()))
+    async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
+        Ok(self
+            .lock()
+            .objects
+            .get(key.as_str())
+            .map(|o| o.meta.clone()))
     }
 
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
-        check_store_key(key)?;
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome> {
         RangeError::check(opts.range.as_ref()).map_err(|e| e.into_store(key))?;
         let st = self.lock();
-        let Some(o) = st.objects.get(key) else {
+        let Some(o) = st.objects.get(key.as_str()) else {
             return Err(StoreError::NotFound {
                 what: "object",
-                key: key.to_owned(),
+                key: key.to_string(),
             });
         };
         if let Some(cond) = &opts.if_match
@@ -202,17 +204,24 @@ impl ObjectStore for MemoryObjectStore {
         }))
     }
 
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
-        check_store_key(key)?;
+    async fn put_opts(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        opts: PutOptions,
+    ) -> StoreResult<PutOutcome> {
         let e_tag = content_tag(&bytes);
         let mut st = self.lock();
         self.commit(&mut st, key, bytes, &opts.mode, opts.metadata, e_tag)
     }
 
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
-        check_store_key(key)?;
+    async fn delete_opts(
+        &self,
+        key: &ObjectKey,
+        opts: DeleteOptions,
+    ) -> StoreResult<DeleteOutcome> {
         let mut st = self.lock();
-        let Some(o) = st.objects.get(key) else {
+        let Some(o) = st.objects.get(key.as_str()) else {
             return Ok(DeleteOutcome::NotFound);
         };
         if let Some(expected) = &opts.if_match
@@ -220,7 +229,7 @@ impl ObjectStore for MemoryObjectStore {
         {
             return Ok(DeleteOutcome::Superseded);
         }
-        st.objects.remove(key);
+        st.objects.remove(key.as_str());
         Ok(DeleteOutcome::Deleted)
     }
 
@@ -235,8 +244,7 @@ impl ObjectStore for MemoryObjectStore {
             .collect())
     }
 
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
-        check_store_key(key)?;
+    async fn create_multipart(&self, key: &ObjectKey, opts: &PutOptions) -> StoreResult<String> {
         let initiated = self.clock.now();
         let mut st = self.lock();
         st.seq += 1;
@@ -244,7 +252,7 @@ impl ObjectStore for MemoryObjectStore {
         st.uploads.insert(
             id.clone(),
             Upload {
-                key: key.to_owned(),
+                key: key.to_string(),
                 metadata: opts.metadata.clone(),
                 initiated,
                 parts: BTreeMap::new(),
@@ -255,18 +263,17 @@ impl ObjectStore for MemoryObjectStore {
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part_number: u32,
         bytes: Bytes,
     ) -> StoreResult<PartId> {
-        check_store_key(key)?;
         let e_tag = content_tag(&bytes);
         let mut st = self.lock();
         let upload = st
             .uploads
             .get_mut(upload_id)
-            .filter(|u| u.key == key)
+            .filter(|u| u.key == key.as_str())
             .ok_or_else(|| no_upload(upload_id))?;
         let size = bytes.len() as u64;
         upload.parts.insert(part_number, (e_tag.clone(), bytes));
@@ -279,17 +286,16 @@ impl ObjectStore for MemoryObjectStore {
 
     async fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         parts: &[PartId],
         mode: &PutMode,
     ) -> StoreResult<PutOutcome> {
-        check_store_key(key)?;
         let mut st = self.lock();
         let upload = st
             .uploads
             .get(upload_id)
-            .filter(|u| u.key == key)
+            .filter(|u| u.key == key.as_str())
             .ok_or_else(|| no_upload(upload_id))?;
         let mut whole = BytesMut::new();
         let mut digests = blake3::Hasher::new();
@@ -325,8 +331,7 @@ impl ObjectStore for MemoryObjectStore {
         self.commit(&mut st, key, whole.freeze(), mode, metadata, e_tag)
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
-        check_store_key(key)?;
+    async fn abort_multipart(&self, _key: &ObjectKey, upload_id: &str) -> StoreResult<()> {
         self.lock().uploads.remove(upload_id);
         Ok(())
     }
@@ -336,6 +341,7 @@ impl ObjectStore for MemoryObjectStore {
         prefix: &str,
         older_than: Option<SystemTime>,
     ) -> StoreResult<Vec<MultipartUpload>> {
+        check_list_prefix(prefix)?;
         Ok(self
             .lock()
             .uploads

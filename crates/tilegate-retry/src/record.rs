@@ -3,31 +3,17 @@
 //! its initiation time, so a cleanup can filter by age before reading a record.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tilegate_core::keys::check_store_key;
-use tilegate_core::{StoreError, StoreResult};
+use tilegate_core::StoreError;
 
-/// The first key segment such a store keeps for itself.
-pub const RESERVED: &str = ".tilegate";
+/// The first key segment such a store keeps for itself (no [`tilegate_core::ObjectKey`] starts
+/// with it).
+pub const RESERVED: &str = tilegate_core::keys::STORE_RESERVED;
 /// Where, under the store's prefix, its upload records live.
 pub const RECORDS: &str = ".tilegate/uploads/";
 
 /// The key (under the store's prefix) of upload `id`'s record.
 pub fn record_key(id: &str) -> String {
     format!("{RECORDS}{id}")
-}
-
-/// Refuse keys that fail validation or name the [`RESERVED`] segment.
-pub fn check_key(key: &str) -> StoreResult<()> {
-    check_store_key(key)?;
-    if key.split('/').next() == Some(RESERVED) {
-        return Err(StoreError::InvalidKey {
-            key: key.chars().take(200).collect(),
-            reason: format!(
-                "the first segment `{RESERVED}` is kept by the store for its upload records"
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// A new upload ID: the initiation time in milliseconds (13 digits), `-`, 32 hex digits.
@@ -68,10 +54,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_reserved_segment_is_refused() {
-        assert!(check_key(".tilegate/uploads/x").is_err());
-        assert!(check_key("a/.tilegate").is_ok());
-        assert!(check_key("a/../b").is_err());
+    fn no_object_key_names_the_records() {
+        let key = |k| tilegate_core::ObjectKey::checked(k);
+        let record = record_key("1-a");
+        assert!(key(&record).is_err());
+        assert!(key("a/.tilegate").is_ok());
+        assert!(key("a/../b").is_err());
         assert_eq!(record_key("1-a"), ".tilegate/uploads/1-a");
     }
 

@@ -12,13 +12,13 @@ use crate::{Answer, Attempted, Idempotency, RetryPolicy, run};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tilegate_core::ConditionList;
 use tilegate_core::StoreResult;
 use tilegate_core::etag::ETag;
 use tilegate_core::object::{
     ATTEMPT_METADATA, CompletionMismatch, Differs, GetOutcome, ObjectMeta, ObjectStore, PartId,
     PutMode, PutOptions, PutOutcome, verify_completed,
 };
+use tilegate_core::{ConditionList, ObjectKey};
 use tracing::{debug, info, warn};
 
 /// What a conditional write came to, before the object's metadata is read back.
@@ -122,7 +122,7 @@ pub fn mode_metadata(opts: &PutOptions) -> (BTreeMap<String, String>, String) {
 pub async fn verify_completion<S: ObjectStore + ?Sized>(
     store_name: &'static str,
     store: &S,
-    (key, upload_id): (&str, &str),
+    (key, upload_id): (&ObjectKey, &str),
     parts: &[PartId],
     outcome: PutOutcome,
     also: impl FnOnce(&ObjectMeta) -> Result<(), Differs>,
@@ -131,7 +131,7 @@ pub async fn verify_completion<S: ObjectStore + ?Sized>(
     if let Err(e) = &checked
         && let Some(m) = CompletionMismatch::of(e)
     {
-        warn!(store = store_name, key, upload_id, differs = %m.differs, withdrawn = m.withdrawn,
+        warn!(store = store_name, key = key.as_str(), upload_id, differs = %m.differs, withdrawn = m.withdrawn,
             "completed upload is not what its parts make; answered as an error, not written");
     }
     checked

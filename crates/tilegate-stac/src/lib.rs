@@ -48,9 +48,9 @@ pub fn stac_data_type(gdal: &str) -> &'static str {
 }
 
 /// The key of a scene's Item: beside the scene, `.json` for `.tif`.
-pub fn item_key(scene_key: &str) -> String {
+pub fn item_key(scene_key: &str) -> tilegate_core::StoreResult<tilegate_core::ObjectKey> {
     let stem = scene_key.strip_suffix(".tif").unwrap_or(scene_key);
-    format!("{stem}.json")
+    tilegate_core::ObjectKey::checked(&format!("{stem}.json"))
 }
 
 /// A JSON number for `v` (nodata may be NaN or infinite, which JSON cannot hold: STAC writes

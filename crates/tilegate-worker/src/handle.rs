@@ -8,6 +8,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tilegate_cog::{CogError, EncodeRequest, ReducedWindow, StepTimes};
+use tilegate_core::ObjectKey;
 use tilegate_core::error::chain;
 use tilegate_core::ledger::{AttemptOrder, AttemptState, Subject};
 use tilegate_core::message::{MessageError, WindowMessage};
@@ -520,11 +521,11 @@ fn millis(d: Duration) -> u64 {
 /// The skip-if-present HEAD. It only saves work, so a HEAD that fails (a role without
 /// `s3:ListBucket` answers 403 for an absent key) is no reason to fail the window: encode, and
 /// let the create-if-absent write decide.
-async fn head_if_allowed(shared: &Shared, key: &str) -> Option<ObjectMeta> {
+async fn head_if_allowed(shared: &Shared, key: &ObjectKey) -> Option<ObjectMeta> {
     match shared.b.objects.head(key).await {
         Ok(meta) => meta,
         Err(e) => {
-            tracing::debug!(key, error = %chain(&e), "skip-if-present HEAD failed; encoding");
+            tracing::debug!(key = %key, error = %chain(&e), "skip-if-present HEAD failed; encoding");
             None
         }
     }

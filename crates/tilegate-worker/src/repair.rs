@@ -9,6 +9,7 @@
 use crate::handle::encode_request;
 use bytes::Bytes;
 use tilegate_cog::CogError;
+use tilegate_core::ObjectKey;
 use tilegate_core::object::{ObjectMeta, PutOptions, PutOutcome, UpdateVersion};
 use tilegate_core::table::{JobRecord, ManifestEntry, TileOrigin, UpdateOutcome};
 use tilegate_core::{Backends, ETag, JobId, StoreError, Window, now_millis};
@@ -55,7 +56,7 @@ impl RepairError {
 pub struct Prepared {
     pub job: JobRecord,
     pub window: Window,
-    pub key: String,
+    pub key: ObjectKey,
     /// The ETag read before recomputing: the write succeeds only if it is still current.
     pub expected: ETag,
     pub bytes: Bytes,
@@ -98,7 +99,7 @@ pub async fn prepare(
         .objects
         .head(&key)
         .await?
-        .ok_or_else(|| RepairError::NoTile(key.clone()))?;
+        .ok_or_else(|| RepairError::NoTile(key.to_string()))?;
     let guard = SourceGuard::new();
     tilegate_source::verify(b, policy, &guard, &job.source).await?;
     let req = encode_request(&job, window)?;
@@ -142,7 +143,7 @@ pub async fn commit(b: &Backends, p: Prepared) -> Result<RepairOutcome, RepairEr
     let entry = ManifestEntry {
         job_id: p.job.job_id.clone(),
         window: p.window,
-        key: p.key.clone(),
+        key: p.key.to_string(),
         size: meta.size,
         e_tag: meta.e_tag.clone(),
         origin: TileOrigin::Repaired,
@@ -175,7 +176,7 @@ pub async fn commit(b: &Backends, p: Prepared) -> Result<RepairOutcome, RepairEr
 /// The object at `key` if it is the write made with attempt token `attempt`.
 async fn own_write(
     b: &Backends,
-    key: &str,
+    key: &ObjectKey,
     attempt: &str,
 ) -> Result<Option<ObjectMeta>, StoreError> {
     Ok(b.objects

@@ -70,8 +70,6 @@ impl ObjectHarness for Aws {
         Capabilities {
             // The child helper opens only file:// and sqlite:// stores.
             cross_process: false,
-            refuses_invalid_keys: true,
-            reserved_segment: None,
             // S3 reports LastModified in whole seconds.
             last_modified_resolution: Duration::from_secs(1),
             min_part_size: 5 * 1024 * 1024,
@@ -160,6 +158,7 @@ mod deployment {
     use tilegate_aws::{AwsBackends, S3Store};
     use tilegate_core::object::{ObjectStore as _, ObjectStoreExt as _, PutOutcome};
     use tilegate_core::queue::{AckOutcome, ReceiveOptions};
+    use tilegate_tests::object_key;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn init_is_idempotent_and_connect_opens_every_store() {
@@ -192,7 +191,7 @@ mod deployment {
         assert_eq!(b.queue.max_receive_count(), 4);
         assert!(matches!(
             b.objects
-                .put_create("tiles/a.tif", Bytes::from_static(b"a"))
+                .put_create(&object_key("tiles/a.tif"), Bytes::from_static(b"a"))
                 .await
                 .unwrap(),
             PutOutcome::Written(_)

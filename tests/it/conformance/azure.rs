@@ -56,8 +56,6 @@ impl ObjectHarness for Azure {
     fn caps(&self) -> Capabilities {
         Capabilities {
             cross_process: false,
-            refuses_invalid_keys: true,
-            reserved_segment: Some(".tilegate"),
             last_modified_resolution: Duration::from_secs(1),
             min_part_size: 1,
             exclusive_receive: false,

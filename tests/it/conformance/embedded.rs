@@ -33,8 +33,6 @@ impl ObjectHarness for Embedded {
     fn caps(&self) -> Capabilities {
         Capabilities {
             cross_process: true,
-            refuses_invalid_keys: true,
-            reserved_segment: Some(".tilegate"),
             // The store pushes a rewrite's mtime past the previous one's.
             last_modified_resolution: Duration::ZERO,
             min_part_size: 0,

@@ -48,8 +48,6 @@ impl ObjectHarness for Gcs {
     fn caps(&self) -> Capabilities {
         Capabilities {
             cross_process: false,
-            refuses_invalid_keys: true,
-            reserved_segment: Some(".tilegate"),
             last_modified_resolution: Duration::ZERO,
             // A session's chunks are multiples of 256 KiB.
             min_part_size: 256 * 1024,

@@ -12,6 +12,7 @@ use tilegate_core::table::JobRecord;
 use tilegate_core::{UnixMillis, Window};
 use tilegate_ledger::gc::{self, GcOptions};
 use tilegate_ledger::{LedgerError, attempt};
+use tilegate_tests::object_key;
 use tilegate_worker::regenerate::{self, Request};
 
 async fn backends(h: &dyn Harness) -> Backends {
@@ -154,7 +155,13 @@ pub async fn an_order_older_than_the_upload_grace_is_not_collected(h: &dyn Harne
     assert_eq!(done.row.row.upload_started_at, Some(later));
     let (_, deleted) = gc_job(&b, &job, later + 60_000).await;
     assert_eq!(deleted, 0);
-    assert!(b.objects.head(&done.row.row.key).await.unwrap().is_some());
+    assert!(
+        b.objects
+            .head(&object_key(&done.row.row.key))
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 /// Begin an upload at `t`, put its object, and let GC mark the row (its grace passed) without
@@ -203,7 +210,11 @@ pub async fn a_late_record_leaves_a_held_object(h: &dyn Harness) {
         "{err:?}"
     );
     assert!(
-        b.objects.head(&row.row.key).await.unwrap().is_some(),
+        b.objects
+            .head(&object_key(&row.row.key))
+            .await
+            .unwrap()
+            .is_some(),
         "a held object was deleted by a late record"
     );
     let now = attempt::row(&b, &job.job_id, s, &row.row.attempt)
@@ -229,7 +240,13 @@ pub async fn a_late_record_sweeps_its_own_object_through_the_claim(h: &dyn Harne
         matches!(err, LedgerError::CollectedWhileUploading { .. }),
         "{err:?}"
     );
-    assert!(b.objects.head(&row.row.key).await.unwrap().is_none());
+    assert!(
+        b.objects
+            .head(&object_key(&row.row.key))
+            .await
+            .unwrap()
+            .is_none()
+    );
     let now = attempt::row(&b, &job.job_id, s, &row.row.attempt)
         .await
         .unwrap();
@@ -247,10 +264,15 @@ pub async fn a_late_record_sweeps_its_own_object_through_the_claim(h: &dyn Harne
         .await
         .unwrap();
     b.objects
-        .put_opts(&other.row.key, tile(5), PutOptions::create())
+        .put_opts(&object_key(&other.row.key), tile(5), PutOptions::create())
         .await
         .unwrap();
-    let found = b.objects.head(&other.row.key).await.unwrap().unwrap();
+    let found = b
+        .objects
+        .head(&object_key(&other.row.key))
+        .await
+        .unwrap()
+        .unwrap();
     if !found.metadata.contains_key(ATTEMPT_METADATA) {
         let meta = attempt::put(&b, &other.row, tile(5)).await.unwrap();
         assert_eq!(meta.e_tag, found.e_tag);

@@ -23,8 +23,6 @@ impl ObjectHarness for Memory {
     fn caps(&self) -> Capabilities {
         Capabilities {
             cross_process: false,
-            refuses_invalid_keys: true,
-            reserved_segment: None,
             // A rewrite's LastModified is pushed past the previous one's.
             last_modified_resolution: Duration::ZERO,
             min_part_size: 0,

@@ -45,10 +45,6 @@ pub struct Capabilities {
     /// The child helper (`tilegate-test-child`) can open the same stores from other
     /// processes; see [`Harness::child_urls`].
     pub cross_process: bool,
-    /// Keys failing `tilegate_core::keys::validate_key` are refused with `InvalidKey`.
-    pub refuses_invalid_keys: bool,
-    /// A first key segment the backend keeps for itself and refuses (`.tilegate` locally).
-    pub reserved_segment: Option<&'static str>,
     /// LastModified resolution (S3 keeps whole seconds): a test that needs a rewrite's
     /// LastModified to differ waits this long first.
     pub last_modified_resolution: Duration,

@@ -62,7 +62,7 @@ fn entry(job: &JobId, w: Window, size: u64) -> ManifestEntry {
     ManifestEntry {
         job_id: job.clone(),
         window: w,
-        key: Prefix::default().tile_key(job, w),
+        key: String::from(Prefix::default().tile_key(job, w)),
         size,
         e_tag: ETag::new(format!("\"etag-{w}\"")),
         origin: TileOrigin::Written,

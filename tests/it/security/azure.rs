@@ -12,6 +12,7 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex, PoisonError};
+use tilegate_tests::object_key;
 use tilegate_tests::responder::read_request;
 use tilegate_tests::{sample, tempdir, tilegate_bin};
 use tokio::io::{AsyncWriteExt as _, BufReader};
@@ -399,7 +400,7 @@ fn azure_url_lifetimes_are_bounded_and_named() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let want = rt.block_on(async {
         let store = tilegate_backends::open_objects(&objects).await.unwrap();
-        tilegate_core::object::ObjectStoreExt::get_bytes(&*store, key)
+        tilegate_core::object::ObjectStoreExt::get_bytes(&*store, &object_key(key))
             .await
             .unwrap()
             .bytes

@@ -51,12 +51,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tilegate_core::keys::{check_list_prefix, check_store_key as check_key};
+use tilegate_core::keys::check_list_prefix;
 use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, Describe, GetOptions, GetOutcome, MultipartUpload, ObjectMeta,
     ObjectStore, PartId, PutMode, PutOptions, PutOutcome,
 };
-use tilegate_core::{ETag, Retry, StoreError, StoreResult};
+use tilegate_core::{ETag, ObjectKey, Retry, StoreError, StoreResult};
 use tilegate_retry::Decision;
 use tracing::debug;
 
@@ -249,7 +249,7 @@ impl S3Store {
     /// LastModified.
     async fn written_meta(
         &self,
-        key: &str,
+        key: &ObjectKey,
         e_tag: Option<String>,
         known_size: Option<u64>,
         metadata: &BTreeMap<String, String>,
@@ -258,7 +258,7 @@ impl S3Store {
             // No ETag in the answer (a non-conforming S3): describe whatever is there.
             return self.head(key).await?.ok_or_else(|| StoreError::NotFound {
                 what: "object",
-                key: key.to_owned(),
+                key: key.to_string(),
             });
         };
         match self.head_raw(key, Some(&e_tag)).await {
@@ -278,9 +278,9 @@ impl S3Store {
                         },
                     ));
                 };
-                debug!(store = "s3", key, e_tag = %e_tag, "object replaced right after the write; reporting the write's own metadata");
+                debug!(store = "s3", key = %key, e_tag = %e_tag, "object replaced right after the write; reporting the write's own metadata");
                 Ok(ObjectMeta {
-                    key: key.to_owned(),
+                    key: key.to_string(),
                     size,
                     e_tag,
                     last_modified: now_whole_seconds(),
@@ -299,19 +299,22 @@ impl ObjectStore for S3Store {
         "s3"
     }
 
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        check_key(key)?;
+    async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
         self.head_raw(key, None)
             .await
             .map_err(|f| f.into_store("head", key))
     }
 
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome> {
         self.read(key, opts).await
     }
 
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
-        check_key(key)?;
+    async fn put_opts(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        opts: PutOptions,
+    ) -> StoreResult<PutOutcome> {
         check_metadata(&opts.metadata)?;
         let expected = expected_etag(&opts.mode)?.cloned();
         let full = self.full(key);
@@ -362,7 +365,7 @@ impl ObjectStore for S3Store {
             self.head(key),
             async |(e_tag, version)| match (describe, e_tag) {
                 (Describe::FromAnswer, Some(e_tag)) => Ok(ObjectMeta {
-                    key: key.to_owned(),
+                    key: key.to_string(),
                     size,
                     e_tag: ETag::new(e_tag),
                     last_modified: SystemTime::now(),
@@ -375,8 +378,11 @@ impl ObjectStore for S3Store {
         .await
     }
 
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
-        check_key(key)?;
+    async fn delete_opts(
+        &self,
+        key: &ObjectKey,
+        opts: DeleteOptions,
+    ) -> StoreResult<DeleteOutcome> {
         // DeleteObject answers 204 for an absent key, so absence is learnt from a HEAD. It only
         // reports: the delete itself is guarded by the If-Match it carries.
         let Some(current) = self.head(key).await? else {
@@ -385,7 +391,7 @@ impl ObjectStore for S3Store {
         if let Some(expected) = &opts.if_match
             && !current.e_tag.strong_eq(expected)
         {
-            debug!(store = "s3", key, outcome = "superseded", "delete");
+            debug!(store = "s3", key = %key, outcome = "superseded", "delete");
             return Ok(DeleteOutcome::Superseded);
         }
         let full = self.full(key);
@@ -401,11 +407,11 @@ impl ObjectStore for S3Store {
             .await;
         match r {
             Ok(_) => {
-                debug!(store = "s3", key, outcome = "deleted", "delete");
+                debug!(store = "s3", key = %key, outcome = "deleted", "delete");
                 Ok(DeleteOutcome::Deleted)
             }
             Err(f) if f.answer == Answer::PreconditionFailed => {
-                debug!(store = "s3", key, outcome = "superseded", "delete");
+                debug!(store = "s3", key = %key, outcome = "superseded", "delete");
                 Ok(DeleteOutcome::Superseded)
             }
             // S3 answers an If-Match delete of an absent key with 404 NoSuchKey.
@@ -416,8 +422,7 @@ impl ObjectStore for S3Store {
 
     /// A SigV4 presigned `GetObject`, signed locally with the configured credentials (no
     /// request). SigV4 URLs live at most 7 days; a longer `expires` is refused, not shortened.
-    async fn presign_get(&self, key: &str, expires: Duration) -> StoreResult<String> {
-        check_key(key)?;
+    async fn presign_get(&self, key: &ObjectKey, expires: Duration) -> StoreResult<String> {
         let full = self.full(key);
         let config =
             aws_sdk_s3::presigning::PresigningConfig::expires_in(expires).map_err(|e| {
@@ -482,13 +487,13 @@ impl ObjectStore for S3Store {
         Ok(out)
     }
 
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
+    async fn create_multipart(&self, key: &ObjectKey, opts: &PutOptions) -> StoreResult<String> {
         self.create_upload(key, opts).await
     }
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part_number: u32,
         bytes: Bytes,
@@ -498,7 +503,7 @@ impl ObjectStore for S3Store {
 
     async fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         parts: &[PartId],
         mode: &PutMode,
@@ -506,7 +511,7 @@ impl ObjectStore for S3Store {
         self.complete_upload(key, upload_id, parts, mode).await
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
+    async fn abort_multipart(&self, key: &ObjectKey, upload_id: &str) -> StoreResult<()> {
         self.abort_upload(key, upload_id).await
     }
 

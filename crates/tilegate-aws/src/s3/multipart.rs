@@ -15,7 +15,8 @@ use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::PoisonError;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tilegate_core::keys::{check_list_prefix, check_store_key as check_key};
+use tilegate_core::ObjectKey;
+use tilegate_core::keys::check_list_prefix;
 use tilegate_core::object::{
     Differs, MultipartUpload, ObjectStore, PartId, PutMode, PutOptions, PutOutcome,
 };
@@ -124,8 +125,11 @@ impl S3Store {
             .any(|(k, id, _)| *k == full && id == upload_id))
     }
 
-    pub(super) async fn create_upload(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
-        check_key(key)?;
+    pub(super) async fn create_upload(
+        &self,
+        key: &ObjectKey,
+        opts: &PutOptions,
+    ) -> StoreResult<String> {
         check_metadata(&opts.metadata)?;
         let full = self.full(key);
         let metadata: HashMap<String, String> = opts.metadata.clone().into_iter().collect();
@@ -147,7 +151,7 @@ impl S3Store {
         if id.is_empty() {
             return Err(StoreError::Corrupt {
                 what: "multipart upload",
-                key: key.to_owned(),
+                key: key.to_string(),
                 detail: "CreateMultipartUpload answered without an upload ID".to_owned(),
             });
         }
@@ -158,18 +162,17 @@ impl S3Store {
             }
             started.insert(id.clone(), SystemTime::now());
         }
-        debug!(store = "s3", key, upload_id = %id, "multipart upload created");
+        debug!(store = "s3", key = %key, upload_id = %id, "multipart upload created");
         Ok(id)
     }
 
     pub(super) async fn put_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part_number: u32,
         bytes: Bytes,
     ) -> StoreResult<PartId> {
-        check_key(key)?;
         let n = i32::try_from(part_number)
             .ok()
             .filter(|n| (1..=10_000).contains(n))
@@ -222,12 +225,11 @@ impl S3Store {
 
     pub(super) async fn complete_upload(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         parts: &[PartId],
         mode: &PutMode,
     ) -> StoreResult<PutOutcome> {
-        check_key(key)?;
         let expected = expected_etag(mode)?.cloned();
         // Is the upload still there? S3 answers a completion of an aborted upload with 404
         // NoSuchUpload, but moto 5.2.5 fails it with a 500 (a KeyError), which would be retried
@@ -235,7 +237,7 @@ impl S3Store {
         if !self.upload_exists(key, upload_id).await? {
             return Err(StoreError::NotFound {
                 what: "multipart upload",
-                key: key.to_owned(),
+                key: key.to_string(),
             });
         }
         if let Some(expected) = &expected {
@@ -295,7 +297,7 @@ impl S3Store {
             if f.answer == Answer::ConditionalConflict {
                 warn!(
                     store = "s3",
-                    key,
+                    key = %key,
                     upload_id,
                     "409 on CompleteMultipartUpload: the upload must be re-initiated"
                 );
@@ -309,7 +311,7 @@ impl S3Store {
                     .await?;
                 debug!(
                     store = "s3",
-                    key,
+                    key = %key,
                     upload_id,
                     outcome = "written",
                     size = meta.size,
@@ -330,8 +332,7 @@ impl S3Store {
         }
     }
 
-    pub(super) async fn abort_upload(&self, key: &str, upload_id: &str) -> StoreResult<()> {
-        check_key(key)?;
+    pub(super) async fn abort_upload(&self, key: &ObjectKey, upload_id: &str) -> StoreResult<()> {
         let full = self.full(key);
         self.sdk()
             .send_raw("abort multipart upload", &full, || {
@@ -344,7 +345,7 @@ impl S3Store {
             })
             .await
             .map_err(|f| f.into_store("abort multipart upload", key))?;
-        debug!(store = "s3", key, upload_id, "multipart upload aborted");
+        debug!(store = "s3", key = %key, upload_id, "multipart upload aborted");
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use crate::error::{Answer, AwsError, Failure, FailureOf as _, own_error};
 use crate::retry::{self, Idempotency};
 use bytes::Bytes;
 use std::ops::Range;
-use tilegate_core::keys::check_store_key as check_key;
+use tilegate_core::ObjectKey;
 use tilegate_core::object::{
     GetOptions, GetOutcome, GetResult, ObjectMeta, ObjectStore, RangeError,
 };
@@ -28,8 +28,7 @@ fn parse_content_range(v: &str) -> Option<(Range<u64>, u64)> {
 impl S3Store {
     /// A conditional, optionally ranged read: one GET where S3 can evaluate the conditions
     /// itself, else a HEAD that decides and a GET pinned to the ETag it saw.
-    pub(super) async fn read(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
-        check_key(key)?;
+    pub(super) async fn read(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome> {
         RangeError::check(opts.range.as_ref()).map_err(|e| e.into_store(key))?;
         let im = opts.if_match.as_ref().map(IfMatch::of);
         let inm = opts.if_none_match.as_ref().map(IfNoneMatch::of);
@@ -53,7 +52,7 @@ impl S3Store {
             let Some(cur) = self.head(key).await? else {
                 return Err(StoreError::NotFound {
                     what: "object",
-                    key: key.to_owned(),
+                    key: key.to_string(),
                 });
             };
             if let Some(refused) =
@@ -83,7 +82,7 @@ impl S3Store {
     /// One GET with at most one If-Match and one If-None-Match tag, which S3 evaluates.
     async fn get_once(
         &self,
-        key: &str,
+        key: &ObjectKey,
         range: Option<Range<u64>>,
         if_match: Option<&ETag>,
         if_none_match: Option<&IfNoneMatch>,
@@ -144,7 +143,7 @@ impl S3Store {
                 };
             }
         };
-        meta.key = key.to_owned();
+        meta.key = key.to_string();
         let served = match (total_and_range, &range) {
             (Some((served, total)), _) => {
                 meta.size = total;
@@ -178,12 +177,16 @@ impl S3Store {
 
     /// A 416: served as an empty read for an empty object (as the local store does), else a
     /// permanent error naming the size.
-    async fn unsatisfiable(&self, key: &str, range: Option<Range<u64>>) -> StoreResult<GetOutcome> {
+    async fn unsatisfiable(
+        &self,
+        key: &ObjectKey,
+        range: Option<Range<u64>>,
+    ) -> StoreResult<GetOutcome> {
         let r = range.unwrap_or(0..0);
         match self.head(key).await? {
             None => Err(StoreError::NotFound {
                 what: "object",
-                key: key.to_owned(),
+                key: key.to_string(),
             }),
             Some(meta) if meta.size == 0 => Ok(GetOutcome::Found(GetResult {
                 meta,

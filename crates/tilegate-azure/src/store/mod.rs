@@ -30,8 +30,8 @@ use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, MultipartUpload, ObjectMeta, ObjectStore,
     PartId, PutMode, PutOptions, PutOutcome,
 };
-use tilegate_core::{Retry, StoreError, StoreResult};
-use tilegate_retry::record::{RESERVED, check_key};
+use tilegate_core::{ObjectKey, Retry, StoreError, StoreResult};
+use tilegate_retry::record::RESERVED;
 use tilegate_retry::{Idempotency, RetryPolicy, run};
 
 /// An [`ObjectStore`] over one Azure Blob container and key prefix. Cheap to clone.
@@ -193,25 +193,30 @@ impl ObjectStore for AzureStore {
         "azure"
     }
 
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        check_key(key)?;
+    async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
         self.stat(key, &self.full(key))
             .await
             .map_err(|f| f.into_store("head", key))
     }
 
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
-        check_key(key)?;
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome> {
         self.get_blob(key, opts).await
     }
 
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
-        check_key(key)?;
+    async fn put_opts(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        opts: PutOptions,
+    ) -> StoreResult<PutOutcome> {
         self.put_object(key, bytes, opts).await
     }
 
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
-        check_key(key)?;
+    async fn delete_opts(
+        &self,
+        key: &ObjectKey,
+        opts: DeleteOptions,
+    ) -> StoreResult<DeleteOutcome> {
         self.delete_full(key, &self.full(key), opts.if_match.as_ref())
             .await
     }
@@ -220,8 +225,11 @@ impl ObjectStore for AzureStore {
     /// the account key; an account opened with a SAS or Entra ID cannot sign one. It lives at
     /// most [`crate::MAX_URL_LIFETIME`] (a longer or empty lifetime is refused, not
     /// shortened), and is signed for HTTPS only unless the endpoint is plain HTTP.
-    async fn presign_get(&self, key: &str, expires: std::time::Duration) -> StoreResult<String> {
-        check_key(key)?;
+    async fn presign_get(
+        &self,
+        key: &ObjectKey,
+        expires: std::time::Duration,
+    ) -> StoreResult<String> {
         let Some(signer) = &self.signer else {
             return Err(StoreError::NotImplemented {
                 operation: "sign a read URL without the account key",
@@ -264,35 +272,31 @@ impl ObjectStore for AzureStore {
         Ok(out)
     }
 
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
-        check_key(key)?;
+    async fn create_multipart(&self, key: &ObjectKey, opts: &PutOptions) -> StoreResult<String> {
         self.start_blocks(key, opts).await
     }
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part_number: u32,
         bytes: Bytes,
     ) -> StoreResult<PartId> {
-        check_key(key)?;
         self.stage(key, upload_id, part_number, bytes).await
     }
 
     async fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         parts: &[PartId],
         mode: &PutMode,
     ) -> StoreResult<PutOutcome> {
-        check_key(key)?;
         self.commit(key, upload_id, parts, mode).await
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
-        check_key(key)?;
+    async fn abort_multipart(&self, key: &ObjectKey, upload_id: &str) -> StoreResult<()> {
         self.forget(key, upload_id).await
     }
 
@@ -310,6 +314,10 @@ impl ObjectStore for AzureStore {
 mod tests {
     use super::*;
     use crate::error::AzureError;
+
+    fn object_key(k: impl AsRef<str>) -> ObjectKey {
+        ObjectKey::parse(k.as_ref()).expect("a valid key")
+    }
 
     #[test]
     fn an_entra_client_carries_no_sas_and_needs_https() {
@@ -395,7 +403,7 @@ mod tests {
         ] {
             let store = AzureStore::connect_with("az://acct1/tiles/p", &keyed(endpoint)).unwrap();
             let url = store
-                .presign_get("a.tif", Duration::from_secs(3600))
+                .presign_get(&object_key("a.tif"), Duration::from_secs(3600))
                 .await
                 .unwrap();
             assert!(
@@ -403,7 +411,12 @@ mod tests {
                 "{url}"
             );
             assert!(url.contains(&format!("&spr={spr}&")), "{url}");
-            assert!(store.presign_get("a.tif", 7 * day).await.is_ok());
+            assert!(
+                store
+                    .presign_get(&object_key("a.tif"), 7 * day)
+                    .await
+                    .is_ok()
+            );
             for (asked, reason) in [
                 (8 * day, "url-lifetime-exceeded"),
                 (36_500 * day, "url-lifetime-exceeded"),
@@ -411,7 +424,10 @@ mod tests {
                 (Duration::MAX, "url-lifetime-exceeded"),
                 (Duration::ZERO, "url-lifetime-empty"),
             ] {
-                let err = store.presign_get("a.tif", asked).await.unwrap_err();
+                let err = store
+                    .presign_get(&object_key("a.tif"), asked)
+                    .await
+                    .unwrap_err();
                 assert!(!err.is_retryable());
                 let StoreError::Backend { source, .. } = &err else {
                     panic!("{asked:?}: {err}")

@@ -12,7 +12,7 @@ use std::num::NonZero;
 use tilegate_core::object::{
     DeleteOutcome, ObjectMeta, ObjectStore, PutMode, PutOptions, PutOutcome,
 };
-use tilegate_core::{ETag, StoreResult};
+use tilegate_core::{ETag, ObjectKey, StoreResult};
 use tilegate_retry::{Answer, Decision, Idempotency, conditional_write, run};
 use tracing::debug;
 
@@ -53,7 +53,7 @@ impl AzureStore {
     /// Settle a write's decision (see [`tilegate_retry::settle`]).
     pub(crate) async fn settle<T>(
         &self,
-        key: &str,
+        key: &ObjectKey,
         decision: Decision<T>,
         token: &str,
         operation: &'static str,
@@ -111,7 +111,7 @@ impl AzureStore {
     /// [`ObjectStore::put_opts`] of a checked key.
     pub(super) async fn put_object(
         &self,
-        key: &str,
+        key: &ObjectKey,
         bytes: Bytes,
         opts: PutOptions,
     ) -> StoreResult<PutOutcome> {
@@ -128,7 +128,7 @@ impl AzureStore {
         let size = bytes.len() as u64;
         self.settle(key, decision, &token, "put", async |(e_tag, modified)| {
             Ok(ObjectMeta {
-                key: key.to_owned(),
+                key: key.to_string(),
                 size,
                 e_tag: ETag::new(e_tag.map(|t| t.to_string()).unwrap_or_default()),
                 last_modified: time_of(modified),

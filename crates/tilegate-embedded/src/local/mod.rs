@@ -35,11 +35,11 @@ use tilegate_core::object::{
     DeleteOptions, DeleteOutcome, GetOptions, GetOutcome, GetResult, MultipartUpload, ObjectMeta,
     ObjectStore, PartId, PutMode, PutOptions, PutOutcome, RangeError, UpdateVersion,
 };
-use tilegate_core::{ETag, Retry, StoreError, StoreResult, keys};
+use tilegate_core::{ETag, ObjectKey, Retry, StoreError, StoreResult, keys};
 use tracing::{debug, info, warn};
 
 /// The first key segment reserved for the store's own state.
-pub const INTERNAL_DIR: &str = ".tilegate";
+pub const INTERNAL_DIR: &str = keys::STORE_RESERVED;
 
 /// Temp files older than this are crash leftovers: no write takes this long.
 const TMP_MAX_AGE: Duration = Duration::from_secs(3600);
@@ -89,10 +89,9 @@ impl LocalObjectStore {
     }
 
     /// The path of the file that holds `key` (whether or not it exists). For tools and tests
-    /// that hand objects to GDAL; the key is validated first.
-    pub fn path_of(&self, key: &str) -> StoreResult<PathBuf> {
-        check_key(key)?;
-        Ok(self.inner.root.join(key))
+    /// that hand objects to GDAL.
+    pub fn path_of(&self, key: &ObjectKey) -> PathBuf {
+        self.inner.root.join(key.as_str())
     }
 
     async fn run<T, F>(&self, operation: &'static str, key: &str, f: F) -> StoreResult<T>
@@ -103,25 +102,6 @@ impl LocalObjectStore {
         let inner = Arc::clone(&self.inner);
         blocking::run(operation, key, move || f(&inner)).await
     }
-}
-
-/// Refuse keys that fail [`keys::validate_key`] (which also rules out `..`, absolute paths and
-/// anything that could escape the root) and keys inside the internal directory.
-fn check_key(key: &str) -> StoreResult<()> {
-    let shown = || key.chars().take(200).flat_map(char::escape_debug).collect();
-    if let Err(e) = keys::validate_key(key) {
-        return Err(StoreError::InvalidKey {
-            key: shown(),
-            reason: format!("segment `{}`: {}", e.shown, e.reason),
-        });
-    }
-    if key.split('/').next() == Some(INTERNAL_DIR) {
-        return Err(StoreError::InvalidKey {
-            key: shown(),
-            reason: format!("`{INTERNAL_DIR}/` holds the local store's own state"),
-        });
-    }
-    Ok(())
 }
 
 /// `ENOENT` or `ENOTDIR`: nothing at the path (or a file where a directory would be).
@@ -226,20 +206,18 @@ impl Local {
         Ok(Some((file, meta, st)))
     }
 
-    fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        check_key(key)?;
+    fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
         Ok(self.open_object("head", key)?.map(|(_, m, _)| m))
     }
 
-    fn get(&self, key: &str, opts: &GetOptions) -> StoreResult<GetOutcome> {
-        check_key(key)?;
+    fn get(&self, key: &ObjectKey, opts: &GetOptions) -> StoreResult<GetOutcome> {
         // Open once, describe that descriptor's inode, and read from the same descriptor:
         // published files are never rewritten in place (every write is a new inode linked or
         // renamed over), so the bytes and the ETag returned are of one version.
         let Some((file, meta, _)) = self.open_object("get", key)? else {
             return Err(StoreError::NotFound {
                 what: "object",
-                key: key.to_owned(),
+                key: key.to_string(),
             });
         };
         // If-Match first, as RFC 9110 §13.2.2 orders the preconditions.
@@ -267,8 +245,7 @@ impl Local {
         }))
     }
 
-    fn put(&self, key: &str, bytes: &[u8], opts: PutOptions) -> StoreResult<PutOutcome> {
-        check_key(key)?;
+    fn put(&self, key: &ObjectKey, bytes: &[u8], opts: PutOptions) -> StoreResult<PutOutcome> {
         let staged = Staged::write(&self.tmp, bytes).map_err(|e| io_error("put", key, e))?;
         self.publish("put", key, staged, &opts.mode, opts.metadata)
     }
@@ -481,8 +458,7 @@ impl Local {
         }))
     }
 
-    fn delete(&self, key: &str, opts: &DeleteOptions) -> StoreResult<DeleteOutcome> {
-        check_key(key)?;
+    fn delete(&self, key: &ObjectKey, opts: &DeleteOptions) -> StoreResult<DeleteOutcome> {
         // Every delete takes the lock, conditional or not: an unlocked unlink between an
         // Update's compare and its rename would let the Update resurrect the object.
         let _lock = fsx::lock("delete", key, &self.lock_path(key))?;
@@ -492,7 +468,7 @@ impl Local {
         if let Some(expected) = &opts.if_match
             && !meta.e_tag.strong_eq(expected)
         {
-            debug!(store = "local", key, outcome = "superseded", "delete");
+            debug!(store = "local", key = %key, outcome = "superseded", "delete");
             return Ok(DeleteOutcome::Superseded);
         }
         let dest = self.path_of(key);
@@ -504,7 +480,7 @@ impl Local {
         let parent = dest.parent().unwrap_or(&self.root);
         fsync_dir(parent).map_err(|e| io_error("delete", key, e))?;
         sidecar::remove(&sidecar::path(&self.meta, key, &st));
-        debug!(store = "local", key, outcome = "deleted", "delete");
+        debug!(store = "local", key = %key, outcome = "deleted", "delete");
         Ok(DeleteOutcome::Deleted)
     }
 
@@ -512,21 +488,8 @@ impl Local {
     /// `a/b` matches `a/b.tif` and `a/bc/d`), sorted by key. Files whose names are not valid
     /// keys (a person's `notes.txt~`) cannot be addressed and are skipped.
     fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectMeta>> {
-        let (dir, rest) = prefix.rsplit_once('/').unwrap_or(("", prefix));
-        let bad_rest = !rest
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if (!dir.is_empty() && keys::validate_key(dir).is_err()) || bad_rest {
-            return Err(StoreError::InvalidKey {
-                key: prefix
-                    .chars()
-                    .take(200)
-                    .flat_map(char::escape_debug)
-                    .collect(),
-                reason: "a list prefix is a key prefix: segments of A-Z, a-z, 0-9, `.`, `_`, `-`"
-                    .to_owned(),
-            });
-        }
+        keys::check_list_prefix(prefix)?;
+        let dir = prefix.rsplit_once('/').map_or("", |(dir, _)| dir);
         if dir.split('/').next() == Some(INTERNAL_DIR) {
             return Ok(Vec::new());
         }
@@ -593,22 +556,31 @@ impl ObjectStore for LocalObjectStore {
         "local"
     }
 
-    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+    async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
         let k = key.to_owned();
         self.run("head", key, move |l| l.head(&k)).await
     }
 
-    async fn get_opts(&self, key: &str, opts: GetOptions) -> StoreResult<GetOutcome> {
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions) -> StoreResult<GetOutcome> {
         let k = key.to_owned();
         self.run("get", key, move |l| l.get(&k, &opts)).await
     }
 
-    async fn put_opts(&self, key: &str, bytes: Bytes, opts: PutOptions) -> StoreResult<PutOutcome> {
+    async fn put_opts(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        opts: PutOptions,
+    ) -> StoreResult<PutOutcome> {
         let k = key.to_owned();
         self.run("put", key, move |l| l.put(&k, &bytes, opts)).await
     }
 
-    async fn delete_opts(&self, key: &str, opts: DeleteOptions) -> StoreResult<DeleteOutcome> {
+    async fn delete_opts(
+        &self,
+        key: &ObjectKey,
+        opts: DeleteOptions,
+    ) -> StoreResult<DeleteOutcome> {
         let k = key.to_owned();
         self.run("delete", key, move |l| l.delete(&k, &opts)).await
     }
@@ -618,7 +590,7 @@ impl ObjectStore for LocalObjectStore {
         self.run("list", prefix, move |l| l.list(&p)).await
     }
 
-    async fn create_multipart(&self, key: &str, opts: &PutOptions) -> StoreResult<String> {
+    async fn create_multipart(&self, key: &ObjectKey, opts: &PutOptions) -> StoreResult<String> {
         let k = key.to_owned();
         let metadata = opts.metadata.clone();
         self.run("create multipart upload", key, move |l| {
@@ -629,7 +601,7 @@ impl ObjectStore for LocalObjectStore {
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part_number: u32,
         bytes: Bytes,
@@ -643,7 +615,7 @@ impl ObjectStore for LocalObjectStore {
 
     async fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         parts: &[PartId],
         mode: &PutMode,
@@ -660,7 +632,7 @@ impl ObjectStore for LocalObjectStore {
         .await
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> StoreResult<()> {
+    async fn abort_multipart(&self, key: &ObjectKey, upload_id: &str) -> StoreResult<()> {
         let (k, id) = (key.to_owned(), upload_id.to_owned());
         self.run("abort multipart upload", key, move |l| {
             l.abort_multipart(&k, &id)

@@ -11,8 +11,8 @@
 //! each part's length and the staged object's size against the sizes the caller was given
 //! before publishing anything (`CompletionMismatch` otherwise).
 
+use super::Local;
 use super::fsx::{Staged, TempFile, etag_of, fsync_dir, hash_path, lock, write_all_at};
-use super::{Local, check_key};
 use crate::error::{EmbeddedError, io_error, own_error};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -20,6 +20,7 @@ use std::fs::{self, File};
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tilegate_core::ObjectKey;
 use tilegate_core::object::{
     CompletionMismatch, MultipartUpload, PartId, PutMode, PutOutcome, check_completed,
 };
@@ -140,14 +141,13 @@ impl Local {
 
     pub(super) fn create_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         metadata: BTreeMap<String, String>,
     ) -> StoreResult<String> {
         const OP: &str = "create multipart upload";
-        check_key(key)?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let info = UploadInfo {
-            key: key.to_owned(),
+            key: key.to_string(),
             initiated_ms: now_millis(),
             metadata,
         };
@@ -168,19 +168,18 @@ impl Local {
             let _ = fs::remove_dir_all(&staging);
             return Err(io_error(OP, key, e));
         }
-        debug!(store = "local", key, upload_id = %id, "multipart upload created");
+        debug!(store = "local", key = %key, upload_id = %id, "multipart upload created");
         Ok(id)
     }
 
     pub(super) fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         id: &str,
         part_number: u32,
         bytes: &[u8],
     ) -> StoreResult<PartId> {
         const OP: &str = "upload part";
-        check_key(key)?;
         if part_number == 0 || part_number > MAX_PART_NUMBER {
             return Err(own_error(
                 OP,
@@ -260,13 +259,12 @@ impl Local {
 
     pub(super) fn complete_multipart(
         &self,
-        key: &str,
+        key: &ObjectKey,
         id: &str,
         parts: &[PartId],
         mode: &PutMode,
     ) -> StoreResult<PutOutcome> {
         const OP: &str = "complete multipart upload";
-        check_key(key)?;
         let (dir, _) = self.upload(OP, key, id)?;
         let _lock = lock(OP, key, &dir.join(LOCK_FILE))?;
         let (dir, info) = self.upload(OP, key, id)?;
@@ -314,7 +312,7 @@ impl Local {
         // whose size is not the parts' is refused before anything is published.
         let staged_size = staged.stat().map_err(|e| io_error(OP, key, e))?.size;
         if let Err(differs) = check_completed(parts, staged_size) {
-            warn!(store = "local", key, upload_id = id, %differs, "completed upload is not what its parts make; nothing published");
+            warn!(store = "local", key = %key, upload_id = id, %differs, "completed upload is not what its parts make; nothing published");
             return Err(CompletionMismatch {
                 differs,
                 withdrawn: true,
@@ -335,10 +333,10 @@ impl Local {
         if out.is_err() {
             // A fault (not an outcome): hand the upload back so the caller can retry or abort.
             if let Err(e) = fs::rename(&claimed, &dir) {
-                warn!(store = "local", key, upload_id = id, error = %e, "restore upload after a failed completion");
+                warn!(store = "local", key = %key, upload_id = id, error = %e, "restore upload after a failed completion");
             }
         } else if let Err(e) = fs::remove_dir_all(&claimed) {
-            warn!(store = "local", key, upload_id = id, error = %e, "remove completed upload (the sweep will retry)");
+            warn!(store = "local", key = %key, upload_id = id, error = %e, "remove completed upload (the sweep will retry)");
         }
         out
     }
@@ -477,9 +475,8 @@ impl Local {
         })
     }
 
-    pub(super) fn abort_multipart(&self, key: &str, id: &str) -> StoreResult<()> {
+    pub(super) fn abort_multipart(&self, key: &ObjectKey, id: &str) -> StoreResult<()> {
         const OP: &str = "abort multipart upload";
-        check_key(key)?;
         let (dir, _) = self.upload(OP, key, id)?;
         // Move it out of uploads/ first (atomic), then delete at leisure: a part upload racing
         // the abort then fails cleanly instead of repopulating a half-deleted directory.
@@ -490,11 +487,11 @@ impl Local {
             Err(e) => return Err(io_error(OP, key, e)),
         }
         if let Err(e) = fs::remove_dir_all(&doomed) {
-            warn!(store = "local", key, upload_id = id, error = %e, "remove aborted upload (the sweep will retry)");
+            warn!(store = "local", key = %key, upload_id = id, error = %e, "remove aborted upload (the sweep will retry)");
         }
         debug!(
             store = "local",
-            key,
+            key = %key,
             upload_id = id,
             "multipart upload aborted"
         );
@@ -507,6 +504,7 @@ impl Local {
         older_than: Option<SystemTime>,
     ) -> StoreResult<Vec<MultipartUpload>> {
         const OP: &str = "list multipart uploads";
+        tilegate_core::keys::check_list_prefix(prefix)?;
         let entries = fs::read_dir(&self.uploads).map_err(|e| io_error(OP, prefix, e))?;
         let mut out = Vec::new();
         for entry in entries {

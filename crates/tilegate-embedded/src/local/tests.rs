@@ -5,6 +5,10 @@
 use super::*;
 use tilegate_core::object::ObjectStoreExt as _;
 
+fn object_key(k: impl AsRef<str>) -> ObjectKey {
+    ObjectKey::parse(k.as_ref()).expect("a valid key")
+}
+
 fn store() -> (tempfile::TempDir, LocalObjectStore) {
     let dir = tempfile::tempdir().unwrap();
     let s = LocalObjectStore::open(dir.path()).unwrap();
@@ -24,12 +28,12 @@ async fn a_file_dropped_in_by_a_person_is_an_object() {
     let (dir, s) = store();
     fs::create_dir_all(dir.path().join("in")).unwrap();
     fs::write(dir.path().join("in/scene.tif"), b"hand-made").unwrap();
-    let meta = s.head("in/scene.tif").await.unwrap().unwrap();
+    let meta = s.head(&object_key("in/scene.tif")).await.unwrap().unwrap();
     assert_eq!(meta.e_tag, content_etag(b"hand-made"));
     assert_eq!(meta.size, 9);
     let out = s
         .put_update(
-            "in/scene.tif",
+            &object_key("in/scene.tif"),
             Bytes::from_static(b"v2"),
             UpdateVersion::from(&meta),
         )
@@ -45,12 +49,12 @@ async fn a_file_dropped_in_by_a_person_is_an_object() {
 #[tokio::test]
 async fn an_in_place_rewrite_invalidates_the_sidecar() {
     let (dir, s) = store();
-    s.put_create("k/a", Bytes::from_static(b"first"))
+    s.put_create(&object_key("k/a"), Bytes::from_static(b"first"))
         .await
         .unwrap();
     // A person rewrites the file in place (same inode, new size and mtime).
     fs::write(dir.path().join("k/a"), b"second, longer").unwrap();
-    let meta = s.head("k/a").await.unwrap().unwrap();
+    let meta = s.head(&object_key("k/a")).await.unwrap().unwrap();
     assert_eq!(meta.e_tag, content_etag(b"second, longer"));
 }
 
@@ -76,11 +80,11 @@ async fn create_keeps_the_sidecar_on_the_object_and_leaves_no_temp_files() {
     let (dir, s) = store();
     let mut opts = PutOptions::create();
     opts.metadata.insert("attempt".into(), "a1".into());
-    s.put_opts("k/a", Bytes::from_static(b"1"), opts.clone())
+    s.put_opts(&object_key("k/a"), Bytes::from_static(b"1"), opts.clone())
         .await
         .unwrap();
     let second = s
-        .put_opts("k/a", Bytes::from_static(b"2"), opts)
+        .put_opts(&object_key("k/a"), Bytes::from_static(b"2"), opts)
         .await
         .unwrap();
     assert_eq!(second, PutOutcome::AlreadyPresent);
@@ -90,10 +94,10 @@ async fn create_keeps_the_sidecar_on_the_object_and_leaves_no_temp_files() {
     assert_eq!(count_files(&internal.join("meta")), 0);
     let attr = sidecar_attr(&dir.path().join("k/a")).expect("the sidecar attribute");
     assert!(attr.contains(r#""attempt":"a1""#), "{attr}");
-    let meta = s.head("k/a").await.unwrap().unwrap();
+    let meta = s.head(&object_key("k/a")).await.unwrap().unwrap();
     assert_eq!(meta.metadata.get("attempt").map(String::as_str), Some("a1"));
 
-    s.delete_opts("k/a", DeleteOptions::default())
+    s.delete_opts(&object_key("k/a"), DeleteOptions::default())
         .await
         .unwrap();
     assert!(!dir.path().join("k/a").exists());
@@ -102,13 +106,20 @@ async fn create_keeps_the_sidecar_on_the_object_and_leaves_no_temp_files() {
 #[tokio::test]
 async fn update_replaces_the_sidecar() {
     let (dir, s) = store();
-    let PutOutcome::Written(m) = s.put_create("k/a", Bytes::from_static(b"1")).await.unwrap()
+    let PutOutcome::Written(m) = s
+        .put_create(&object_key("k/a"), Bytes::from_static(b"1"))
+        .await
+        .unwrap()
     else {
         panic!("not written")
     };
-    s.put_update("k/a", Bytes::from_static(b"2"), UpdateVersion::from(&m))
-        .await
-        .unwrap();
+    s.put_update(
+        &object_key("k/a"),
+        Bytes::from_static(b"2"),
+        UpdateVersion::from(&m),
+    )
+    .await
+    .unwrap();
     let attr = sidecar_attr(&dir.path().join("k/a")).expect("the sidecar attribute");
     let etag = content_etag(b"2");
     assert!(attr.contains(etag.as_str().trim_matches('"')), "{attr}");
@@ -122,7 +133,7 @@ async fn a_sidecar_file_from_an_older_data_directory_is_still_read() {
     let (dir, s) = store();
     let mut opts = PutOptions::create();
     opts.metadata.insert("attempt".into(), "old".into());
-    s.put_opts("k/a", Bytes::from_static(b"1"), opts)
+    s.put_opts(&object_key("k/a"), Bytes::from_static(b"1"), opts)
         .await
         .unwrap();
     let path = dir.path().join("k/a");
@@ -138,7 +149,7 @@ async fn a_sidecar_file_from_an_older_data_directory_is_still_read() {
         let r = unsafe { libc::removexattr(p.as_ptr(), c"user.tilegate.sidecar".as_ptr()) };
         assert_eq!(r, 0);
     }
-    let meta = s.head("k/a").await.unwrap().unwrap();
+    let meta = s.head(&object_key("k/a")).await.unwrap().unwrap();
     assert_eq!(
         meta.metadata.get("attempt").map(String::as_str),
         Some("old")
@@ -148,16 +159,15 @@ async fn a_sidecar_file_from_an_older_data_directory_is_still_read() {
 #[tokio::test]
 async fn internal_directory_is_neither_addressable_nor_listed() {
     let (_dir, s) = store();
-    s.put_create("x", Bytes::from_static(b"1")).await.unwrap();
-    let err = s
-        .put_create(".tilegate/tmp/evil", Bytes::from_static(b"1"))
+    s.put_create(&object_key("x"), Bytes::from_static(b"1"))
         .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::InvalidKey { .. }), "{err:?}");
-    assert!(matches!(
-        s.head(".tilegate/meta").await.unwrap_err(),
-        StoreError::InvalidKey { .. }
-    ));
+        .unwrap();
+    // No key can name it: an ObjectKey's first segment is never `.tilegate`.
+    assert_eq!(INTERNAL_DIR, keys::STORE_RESERVED);
+    for inside in [".tilegate/tmp/evil", ".tilegate/meta"] {
+        let err = ObjectKey::checked(inside).unwrap_err();
+        assert!(matches!(err, StoreError::InvalidKey { .. }), "{err:?}");
+    }
     let keys: Vec<String> = s
         .list("")
         .await
@@ -193,18 +203,20 @@ fn open_sweeps_old_temp_files_only() {
 #[tokio::test]
 async fn an_object_cannot_also_be_a_directory() {
     let (_dir, s) = store();
-    s.put_create("a/b", Bytes::from_static(b"1")).await.unwrap();
+    s.put_create(&object_key("a/b"), Bytes::from_static(b"1"))
+        .await
+        .unwrap();
     let err = s
-        .put_create("a/b/c", Bytes::from_static(b"2"))
+        .put_create(&object_key("a/b/c"), Bytes::from_static(b"2"))
         .await
         .unwrap_err();
     assert!(!err.is_retryable(), "{err:?}");
     let err = s
-        .put_create("a", Bytes::from_static(b"3"))
+        .put_create(&object_key("a"), Bytes::from_static(b"3"))
         .await
         .unwrap_err();
     assert!(!err.is_retryable(), "{err:?}");
-    assert!(s.head("a").await.unwrap().is_none());
+    assert!(s.head(&object_key("a")).await.unwrap().is_none());
 }
 
 #[test]
@@ -227,24 +239,26 @@ fn range_resolution() {
 async fn multipart_part_etag_mismatch_is_refused_and_upload_kept() {
     let (_dir, s) = store();
     let id = s
-        .create_multipart("m/x", &PutOptions::default())
+        .create_multipart(&object_key("m/x"), &PutOptions::default())
         .await
         .unwrap();
     let mut p = s
-        .upload_part("m/x", &id, 1, Bytes::from_static(b"abc"))
+        .upload_part(&object_key("m/x"), &id, 1, Bytes::from_static(b"abc"))
         .await
         .unwrap();
     p.e_tag = ETag::new("\"wrong\"");
     let err = s
-        .complete_multipart("m/x", &id, &[p], &PutMode::Create)
+        .complete_multipart(&object_key("m/x"), &id, &[p], &PutMode::Create)
         .await
         .unwrap_err();
     assert!(!err.is_retryable());
     assert_eq!(s.list_multipart("m/", None).await.unwrap().len(), 1);
-    assert!(s.head("m/x").await.unwrap().is_none());
+    assert!(s.head(&object_key("m/x")).await.unwrap().is_none());
     // An upload ID is never a path.
     assert!(matches!(
-        s.abort_multipart("m/x", "../../x").await.unwrap_err(),
+        s.abort_multipart(&object_key("m/x"), "../../x")
+            .await
+            .unwrap_err(),
         StoreError::NotFound { .. }
     ));
 }
@@ -256,29 +270,29 @@ async fn a_failed_completion_leaves_the_upload_completable() {
     let (dir, s) = store();
     let key = "blocked/scene.tif";
     let id = s
-        .create_multipart(key, &PutOptions::create())
+        .create_multipart(&object_key(key), &PutOptions::create())
         .await
         .unwrap();
     let (one, two) = (vec![1u8; 4096], vec![2u8; 1000]);
     let parts = vec![
-        s.upload_part(key, &id, 1, Bytes::from(one.clone()))
+        s.upload_part(&object_key(key), &id, 1, Bytes::from(one.clone()))
             .await
             .unwrap(),
-        s.upload_part(key, &id, 2, Bytes::from(two.clone()))
+        s.upload_part(&object_key(key), &id, 2, Bytes::from(two.clone()))
             .await
             .unwrap(),
     ];
     // A file where the key's directory must go: publishing fails with an I/O error.
     fs::write(dir.path().join("blocked"), b"in the way").unwrap();
     let failed = s
-        .complete_multipart(key, &id, &parts, &PutMode::Create)
+        .complete_multipart(&object_key(key), &id, &parts, &PutMode::Create)
         .await;
     assert!(failed.is_err(), "{failed:?}");
     assert_eq!(s.list_multipart("", None).await.unwrap().len(), 1);
 
     fs::remove_file(dir.path().join("blocked")).unwrap();
     let out = s
-        .complete_multipart(key, &id, &parts, &PutMode::Create)
+        .complete_multipart(&object_key(key), &id, &parts, &PutMode::Create)
         .await
         .unwrap();
     let PutOutcome::Written(meta) = out else {
