@@ -1,0 +1,187 @@
+//! `assemble`, `repair` and `cleanup-uploads`: the commands that write or withdraw outputs
+//! after the windows are done.
+
+use super::{EXIT_MANIFEST_SHORT, find_job};
+use crate::args::{AssembleArgs, AssembleFlags, CleanupArgs, RepairArgs};
+use crate::errors::refused;
+use crate::output::{self, Out};
+use anyhow::Context;
+use serde_json::json;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tilegate_core::Backends;
+use tilegate_core::metrics::{self as m, Counters};
+
+pub(crate) fn assemble_options(
+    f: &AssembleFlags,
+) -> anyhow::Result<tilegate_assembler::AssembleOptions> {
+    let mut o = tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner("assemble"));
+    o.multipart_threshold = f.multipart_threshold;
+    o.part_size = f.part_size;
+    o.lease_ttl = Duration::from_millis(f.lease_ttl_ms.max(1));
+    o.resampling = match f.resampling.as_str() {
+        "average" => tilegate_cogwrite::Resampling::Average,
+        "nearest" => tilegate_cogwrite::Resampling::Nearest,
+        other => {
+            return Err(refused(
+                "bad-option",
+                format!("unknown resampling `{other}`: expected average or nearest"),
+            ));
+        }
+    };
+    o.pause_renewals_after_parts = f.test_pause_renewals_after_parts;
+    o.part_delay = Duration::from_millis(f.test_part_delay_ms);
+    Ok(o)
+}
+
+pub(super) fn assemble_doc(
+    r: &tilegate_assembler::AssembleReport,
+    counters: &Counters,
+) -> serde_json::Value {
+    let mut doc = json!({
+        "job_id": r.job_id,
+        "outcome": r.outcome.as_str(),
+        "scene_key": r.scene_key,
+        "scene_etag": r.scene_etag,
+        "scene_size": r.scene_size,
+        "assembly_path": r.path.map(|p| format!("{p:?}")),
+        "multipart": r.multipart,
+        "build_s": r.build_s,
+        "upload_s": r.upload_s,
+        "reduced_windows_reused": r.reduced_windows_reused,
+        "claims_won_total": counters.get(m::CLAIMS_WON),
+        "claims_lost_total": counters.get(m::CLAIMS_LOST),
+        "multipart_bytes_uploaded_total": counters.get(m::MULTIPART_BYTES_UPLOADED),
+    });
+    if let tilegate_assembler::AssembleOutcome::HeldBy { owner, expires_at } = &r.outcome {
+        doc["held_by"] = json!({ "owner": owner, "expires_at_ms": expires_at });
+    }
+    doc
+}
+
+pub(super) async fn assemble_cmd(
+    out: &Out,
+    b: &Backends,
+    a: AssembleArgs,
+) -> anyhow::Result<ExitCode> {
+    let job = find_job(b, a.job.as_deref()).await?;
+    tilegate_retry::meter::set_job(&job.job_id);
+    let counters = Counters::new();
+    let started = Instant::now();
+    let assembled =
+        tilegate_assembler::assemble(b, &job.job_id, &assemble_options(&a.flags)?, &counters).await;
+    tilegate_pipeline::run::record_job_counts(b, &job.job_id, &counters).await;
+    match assembled {
+        Ok(r) => {
+            let mut doc = assemble_doc(&r, &counters);
+            doc["elapsed_s"] = json!(started.elapsed().as_secs_f64());
+            out.emit(&doc, || output::assemble_text(&doc));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ tilegate_assembler::AssembleError::Incomplete { .. }) => {
+            let tilegate_assembler::AssembleError::Incomplete {
+                have,
+                want,
+                missing,
+                ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            let doc = json!({
+                "job_id": job.job_id,
+                "outcome": "incomplete",
+                "manifest_rows": have,
+                "windows": want,
+                "missing": missing.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+            });
+            if out.json {
+                out.emit(&doc, String::new);
+            }
+            eprintln!(
+                "tilegate: error: {}",
+                tilegate_core::redact::redact(&e.to_string())
+            );
+            Ok(ExitCode::from(EXIT_MANIFEST_SHORT))
+        }
+        Err(e) => Err(anyhow::Error::new(e)),
+    }
+}
+
+pub(super) async fn repair_cmd(out: &Out, b: &Backends, a: RepairArgs) -> anyhow::Result<ExitCode> {
+    let job = find_job(b, Some(&a.job)).await?;
+    let window = tilegate_core::Window::parse(&a.window).with_context(|| {
+        format!(
+            "`{}` is not a window: expected ROW_COL, e.g. 3_12",
+            a.window
+        )
+    })?;
+    let policy = crate::sources::of(&job.tenant);
+    let prepared = tilegate_worker::repair::prepare(b, &policy, &job.job_id, window).await?;
+    let key = prepared.key.clone();
+    let outcome = tilegate_worker::repair::commit(b, prepared).await?;
+    let doc = match &outcome {
+        tilegate_worker::repair::RepairOutcome::Written { e_tag, size } => {
+            json!({"outcome": "written", "key": key, "e_tag": e_tag, "size": size})
+        }
+        tilegate_worker::repair::RepairOutcome::Superseded => {
+            json!({"outcome": "superseded", "key": key})
+        }
+    };
+    out.emit(&doc, || match &outcome {
+        tilegate_worker::repair::RepairOutcome::Written { e_tag, .. } => {
+            format!("repaired {key} (now {e_tag})")
+        }
+        tilegate_worker::repair::RepairOutcome::Superseded => {
+            format!("{key} changed while it was recomputed; left the newer tile in place")
+        }
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn cleanup_uploads(
+    out: &Out,
+    b: &Backends,
+    a: CleanupArgs,
+) -> anyhow::Result<ExitCode> {
+    let cutoff = std::time::SystemTime::now() - Duration::from_secs(a.older_than_s);
+    let stale = b.objects.list_multipart("", Some(cutoff)).await?;
+    let mut uploads = Vec::new();
+    for u in &stale {
+        b.objects
+            .abort_multipart(&tilegate_core::ObjectKey::checked(&u.key)?, &u.upload_id)
+            .await?;
+        // Against the ledger: an attempt's upload names its row; anything else is a
+        // deterministic scene's (the claim gate's) or foreign.
+        let ledger = match tilegate_ledger::parse_attempt_key(&u.key) {
+            Some((job, subject, attempt)) => {
+                match b.ledger.get_attempt(&job, subject, &attempt).await? {
+                    Some(r) => json!({"attempt": attempt, "state": r.row.state.name(),
+                        "note": if r.row.state == tilegate_core::ledger::AttemptState::Uploading {
+                            "its row stays `uploading`; gc collects it after the upload grace"
+                        } else { "its row does not depend on this upload" }}),
+                    None => {
+                        json!({"attempt": attempt, "state": null, "note": "no ledger row: not tilegate's"})
+                    }
+                }
+            }
+            None => serde_json::Value::Null,
+        };
+        uploads.push(json!({"key": u.key, "upload_id": u.upload_id, "ledger": ledger}));
+    }
+    let doc = json!({"aborted": stale.len(), "uploads": uploads});
+    out.emit(&doc, || {
+        let mut t = format!("aborted {} stale multipart upload(s)", stale.len());
+        for u in &uploads {
+            if let Some(state) = u["ledger"]["state"].as_str() {
+                t.push_str(&format!(
+                    "\n  {} (attempt {}, row {state})",
+                    u["key"].as_str().unwrap_or(""),
+                    u["ledger"]["attempt"].as_str().unwrap_or("")
+                ));
+            }
+        }
+        t
+    });
+    Ok(ExitCode::SUCCESS)
+}
