@@ -576,7 +576,11 @@ fn tenants_are_apart_and_urls_are_theirs(target: Target) {
             let err = rt
                 .block_on(url::grant(&b, &job_a, s, &acme, fifteen, now))
                 .unwrap_err();
-            assert_eq!(err.reason_code(), "storage", "{err}");
+            assert_eq!(
+                err.reason_code(),
+                tilegate_core::Reason::StorageRefused,
+                "{err}"
+            );
         }
         _ => {
             // 15 minutes asked, well inside the hour of retention.
@@ -1023,7 +1027,11 @@ fn tenant_urls_on_azure_and_gcs() {
                 let err = rt
                     .block_on(url::grant(&b, &job_a, s, &me, asked, now))
                     .unwrap_err();
-                assert_eq!(err.reason_code(), "storage", "{err}");
+                assert_eq!(
+                    err.reason_code(),
+                    tilegate_core::Reason::StorageRefused,
+                    "{err}"
+                );
                 assert!(
                     format!("{:?}", err).contains("sign"),
                     "named refusal: {err:?}"

@@ -5,6 +5,7 @@ mod aws_pipeline;
 mod azure_sas;
 mod bad_input;
 mod chaos;
+mod cli;
 mod clouds;
 mod cog;
 mod conformance;

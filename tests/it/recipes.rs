@@ -607,3 +607,45 @@ fn plan_from_a_list_plans_one_job_per_source_and_status_lists_them() {
     let text = String::from_utf8_lossy(&tg(&data, &["status"], &[]).stdout).into_owned();
     assert!(text.contains("recent jobs"), "{text}");
 }
+
+/// `tilegate recipes` lists what `--recipe` accepts — what `run --help` points to: the
+/// built-in recipes with their flags, and a binary's own with its parameters.
+#[test]
+fn recipes_lists_the_built_in_and_the_registered_recipes() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let names = |bin: &Path| -> Vec<(String, String)> {
+        let doc = run_json(bin, &data, &["recipes"]);
+        doc["recipes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                assert!(!r["summary"].as_str().unwrap().is_empty(), "{r}");
+                (
+                    r["name"].as_str().unwrap().to_owned(),
+                    r["kind"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let built_in: Vec<(String, String)> = ["copy", "warp", "expr", "ndvi", "noop"]
+        .iter()
+        .map(|n| ((*n).to_owned(), "built-in".to_owned()))
+        .collect();
+    assert_eq!(names(&tilegate_bin()), built_in);
+    let mut with_median = built_in.clone();
+    with_median.push(("median".to_owned(), "registered".to_owned()));
+    assert_eq!(names(&median_bin()), with_median);
+    let doc = run_json(&median_bin(), &data, &["recipes"]);
+    assert_eq!(doc["recipes"][5]["params"][0]["name"], "radius");
+    let help = tg(&data, &["run", "--help"], &[]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("tilegate recipes"));
+    let text = tg(&data, &["recipes"], &[]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("warp (built-in): reproject onto a target grid"),
+        "{text}"
+    );
+}

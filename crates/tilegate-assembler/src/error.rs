@@ -1,6 +1,7 @@
 //! Why assembly was refused or failed, with a reason code for scripts and whether a retry
 //! may succeed.
 
+use tilegate_core::Reason;
 use tilegate_core::object::CompletionMismatch;
 use tilegate_core::{ETag, JobId, StoreError, Window};
 
@@ -69,15 +70,15 @@ fn shown(missing: &[Window]) -> String {
 
 impl AssembleError {
     /// A short name of the failure, for scripts.
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
-            Self::UnknownJob(_) => "unknown-job",
-            Self::Incomplete { .. } => "incomplete",
-            Self::SizeMismatch { .. } => "manifest-size-mismatch",
-            Self::ETagMismatch { .. } => "manifest-etag-mismatch",
+            Self::UnknownJob(_) => Reason::UnknownJob,
+            Self::Incomplete { .. } => Reason::Incomplete,
+            Self::SizeMismatch { .. } => Reason::ManifestSizeMismatch,
+            Self::ETagMismatch { .. } => Reason::ManifestEtagMismatch,
             Self::Build { source, .. } => source.reason_code(),
-            Self::PublishedMismatch { .. } => "published-scene-mismatch",
-            Self::Store(_) => "storage",
+            Self::PublishedMismatch { .. } => Reason::PublishedSceneMismatch,
+            Self::Store(e) => Reason::storage(e.is_retryable()),
         }
     }
 

@@ -16,6 +16,7 @@
 use crate::names::Rule;
 use azure_core::error::ErrorKind;
 use std::time::Duration;
+use tilegate_core::Reason;
 use tilegate_retry::Answer;
 
 /// Classify one Azure answer by its status and `x-ms-error-code`.
@@ -106,13 +107,13 @@ pub enum AzureError {
 
 impl AzureError {
     /// A stable kebab-case name of what was refused, for a refusal this crate makes itself
-    /// (`storage` for every other error).
-    pub fn reason_code(&self) -> &'static str {
+    /// (`storage-refused` for every other error: what this crate refuses, it refuses for good).
+    pub fn reason_code(&self) -> Reason {
         match self {
-            Self::Forbidden { .. } => "source-forbidden",
-            Self::UrlLifetime { asked } if asked.is_zero() => "url-lifetime-empty",
-            Self::UrlLifetime { .. } => "url-lifetime-exceeded",
-            _ => "storage",
+            Self::Forbidden { .. } => Reason::SourceForbidden,
+            Self::UrlLifetime { asked } if asked.is_zero() => Reason::UrlLifetimeEmpty,
+            Self::UrlLifetime { .. } => Reason::UrlLifetimeExceeded,
+            _ => Reason::StorageRefused,
         }
     }
 }

@@ -70,7 +70,7 @@ fn refused(uri: &str, e: AzureError) -> StoreError {
     warn!(
         store = "azure",
         uri = %crate::names::shown(uri),
-        reason = e.reason_code(),
+        reason = %e.reason_code(),
         error = %e,
         "source refused"
     );

@@ -12,12 +12,13 @@
 //! Each cloud is a cargo feature (`aws`, `gcs`, `azure`, all on by default), so a build
 //! that does not use a provider does not link it.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tilegate_core::ledger::LedgerTable;
 use tilegate_core::object::ObjectStore;
 use tilegate_core::queue::{DEFAULT_MAX_RECEIVE_COUNT, WorkQueue};
+use tilegate_core::reason::{Reason, Refusal};
 use tilegate_core::source::SourceObjects;
 use tilegate_core::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
 use tilegate_core::{Backends, ETag, StoreError, StoreResult};
@@ -46,6 +47,69 @@ fn object_schemes() -> String {
     }
     s.join(", ")
 }
+
+/// A backend URL this build cannot open: a scheme it does not know, or one whose backend was
+/// left out of the build.
+#[derive(Debug)]
+pub struct UnknownUrl {
+    /// The flag that named it (`--objects`).
+    pub flag: &'static str,
+    pub url: String,
+    /// What the flag accepts, as a person reads it.
+    pub expected: String,
+}
+
+impl UnknownUrl {
+    fn error(flag: &'static str, url: &str, expected: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(Self {
+            flag,
+            url: url.to_owned(),
+            expected: expected.into(),
+        })
+    }
+
+    /// The cargo feature that would have built this URL's backend, if it names one.
+    fn missing_feature(&self) -> Option<&'static str> {
+        let scheme = self.url.split_once("://").map_or("", |(s, _)| s);
+        match scheme {
+            "s3" | "dynamodb" | "sqs" if !cfg!(feature = "aws") => Some("aws"),
+            "gs" if !cfg!(feature = "gcs") => Some("gcs"),
+            "az" if !cfg!(feature = "azure") => Some("azure"),
+            _ => None,
+        }
+    }
+
+    /// [`Reason::BackendNotBuilt`] for a cloud this build leaves out, else
+    /// [`Reason::BadOption`].
+    pub fn reason_code(&self) -> Reason {
+        if self.missing_feature().is_some() {
+            Reason::BackendNotBuilt
+        } else {
+            Reason::BadOption
+        }
+    }
+}
+
+impl std::fmt::Display for UnknownUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            flag,
+            url,
+            expected,
+        } = self;
+        write!(f, "{flag} `{url}`: expected {expected}")?;
+        if let Some(feature) = self.missing_feature() {
+            write!(
+                f,
+                " (this build of tilegate has no `{feature}` backend; build it with \
+                 `--features {feature}`, which the default build includes)"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UnknownUrl {}
 
 fn sqlite_path(url: &str) -> &Path {
     Path::new(url.trim_start_matches("sqlite://"))
@@ -81,32 +145,89 @@ pub async fn open_objects(url: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
             s.check_container().await.with_context(what)?;
             Arc::new(s)
         }
-        _ => bail!("--objects `{url}`: expected one of {}", object_schemes()),
+        _ => {
+            let expected = format!("one of {}", object_schemes());
+            return Err(UnknownUrl::error("--objects", url, expected));
+        }
     })
 }
 
-/// Open every role of `urls`.
+/// How the embedded backend is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Created where missing: every command that writes.
+    ReadWrite,
+    /// Never created or written ([`open_read_only`]).
+    ReadOnly,
+}
+
+/// Open every role of `urls`, creating the embedded backend's directory and database where
+/// they are missing.
 pub async fn open(urls: &Urls) -> anyhow::Result<Backends> {
-    let embedded_db = || -> anyhow::Result<SqliteBackend> {
+    open_with(urls, Access::ReadWrite).await
+}
+
+/// Open every role of `urls` to look, not to write: the embedded backend's data directory,
+/// database and objects must exist (a mistyped `--data` is refused, never created) and are
+/// opened read-only, so that a colleague's or an archived run on a read-only directory can be
+/// looked at. Cloud roles open as usual; nothing the caller does through them should write.
+pub async fn open_read_only(urls: &Urls) -> anyhow::Result<Backends> {
+    if urls.tables.is_none() && !urls.data.join("tilegate.db").is_file() {
+        return Err(Refusal::new(
+            Reason::NoJob,
+            format!(
+                "no tilegate data in {} (no job has been planned there; check --data or \
+                 TILEGATE_DATA)",
+                urls.data.display()
+            ),
+        )
+        .into());
+    }
+    open_with(urls, Access::ReadOnly).await
+}
+
+fn open_sqlite(path: &Path, access: Access) -> anyhow::Result<SqliteBackend> {
+    Ok(match access {
+        Access::ReadWrite => SqliteBackend::open(path)?,
+        Access::ReadOnly => SqliteBackend::open_read_only(path)?,
+    })
+}
+
+async fn open_with(urls: &Urls, access: Access) -> anyhow::Result<Backends> {
+    let create_data = || {
         std::fs::create_dir_all(&urls.data)
-            .with_context(|| format!("create data directory {}", urls.data.display()))?;
-        SqliteBackend::open(urls.data.join("tilegate.db"))
+            .with_context(|| format!("create data directory {}", urls.data.display()))
+    };
+    let embedded_db = || -> anyhow::Result<SqliteBackend> {
+        if access == Access::ReadWrite {
+            create_data()?;
+        }
+        open_sqlite(&urls.data.join("tilegate.db"), access)
             .with_context(|| format!("open tables in {}", urls.data.display()))
     };
     let objects: Arc<dyn ObjectStore> = match urls.objects.as_deref() {
+        None if access == Access::ReadOnly => {
+            Arc::new(LocalObjectStore::open_read_only(urls.data.join("objects"))?)
+        }
         None => {
-            std::fs::create_dir_all(&urls.data)
-                .with_context(|| format!("create data directory {}", urls.data.display()))?;
+            create_data()?;
             Arc::new(LocalObjectStore::open(urls.data.join("objects"))?)
         }
         Some(u) => open_objects(u).await?,
     };
     let db = match urls.tables.as_deref() {
         None => Some(embedded_db()?),
-        Some(u) if u.starts_with("sqlite://") => Some(SqliteBackend::open(sqlite_path(u))?),
+        Some(u) if u.starts_with("sqlite://") => Some(open_sqlite(sqlite_path(u), access)?),
         #[cfg(feature = "aws")]
         Some(u) if u.starts_with("dynamodb://") => None,
-        Some(u) => bail!("--tables `{u}`: expected sqlite://FILE or dynamodb://table-prefix"),
+        Some(u) => {
+            let expected = if cfg!(feature = "aws") {
+                "sqlite://FILE or dynamodb://table-prefix"
+            } else {
+                "sqlite://FILE"
+            };
+            return Err(UnknownUrl::error("--tables", u, expected));
+        }
     };
     let tables = match &db {
         Some(db) => Tables::of(Arc::new(db.clone())),
@@ -119,7 +240,7 @@ pub async fn open(urls: &Urls) -> anyhow::Result<Backends> {
                 .queue(QUEUE_NAME, DEFAULT_MAX_RECEIVE_COUNT),
         ),
         Some(u) if u.starts_with("sqlite://") => Arc::new(
-            SqliteBackend::open(sqlite_path(u))?.queue(QUEUE_NAME, DEFAULT_MAX_RECEIVE_COUNT),
+            open_sqlite(sqlite_path(u), access)?.queue(QUEUE_NAME, DEFAULT_MAX_RECEIVE_COUNT),
         ),
         #[cfg(feature = "aws")]
         Some(u) if u.starts_with("sqs://") => Arc::new(
@@ -127,7 +248,14 @@ pub async fn open(urls: &Urls) -> anyhow::Result<Backends> {
                 .await
                 .with_context(|| format!("open queue {u} (run `tilegate init` first?)"))?,
         ),
-        Some(u) => bail!("--queue `{u}`: expected sqlite://FILE or sqs://queue-name"),
+        Some(u) => {
+            let expected = if cfg!(feature = "aws") {
+                "sqlite://FILE or sqs://queue-name"
+            } else {
+                "sqlite://FILE"
+            };
+            return Err(UnknownUrl::error("--queue", u, expected));
+        }
     };
     Ok(Backends {
         objects,
@@ -212,7 +340,7 @@ async fn aws_tables(url: &str) -> anyhow::Result<Tables> {
 
 #[cfg(not(feature = "aws"))]
 async fn aws_tables(url: &str) -> anyhow::Result<Tables> {
-    bail!("--tables `{url}`: this build has no AWS backend")
+    Err(UnknownUrl::error("--tables", url, "sqlite://FILE"))
 }
 
 /// The table roles, served by one implementation.
@@ -289,7 +417,13 @@ pub async fn init(urls: &Urls, create_bucket: bool) -> anyhow::Result<InitReport
             .await?;
             report.note(false, "embedded backend in data directory".to_owned());
         }
-        _ => bail!("init: give both --tables and --queue, or neither (the embedded backend)"),
+        _ => {
+            return Err(Refusal::new(
+                Reason::BadOption,
+                "init: give both --tables and --queue, or neither (the embedded backend)",
+            )
+            .into());
+        }
     }
     Ok(report)
 }
@@ -303,7 +437,11 @@ async fn init_aws(
     report: &mut InitReport,
 ) -> anyhow::Result<()> {
     if !tables.starts_with("dynamodb://") || !queue.starts_with("sqs://") {
-        bail!("init creates AWS tables and queues: give --tables dynamodb://… and --queue sqs://…");
+        return Err(Refusal::new(
+            Reason::BadOption,
+            "init creates AWS tables and queues: give --tables dynamodb://… and --queue sqs://…",
+        )
+        .into());
     }
     let s3 = urls.objects.as_deref().filter(|u| u.starts_with("s3://"));
     let r = tilegate_aws::AwsBackends::init(
@@ -328,5 +466,5 @@ async fn init_aws(
     _: bool,
     _: &mut InitReport,
 ) -> anyhow::Result<()> {
-    bail!("--tables `{tables}`: this build has no AWS backend")
+    Err(UnknownUrl::error("--tables", tables, "sqlite://FILE"))
 }

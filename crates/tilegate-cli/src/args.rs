@@ -118,6 +118,9 @@ pub enum Command {
     Dlq(DlqCommand),
     /// Make a 4096×4096 sample scene (if absent) and run it: 64 tiles.
     Demo(DemoArgs),
+    /// List the recipes `--recipe` accepts: the built-in ones with their flags, and those
+    /// registered by this binary with their `--param NAME=VALUE` parameters.
+    Recipes,
 }
 
 #[derive(Debug, Args)]
@@ -218,7 +221,8 @@ pub struct RecipeArgs {
     /// Tile compression: deflate, zstd or lzw.
     #[arg(long, default_value = "deflate")]
     pub compress: String,
-    /// Window and COG block size in pixels (a multiple of 16).
+    /// Window and COG block size in pixels: a multiple of 16, at most 8192. A window larger
+    /// than the scene is fitted to it (the scene's larger side rounded up to 16: one window).
     #[arg(long, default_value_t = 512)]
     pub window: u32,
     /// Output key prefix: segments of [A-Za-z0-9._-] joined by `/`.
@@ -569,17 +573,23 @@ pub struct StacArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum DlqCommand {
-    /// List dead letters with their reasons.
+    /// List dead letters with their job, window and reason.
     List {
         /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Only this job's (a full ID or a unique prefix).
+        #[arg(long)]
+        job: Option<String>,
     },
     /// Return dead letters to the work queue with a fresh receive count.
     Redrive {
         /// Only these message IDs (default: all).
         #[arg(long = "id")]
         ids: Vec<String>,
+        /// Only this job's (a full ID or a unique prefix).
+        #[arg(long, conflicts_with = "ids")]
+        job: Option<String>,
     },
 }
 

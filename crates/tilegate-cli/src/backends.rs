@@ -91,3 +91,9 @@ pub async fn init(sel: &Selection, create_bucket: bool) -> anyhow::Result<serde_
     let report = tilegate_backends::init(&sel.urls(), create_bucket).await?;
     Ok(serde_json::json!({"created": report.created, "existing": report.existing}))
 }
+
+/// Open the backends to look, not to write (`status`, `report`, `stac`, `attempts`, `dlq
+/// list`): see [`tilegate_backends::open_read_only`].
+pub async fn open_read_only(sel: &Selection) -> anyhow::Result<Backends> {
+    tilegate_backends::open_read_only(&sel.urls()).await
+}

@@ -1,8 +1,10 @@
 //! `plan --from`: the sources of a batch — one per line of a list, or one per item of a STAC
 //! ItemCollection.
 
+use crate::errors::refused;
 use anyhow::Context;
 use std::io::Read;
+use tilegate_core::Reason;
 
 /// The sources listed in `list` (a path, or `-` for stdin). An ItemCollection's items are
 /// named `COLLECTION#ITEM_ID`, which the planner reads back out of the collection.
@@ -18,9 +20,12 @@ pub async fn sources(list: &str) -> anyhow::Result<Vec<String>> {
     };
     if let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text) {
         if doc.get("type").and_then(|t| t.as_str()) != Some("FeatureCollection") {
-            anyhow::bail!(
-                "{list}: a JSON list of sources must be a STAC ItemCollection (type FeatureCollection)"
-            );
+            return Err(refused(
+                Reason::BadOption,
+                format!(
+                    "{list}: a JSON list of sources must be a STAC ItemCollection (type FeatureCollection)"
+                ),
+            ));
         }
         let canon = std::fs::canonicalize(list).with_context(|| format!("find {list}"))?;
         let features = doc["features"].as_array().cloned().unwrap_or_default();

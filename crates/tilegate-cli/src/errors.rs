@@ -6,38 +6,22 @@ use tilegate_cog::CogError;
 use tilegate_core::StoreError;
 use tilegate_core::keys::KeyError;
 use tilegate_core::message::MessageError;
+use tilegate_core::reason::{Reason, Refusal};
 use tilegate_core::recipe::RecipeError;
 use tilegate_planner::{PlanError, SourceError};
 
-/// A refusal by the command line itself: a flag value clap cannot check.
-#[derive(Debug)]
-pub struct Refused {
-    pub code: &'static str,
-    pub message: String,
+/// An [`anyhow::Error`] carrying `reason`: a refusal by the command line itself (a flag value
+/// clap cannot check).
+pub fn refused(reason: Reason, message: impl Into<String>) -> anyhow::Error {
+    Refusal::new(reason, message).into()
 }
 
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Refused {}
-
-/// An [`anyhow::Error`] carrying `code`.
-pub fn refused(code: &'static str, message: impl Into<String>) -> anyhow::Error {
-    Refused {
-        code,
-        message: message.into(),
-    }
-    .into()
-}
-
-/// The reason code of the outermost error in the chain that has one, else `error`.
-pub fn reason_of(err: &anyhow::Error) -> &'static str {
+/// The reason of the outermost error in the chain that names one; [`Reason::Unexpected`] for
+/// an error nothing names yet (its message still says what happened).
+pub fn reason_of(err: &anyhow::Error) -> Reason {
     for e in err.chain() {
-        if let Some(r) = e.downcast_ref::<Refused>() {
-            return r.code;
+        if let Some(r) = e.downcast_ref::<Refusal>() {
+            return r.reason;
         }
         if let Some(e) = e.downcast_ref::<PlanError>() {
             return e.reason_code();
@@ -69,17 +53,20 @@ pub fn reason_of(err: &anyhow::Error) -> &'static str {
         if let Some(e) = e.downcast_ref::<MessageError>() {
             return e.reason_code();
         }
+        if let Some(e) = e.downcast_ref::<tilegate_backends::UnknownUrl>() {
+            return e.reason_code();
+        }
         if e.is::<KeyError>() {
-            return "unsafe-key-segment";
+            return Reason::UnsafeKeySegment;
         }
         if e.is::<RecipeError>() {
-            return "bad-recipe";
+            return Reason::BadRecipe;
         }
-        if e.is::<StoreError>() {
-            return "storage";
+        if let Some(e) = e.downcast_ref::<StoreError>() {
+            return Reason::storage(e.is_retryable());
         }
     }
-    "error"
+    Reason::Unexpected
 }
 
 #[cfg(test)]
@@ -92,11 +79,40 @@ mod tests {
         let e = Err::<(), _>(PlanError::Recipe(RecipeError::NoBands))
             .context("plan scene.tif")
             .unwrap_err();
-        assert_eq!(reason_of(&e), "bad-recipe");
-        let e = Err::<(), _>(refused("bad-window", "window size 100"))
+        assert_eq!(reason_of(&e), Reason::BadRecipe);
+        let e = Err::<(), _>(refused(Reason::BadWindow, "window size 100"))
             .context("run")
             .unwrap_err();
-        assert_eq!(reason_of(&e), "bad-window");
-        assert_eq!(reason_of(&anyhow::anyhow!("plain")), "error");
+        assert_eq!(reason_of(&e), Reason::BadWindow);
+        assert_eq!(reason_of(&anyhow::anyhow!("plain")), Reason::Unexpected);
+    }
+
+    /// The README's table of reasons and exit statuses is the vocabulary itself, row for row.
+    #[test]
+    fn the_readme_lists_every_reason_and_exit_status() {
+        let readme = include_str!("../../../README.md");
+        let cells = |l: &str| -> Option<(String, String)> {
+            let l = l.strip_prefix("| ")?.strip_suffix(" |")?;
+            let (a, b) = l.split_once(" | ")?;
+            Some((a.trim_matches('`').to_owned(), b.to_owned()))
+        };
+        let table = |head: &str| -> Vec<(String, String)> {
+            readme
+                .lines()
+                .skip_while(|l| !l.starts_with(head))
+                .skip(2)
+                .map_while(cells)
+                .collect()
+        };
+        let reasons: Vec<(String, String)> = Reason::ALL
+            .iter()
+            .map(|r| (r.as_str().to_owned(), r.meaning().to_owned()))
+            .collect();
+        assert_eq!(table("| reason | meaning |"), reasons);
+        let exits: Vec<(String, String)> = tilegate_core::Exit::ALL
+            .iter()
+            .map(|e| (e.code().to_string(), e.meaning().to_owned()))
+            .collect();
+        assert_eq!(table("| exit status | meaning |"), exits);
     }
 }

@@ -10,16 +10,13 @@ use crate::output::Out;
 use anyhow::Context as _;
 use serde_json::json;
 use std::process::ExitCode;
+use tilegate_core::Exit;
+use tilegate_core::Reason;
 use tilegate_core::ledger::{AttemptId, PublishOutcome, Retention, Subject};
 use tilegate_core::message::WindowMessage;
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Tenant, UnixMillis, Window, now_millis};
 use tilegate_ledger::{attempt, gc, reconcile, url};
-
-/// Exit code when `reconcile` found disagreements.
-pub const EXIT_DISAGREES: u8 = 5;
-/// Exit code when a publish lost to a concurrent one (`Superseded`) or was not possible.
-pub const EXIT_NOT_PUBLISHED: u8 = 6;
 
 fn ms(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -32,13 +29,13 @@ async fn subject_of(b: &Backends, at: &WindowRef) -> anyhow::Result<(JobRecord, 
     };
     let window = Window::parse(text).ok_or_else(|| {
         refused(
-            "bad-window",
+            Reason::BadWindow,
             format!("`{text}` is not a window: expected ROW_COL, e.g. 3_12"),
         )
     })?;
     if !job.grid.contains(window) {
         return Err(refused(
-            "window-outside-scene",
+            Reason::WindowOutsideScene,
             format!(
                 "window {window} is outside job {}'s {}×{} grid",
                 job.job_id,
@@ -51,7 +48,7 @@ async fn subject_of(b: &Backends, at: &WindowRef) -> anyhow::Result<(JobRecord, 
 }
 
 fn attempt_id(s: &str) -> anyhow::Result<AttemptId> {
-    AttemptId::parse(s).map_err(|e| refused("bad-attempt-id", e.to_string()))
+    AttemptId::parse(s).map_err(|e| refused(Reason::BadAttemptId, e.to_string()))
 }
 
 fn publish_doc(out: &PublishOutcome) -> serde_json::Value {
@@ -114,7 +111,7 @@ fn publish_text(out: &PublishOutcome) -> String {
 fn publish_code(out: Option<&PublishOutcome>) -> ExitCode {
     match out {
         None | Some(PublishOutcome::Published { .. }) => ExitCode::SUCCESS,
-        Some(_) => ExitCode::from(EXIT_NOT_PUBLISHED),
+        Some(_) => Exit::NotPublished.into(),
     }
 }
 
@@ -354,7 +351,7 @@ pub async fn reconcile_cmd(out: &Out, b: &Backends, a: ReconcileArgs) -> anyhow:
     Ok(if report.is_clean() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(EXIT_DISAGREES)
+        Exit::Disagrees.into()
     })
 }
 

@@ -23,10 +23,12 @@ mod sources;
 
 use clap::Parser;
 use std::process::ExitCode;
+use tilegate_core::Exit;
 
 /// Run the command line with the process's arguments, and the recipes registered so far.
 pub fn main() -> ExitCode {
     tune_allocator();
+    end_quietly_on_a_closed_pipe();
     let cli = args::Cli::parse();
     let json = cli.global.json;
     init_tracing(cli.global.verbose);
@@ -52,7 +54,7 @@ pub fn main() -> ExitCode {
                 );
             }
             eprintln!("tilegate: error[{reason}]: {message}");
-            ExitCode::from(1)
+            Exit::Failed.into()
         }
     }
 }
@@ -132,6 +134,19 @@ where
 /// to the kernel (mmap'd chunks, heap trimming) and the next window pays page faults to zero it
 /// again — about a tenth of a run's CPU time, measured with perf. The heap stays bounded by
 /// the working set (threads × buffers in flight).
+/// A reader that goes away (`tilegate status | head -3`) ends the process as it ends any Unix
+/// tool — quietly, by SIGPIPE, the shell reporting 141 — rather than a panic in `println!`
+/// (Rust ignores SIGPIPE by default, so the write fails and printing panics). Sockets are not
+/// affected: the standard library's and tokio's socket writes pass `MSG_NOSIGNAL`, and libcurl
+/// (GDAL's HTTP) guards its own. Nothing is lost by dying here: every write tilegate makes is
+/// safe to cut off at any point, as after a SIGKILL.
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: restores the default disposition of one signal before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn tune_allocator() {
     // SAFETY: mallopt only adjusts allocator parameters; called before any thread exists.
     unsafe {

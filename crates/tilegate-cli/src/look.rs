@@ -4,7 +4,8 @@
 
 use crate::args::{PriceArgs, ReportArgs, StacArgs, StatusArgs};
 use crate::backends::Selection;
-use crate::commands::{EXIT_INCOMPLETE, find_job};
+use crate::commands::find_job;
+use crate::errors::refused;
 use crate::output::{self, Out};
 use anyhow::Context;
 use serde_json::Value;
@@ -14,6 +15,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tilegate_core::Backends;
 use tilegate_core::object::ObjectStoreExt as _;
+use tilegate_core::{Exit, Reason};
 use tilegate_report::html::{self, Extras};
 use tilegate_report::{JobStatus, PriceTable, status};
 use tilegate_stac as stac;
@@ -59,7 +61,7 @@ pub async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<Ex
         doc["recent_jobs"] = serde_json::to_value(recent).expect("rows serialise");
     }
     out.emit(&doc, || {
-        let mut s = output::status_text(&doc);
+        let mut s = output::status_text(&st, &out.objects_root);
         if a.cost {
             s.push('\n');
             s.push_str(&cost_text(&st));
@@ -169,7 +171,10 @@ async fn watch(
     interval: f64,
 ) -> anyhow::Result<ExitCode> {
     if !interval.is_finite() {
-        anyhow::bail!("--interval must be a number of seconds, not {interval}");
+        return Err(refused(
+            Reason::BadOption,
+            format!("--interval must be a number of seconds, not {interval}"),
+        ));
     }
     let interval = Duration::from_secs_f64(interval.clamp(0.1, 3600.0));
     let tty = std::io::stdout().is_terminal() && !out.json;
@@ -248,7 +253,7 @@ async fn watch(
             return Ok(if st.complete {
                 ExitCode::SUCCESS
             } else {
-                ExitCode::from(EXIT_INCOMPLETE)
+                Exit::Incomplete.into()
             });
         }
         previous = Some((now, done, per_worker));
@@ -339,10 +344,13 @@ pub async fn stac_cmd(out: &Out, b: &Backends, a: StacArgs) -> anyhow::Result<Ex
     let mut items = Vec::new();
     for job in &jobs {
         let Some(scene) = &job.scene_output else {
-            anyhow::bail!(
-                "job {} has no assembled scene (run `tilegate assemble`)",
-                job.job_id
-            );
+            return Err(refused(
+                Reason::NoScene,
+                format!(
+                    "job {} has no assembled scene (run `tilegate assemble`)",
+                    job.job_id
+                ),
+            ));
         };
         let key = stac::item_key(&scene.key)?;
         // A scene assembled before scenes had Items has none until its next `assemble`.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tilegate_core::Backends;
 use tilegate_core::metrics as m;
 use tilegate_core::table::JobRecord;
+use tilegate_report::status::JobStatus;
 
 /// Where results go.
 #[derive(Debug, Clone)]
@@ -157,97 +158,106 @@ pub fn run_text(out: &Out, doc: &Value, job: &JobRecord) -> String {
     s
 }
 
-pub fn status_text(doc: &Value) -> String {
+/// `status` as text, from the same [`JobStatus`] that `--json` prints: every count below is
+/// a field of it, so the two cannot disagree.
+pub fn status_text(st: &JobStatus, objects_root: &str) -> String {
+    let states = &st.window_states;
+    let unrecorded = st.missing_windows;
     let mut s = format!(
-        "job {}\n  source       {} {}\n  windows      {} done of {} ({} missing)\n",
-        doc["job_id"].as_str().unwrap_or(""),
-        doc["source"].as_str().unwrap_or(""),
-        doc["source_etag"].as_str().unwrap_or(""),
-        n(doc, "manifest_rows"),
-        n(doc, "windows"),
-        n(doc, "missing_windows"),
+        "job {}\n  source       {} {}\n  windows      {} of {} recorded",
+        st.job_id, st.source, st.source_etag, st.manifest_rows, st.windows,
     );
-    let st = &doc["window_states"];
+    if unrecorded > 0 {
+        // Every window without a row is dead-lettered or still missing: the same two counts
+        // as the states line, never a second figure for either.
+        s.push_str(&format!(
+            " ({unrecorded} not: {} dead-lettered, {} missing)",
+            states.dead_lettered, states.missing
+        ));
+    }
+    s.push('\n');
     s.push_str(&format!(
         "  states       {} written, {} already present, {} encode skipped, {} dead-lettered, {} missing ({} duplicates absorbed)\n",
-        n(st, "written"),
-        n(st, "already_present"),
-        n(st, "encode_skipped"),
-        n(st, "dead_lettered"),
-        n(st, "missing"),
-        n(doc, "duplicates_absorbed"),
+        states.written,
+        states.already_present,
+        states.encode_skipped,
+        states.dead_lettered,
+        states.missing,
+        st.duplicates_absorbed,
     ));
-    if let Some(reasons) = doc["dead_letters_by_reason"].as_object() {
-        for (reason, count) in reasons {
-            s.push_str(&format!(
-                "  dead letters {reason}: {}\n",
-                count.as_u64().unwrap_or(0)
-            ));
-        }
+    s.push_str(&format!(
+        "  scene        {}\n",
+        scene_line(st, objects_root)
+    ));
+    for (reason, count) in &st.dead_letters_by_reason {
+        s.push_str(&format!("  dead letters {reason}: {count}\n"));
     }
-    if let Some(workers) = doc["workers"].as_array() {
-        for w in workers {
-            s.push_str(&format!(
-                "  worker       {} recorded {} window(s)\n",
-                w["worker"].as_str().unwrap_or(""),
-                n(w, "windows")
-            ));
-        }
+    for w in &st.workers {
+        s.push_str(&format!(
+            "  worker       {} recorded {} window(s)\n",
+            w.worker, w.windows
+        ));
     }
-    if let Some(missing) = doc["missing"].as_array()
-        && !missing.is_empty()
-    {
-        let names: Vec<&str> = missing.iter().filter_map(Value::as_str).take(10).collect();
+    if !st.missing.is_empty() {
+        let names: Vec<&str> = st.missing.iter().map(String::as_str).take(10).collect();
         s.push_str(&format!(
             "  missing      {}{}\n",
             names.join(" "),
-            if missing.len() > 10 { " …" } else { "" }
+            if st.missing.len() > 10 { " …" } else { "" }
         ));
     }
-    let l = &doc["ledger"];
-    if n(l, "attempts") > 0 {
-        let states = l["by_state"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter(|(_, v)| v.as_u64() != Some(0))
-                    .map(|(k, v)| format!("{} {k}", v.as_u64().unwrap_or(0)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
+    let l = &st.ledger;
+    if l.attempts > 0 {
+        let states = l
+            .by_state
+            .iter()
+            .filter(|(_, v)| **v != 0)
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         s.push_str(&format!(
             "  attempts     {} ({states}); {} window(s) published by pointer; oldest overdue deletion {} s\n",
-            n(l, "attempts"),
-            n(l, "published"),
-            n(l, "deletion_overdue_oldest_seconds")
+            l.attempts, l.published, l.deletion_overdue_oldest_seconds
         ));
     }
-    let q = &doc["queue"];
+    let q = &st.queue;
     s.push_str(&format!(
         "  queue        {} visible, {} in flight, {} dead ({} of this job)\n  counters\n",
-        n(q, "visible"),
-        n(q, "in_flight"),
-        n(q, "dead"),
-        n(doc, "dead_letters_for_job")
+        q.visible, q.in_flight, q.dead, st.dead_letters_for_job
     ));
-    if let Some(c) = doc["counters"].as_object() {
-        // Request and byte counts are summed here; `--cost` lists them by operation.
-        for (k, v) in c.iter().filter(|(k, _)| {
-            !k.starts_with(m::REQUESTS)
-                && !k.starts_with(m::BYTES_SENT)
-                && !k.starts_with(m::BYTES_RECEIVED)
-        }) {
-            s.push_str(&format!("    {k:<46}{:>8}\n", v.as_u64().unwrap_or(0)));
-        }
+    // Request and byte counts are summed here; `--cost` lists them by operation.
+    for (k, v) in st.counters.iter().filter(|(k, _)| {
+        !k.starts_with(m::REQUESTS)
+            && !k.starts_with(m::BYTES_SENT)
+            && !k.starts_with(m::BYTES_RECEIVED)
+    }) {
+        s.push_str(&format!("    {k:<46}{v:>8}\n"));
     }
     s.push_str(&format!(
         "  requests     {} counted for this job; estimated {:.6} {} (status --cost for the lines)\n",
-        n(&doc["cost"], "requests"),
-        doc["cost"]["total_usd"].as_f64().unwrap_or(0.0),
-        doc["cost"]["currency"].as_str().unwrap_or("USD"),
+        st.cost.requests, st.cost.total_usd, st.cost.currency,
     ));
     s.trim_end().to_owned()
+}
+
+/// Where the job's scene is, or what stands between the job and it.
+fn scene_line(st: &JobStatus, objects_root: &str) -> String {
+    match &st.scene_output {
+        Some(o) => format!("{objects_root}{} ({} bytes)", o.key, o.size),
+        None if st.complete => format!(
+            "not assembled yet: every window is recorded; `tilegate assemble {}` builds it",
+            st.job_id
+        ),
+        None if st.window_states.dead_lettered > 0 => format!(
+            "not assembled: {} window(s) dead-lettered (`tilegate dlq list`; fix the cause, \
+             then `tilegate dlq redrive`)",
+            st.window_states.dead_lettered
+        ),
+        None => format!(
+            "not assembled: {} window(s) still to do (`tilegate work --until-empty` does them)",
+            st.missing_windows
+        ),
+    }
 }
 
 pub fn dlq_text(rows: &[Value]) -> String {
@@ -257,8 +267,9 @@ pub fn dlq_text(rows: &[Value]) -> String {
     let mut s = format!("{} dead letter(s)\n", rows.len());
     for r in rows {
         s.push_str(&format!(
-            "  {}  window {}  received {}×  {}\n",
+            "  {}  job {}  window {}  received {}×  {}\n",
             r["message_id"].as_str().unwrap_or(""),
+            r["job_id"].as_str().unwrap_or("-"),
             r["window"].as_str().unwrap_or("-"),
             r["receive_count"].as_u64().unwrap_or(0),
             r["reason"].as_str().unwrap_or("")

@@ -4,6 +4,7 @@
 use crate::args::RecipeArgs;
 use crate::errors::refused;
 use anyhow::Context;
+use tilegate_core::Reason;
 use tilegate_core::recipe::Operation;
 use tilegate_core::{Compression, Prefix, Recipe, Tenant};
 
@@ -14,7 +15,7 @@ pub fn custom_operation(name: &str, params: &[String]) -> anyhow::Result<Operati
         let mut known = vec!["copy", "warp", "expr", "ndvi", "noop"];
         known.extend(tilegate_cog::recipes::names());
         return Err(refused(
-            "bad-recipe",
+            Reason::BadRecipe,
             format!(
                 "unknown recipe `{name}`: expected one of {}",
                 known.join(", ")
@@ -25,7 +26,7 @@ pub fn custom_operation(name: &str, params: &[String]) -> anyhow::Result<Operati
     for p in params {
         let Some((k, v)) = p.split_once('=') else {
             return Err(refused(
-                "bad-recipe",
+                Reason::BadRecipe,
                 format!("--param `{p}` is not NAME=VALUE"),
             ));
         };
@@ -33,7 +34,7 @@ pub fn custom_operation(name: &str, params: &[String]) -> anyhow::Result<Operati
     }
     let fingerprint = recipe
         .fingerprint(&map)
-        .map_err(|e| refused("bad-recipe", format!("recipe `{name}`: {e}")))?;
+        .map_err(|e| refused(Reason::BadRecipe, format!("recipe `{name}`: {e}")))?;
     Ok(Operation::Custom {
         name: name.to_owned(),
         params: map,
@@ -63,7 +64,7 @@ pub(crate) fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Location)> 
     let unused = |flag: &str, set: bool, recipes: &str| {
         if set {
             Err(refused(
-                "bad-recipe",
+                Reason::BadRecipe,
                 format!("{flag} applies to the {recipes} recipe, not `{}`", a.recipe),
             ))
         } else {
@@ -86,7 +87,7 @@ pub(crate) fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Location)> 
     )?;
     let compression = Compression::parse(&a.compress).ok_or_else(|| {
         refused(
-            "bad-recipe",
+            Reason::BadRecipe,
             format!(
                 "unknown compression `{}`: expected deflate, zstd or lzw",
                 a.compress
@@ -95,8 +96,19 @@ pub(crate) fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Location)> 
     })?;
     if a.window == 0 || !a.window.is_multiple_of(16) {
         return Err(refused(
-            "bad-window",
+            Reason::BadWindow,
             format!("window size {} is not a positive multiple of 16", a.window),
+        ));
+    }
+    if a.window > tilegate_core::grid::MAX_WINDOW {
+        return Err(refused(
+            Reason::BadWindow,
+            format!(
+                "window size {} is larger than {} pixels, the largest window (one COG block, \
+                 read and encoded in memory at once)",
+                a.window,
+                tilegate_core::grid::MAX_WINDOW
+            ),
         ));
     }
     let prefix = Prefix::parse(a.prefix.trim_matches('/')).context("invalid --prefix")?;
@@ -116,22 +128,22 @@ pub(crate) fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Location)> 
 fn expr_operation(a: &RecipeArgs) -> anyhow::Result<Operation> {
     let text = a.expr.as_deref().ok_or_else(|| {
         refused(
-            "bad-recipe",
+            Reason::BadRecipe,
             "`expr` needs --expr, e.g. --expr \"(b4-b3)/(b4+b3)\"",
         )
     })?;
     let program = tilegate_expr::Program::parse(text)
-        .map_err(|e| refused("bad-expression", format!("--expr: {e}")))?;
+        .map_err(|e| refused(Reason::BadExpression, format!("--expr: {e}")))?;
     let ot = tilegate_cog::Dtype::from_name(&a.ot).ok_or_else(|| {
             refused(
-                "bad-recipe",
+                Reason::BadRecipe,
                 format!("unknown --ot `{}`: expected Byte, UInt16, Int16, UInt32, Int32, Float32 or Float64", a.ot),
             )
         })?;
     let nodata = a.out_nodata.unwrap_or_else(|| ot.default_nodata());
     if !ot.represents(nodata) {
         return Err(refused(
-            "bad-recipe",
+            Reason::BadRecipe,
             format!("--out-nodata {nodata} is not a {} value", ot.name()),
         ));
     }
@@ -144,7 +156,7 @@ fn expr_operation(a: &RecipeArgs) -> anyhow::Result<Operation> {
 
 /// The `warp` recipe's target grid and resampling, from the flags.
 fn warp_spec(a: &RecipeArgs) -> anyhow::Result<tilegate_core::recipe::WarpSpec> {
-    let bad = |m: String| refused("bad-recipe", m);
+    let bad = |m: String| refused(Reason::BadRecipe, m);
     let t_srs = a.t_srs.clone().ok_or_else(|| {
         bad("`warp` needs a target CRS: --t-srs EPSG:3857 (or a PROJ string)".into())
     })?;
@@ -183,4 +195,114 @@ fn warp_spec(a: &RecipeArgs) -> anyhow::Result<tilegate_core::recipe::WarpSpec> 
         origin,
         resampling,
     })
+}
+
+/// One recipe as `tilegate recipes` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecipeEntry {
+    pub name: &'static str,
+    /// `built-in`, or `registered` by this binary.
+    pub kind: &'static str,
+    pub summary: &'static str,
+    /// The flags (built-in) or `--param` names (registered) it takes, with their meaning.
+    pub params: Vec<RecipeParam>,
+}
+
+/// A flag or parameter of a recipe.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecipeParam {
+    pub name: &'static str,
+    pub meaning: &'static str,
+}
+
+/// The built-in recipes, then those registered by this binary.
+pub fn catalogue() -> Vec<RecipeEntry> {
+    let built_in = |name, summary, params: &[(&'static str, &'static str)]| RecipeEntry {
+        name,
+        kind: "built-in",
+        summary,
+        params: params
+            .iter()
+            .map(|&(name, meaning)| RecipeParam { name, meaning })
+            .collect(),
+    };
+    let mut all = vec![
+        built_in(
+            "copy",
+            "re-encode the source's pixels as COG tiles, unchanged",
+            &[(
+                "--bands",
+                "the 1-based bands to keep, in order (default: all)",
+            )],
+        ),
+        built_in(
+            "warp",
+            "reproject onto a target grid",
+            &[
+                ("--t-srs", "the target CRS: EPSG:3857, a PROJ string or WKT"),
+                ("--tr", "the target resolution, RES or XRES,YRES"),
+                (
+                    "--tap",
+                    "align the grid's edges on multiples of the resolution",
+                ),
+                (
+                    "--target-origin",
+                    "align the grid's edges on X + i × XRES, Y + j × YRES",
+                ),
+                ("--warp-resampling", "nearest, bilinear, cubic, average, …"),
+            ],
+        ),
+        built_in(
+            "expr",
+            "band math: one output band per `;`-separated expression over b1, b2, …",
+            &[
+                ("--expr", "the expressions, e.g. `(b4-b3)/(b4+b3)`"),
+                ("--ot", "the output data type (default Float32)"),
+            ],
+        ),
+        built_in(
+            "ndvi",
+            "(nir-red)/(nir+red) as one Float32 band",
+            &[
+                ("--red", "the 1-based red band"),
+                ("--nir", "the 1-based near-infrared band"),
+            ],
+        ),
+        built_in(
+            "noop",
+            "commit a placeholder per window without reading the source (measures orchestration \
+             alone; such a job cannot be assembled)",
+            &[],
+        ),
+    ];
+    for name in tilegate_cog::recipes::names() {
+        let Some(recipe) = tilegate_cog::recipes::get(name) else {
+            continue;
+        };
+        let help = recipe.describe();
+        all.push(RecipeEntry {
+            name,
+            kind: "registered",
+            summary: help.summary,
+            params: help
+                .params
+                .into_iter()
+                .map(|(name, meaning)| RecipeParam { name, meaning })
+                .collect(),
+        });
+    }
+    all
+}
+
+/// `tilegate recipes` as text: one block per recipe.
+pub fn catalogue_text(all: &[RecipeEntry]) -> String {
+    let mut s = String::new();
+    for r in all {
+        s.push_str(&format!("{} ({}): {}\n", r.name, r.kind, r.summary));
+        for p in &r.params {
+            s.push_str(&format!("    {:<18} {}\n", p.name, p.meaning));
+        }
+    }
+    s.push_str("--recipe NAME picks one; a registered recipe takes --param NAME=VALUE.");
+    s
 }

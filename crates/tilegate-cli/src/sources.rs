@@ -5,6 +5,7 @@
 use crate::errors::refused;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
+use tilegate_core::Reason;
 use tilegate_source::{Policies, SourcePolicy};
 
 static POLICIES: OnceLock<Arc<Policies>> = OnceLock::new();
@@ -15,7 +16,7 @@ pub fn load(file: Option<&Path>) -> anyhow::Result<()> {
     let file = file.filter(|p| !p.as_os_str().is_empty());
     let policies = match file {
         Some(path) => tilegate_source::policy::from_file(path)
-            .map_err(|e| refused("bad-source-policy", e.to_string()))?,
+            .map_err(|e| refused(Reason::BadSourcePolicy, e.to_string()))?,
         None => Policies::new(),
     };
     let _ = POLICIES.set(Arc::new(policies));

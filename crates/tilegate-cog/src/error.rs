@@ -1,8 +1,9 @@
 //! [`CogError`]: every failure of probing, reading, encoding and sample writing, with the
 //! window's context, a retry classification and a stable kebab-case reason code.
 
-use gdal::errors::GdalError;
 use std::fmt;
+pub use tilegate_cogwrite::GdalSaid;
+use tilegate_core::Reason;
 use tilegate_core::WindowRect;
 use tilegate_core::recipe::RecipeError;
 
@@ -57,7 +58,7 @@ pub enum CogError {
     Corrupt {
         path: String,
         #[source]
-        source: GdalError,
+        source: GdalSaid,
     },
     /// A local source opened but a window of it could not be decoded (truncated data).
     #[error("decode window {} of `{path}`", RectDisplay(*rect))]
@@ -65,14 +66,14 @@ pub enum CogError {
         path: String,
         rect: WindowRect,
         #[source]
-        source: GdalError,
+        source: GdalSaid,
     },
     /// A remote source failed to open for a reason not proven permanent (network, 5xx).
     #[error("open source `{path}`")]
     Open {
         path: String,
         #[source]
-        source: GdalError,
+        source: GdalSaid,
     },
     /// A remote source failed while reading a window.
     #[error("read window {} of `{path}`", RectDisplay(*rect))]
@@ -80,7 +81,7 @@ pub enum CogError {
         path: String,
         rect: WindowRect,
         #[source]
-        source: GdalError,
+        source: GdalSaid,
     },
     /// The window's pixels could not be encoded as a COG tile.
     #[error("encode window {} of `{path}` as a COG tile", RectDisplay(*rect))]
@@ -88,7 +89,7 @@ pub enum CogError {
         path: String,
         rect: WindowRect,
         #[source]
-        source: GdalError,
+        source: GdalSaid,
     },
     /// The source's pixel type is not one of the supported seven.
     #[error(
@@ -137,7 +138,7 @@ pub enum CogError {
         path: String,
         rect: WindowRect,
         #[source]
-        source: GdalError,
+        source: GdalSaid,
     },
     /// A custom recipe this worker cannot run as planned (missing, or another version).
     #[error("run recipe `{name}`: {reason}")]
@@ -160,14 +161,14 @@ pub enum CogError {
     Write {
         path: String,
         #[source]
-        source: GdalError,
+        source: GdalSaid,
     },
     /// Any other GDAL call, named by what it was doing.
     #[error("{operation}")]
     Gdal {
         operation: &'static str,
         #[source]
-        source: GdalError,
+        source: GdalSaid,
     },
 }
 
@@ -178,29 +179,29 @@ impl CogError {
     }
 
     /// A stable kebab-case name for counters, logs and dead-letter reasons.
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
-            Self::Missing { .. } => "source-missing",
+            Self::Missing { .. } => Reason::SourceMissing,
             Self::SourceFormatForbidden { .. } | Self::VrtForbidden { .. } => {
-                "source-format-forbidden"
+                Reason::SourceFormatForbidden
             }
-            Self::Corrupt { .. } | Self::CorruptWindow { .. } => "corrupt-raster",
-            Self::Open { .. } => "open-failed",
-            Self::Read { .. } => "read-failed",
-            Self::Encode { .. } => "encode-failed",
-            Self::UnsupportedDtype { .. } => "unsupported-dtype",
-            Self::EmptyRaster { .. } => "zero-sized-raster",
-            Self::UnsupportedGeoreferencing { .. } => "unsupported-georeferencing",
-            Self::WindowOutside { .. } => "window-outside-scene",
-            Self::BadWindow { .. } => "bad-window",
-            Self::SceneMismatch { .. } => "source-changed",
-            Self::Recipe(_) | Self::BadWarp { .. } => "bad-recipe",
-            Self::Warp { .. } => "warp-failed",
-            Self::RecipeMismatch { .. } => "recipe-mismatch",
-            Self::RecipeFailed { .. } => "recipe-failed",
-            Self::BadSample { .. } => "bad-sample-options",
-            Self::Write { .. } => "write-failed",
-            Self::Gdal { .. } => "gdal-error",
+            Self::Corrupt { .. } | Self::CorruptWindow { .. } => Reason::CorruptRaster,
+            Self::Open { .. } => Reason::OpenFailed,
+            Self::Read { .. } => Reason::ReadFailed,
+            Self::Encode { .. } => Reason::EncodeFailed,
+            Self::UnsupportedDtype { .. } => Reason::UnsupportedDtype,
+            Self::EmptyRaster { .. } => Reason::ZeroSizedRaster,
+            Self::UnsupportedGeoreferencing { .. } => Reason::UnsupportedGeoreferencing,
+            Self::WindowOutside { .. } => Reason::WindowOutsideScene,
+            Self::BadWindow { .. } => Reason::BadWindow,
+            Self::SceneMismatch { .. } => Reason::SourceChanged,
+            Self::Recipe(_) | Self::BadWarp { .. } => Reason::BadRecipe,
+            Self::Warp { .. } => Reason::WarpFailed,
+            Self::RecipeMismatch { .. } => Reason::RecipeMismatch,
+            Self::RecipeFailed { .. } => Reason::RecipeFailed,
+            Self::BadSample { .. } => Reason::BadSampleOptions,
+            Self::Write { .. } => Reason::WriteFailed,
+            Self::Gdal { .. } => Reason::GdalError,
         }
     }
 }
@@ -220,7 +221,7 @@ mod tests {
         let e = CogError::Read {
             path: "/vsis3/b/k.tif".into(),
             rect,
-            source: GdalError::BadArgument("boom".into()),
+            source: GdalSaid(gdal::errors::GdalError::BadArgument("boom".into())),
         };
         assert_eq!(
             e.to_string(),

@@ -4,6 +4,7 @@
 //! dataset of a runtime type, thread-local config options, and `/vsimem/` files that are
 //! always unlinked.
 
+use crate::GdalSaid;
 use crate::drivers::SourceDrivers;
 use crate::dtype::Dtype;
 use crate::error::CogError;
@@ -190,7 +191,7 @@ pub(crate) fn open_raster(path: &str) -> Result<Dataset, CogError> {
     }
     let c_path = c_string(path).map_err(|source| CogError::Corrupt {
         path: path.to_owned(),
-        source,
+        source: GdalSaid(source),
     })?;
     // Opening must not list a remote "directory" (a bucket prefix) looking for side-cars.
     let config: &[(&str, &str)] = if is_network(path) {
@@ -200,7 +201,7 @@ pub(crate) fn open_raster(path: &str) -> Result<Dataset, CogError> {
     };
     let _cfg = ConfigGuard::set(config).map_err(|source| CogError::Gdal {
         operation: "set GDAL config options",
-        source,
+        source: GdalSaid(source),
     })?;
     let allowed = CStrList::new(drivers.drivers().iter().copied());
     reset_error();
@@ -344,7 +345,7 @@ fn classify_open_failure(path: &str, c_path: &CStr, source: GdalError) -> CogErr
             // repeating the request cannot help.
             _ => CogError::Corrupt {
                 path: path_s,
-                source,
+                source: GdalSaid(source),
             },
         };
     }
@@ -370,7 +371,7 @@ fn classify_open_failure(path: &str, c_path: &CStr, source: GdalError) -> CogErr
     if exists {
         return CogError::Corrupt {
             path: path_s,
-            source,
+            source: GdalSaid(source),
         };
     }
     let stat_err = last_error(CPLErr::CE_Failure);
@@ -389,7 +390,7 @@ fn classify_open_failure(path: &str, c_path: &CStr, source: GdalError) -> CogErr
     } else {
         CogError::Open {
             path: path_s,
-            source,
+            source: GdalSaid(source),
         }
     }
 }

@@ -35,7 +35,7 @@ pub use encode::{
     encode_window_reducing, encode_window_with_gdal, encode_windows_parallel, last_step_times,
     ndvi, shifted_geotransform, source_opens, vsimem_leftovers,
 };
-pub use error::{CogError, RectDisplay};
+pub use error::{CogError, GdalSaid, RectDisplay};
 pub use place::{placement, tiff_datetime_rfc3339};
 pub use probe::probe;
 pub use read::{RasterData, TiffLayout, read_raster, tiff_layout};

@@ -1,6 +1,7 @@
 //! `probe`: what the planner learns about a source with GDAL (size, bands, type, CRS,
 //! geotransform, nodata), refusing rasters tilegate cannot tile.
 
+use crate::GdalSaid;
 use crate::dtype::Dtype;
 use crate::error::CogError;
 use crate::ffi;
@@ -108,7 +109,7 @@ pub(crate) fn band_nodata(ds: &Dataset, path: &str) -> Result<Vec<Option<f64>>, 
                 .map(|b| b.no_data_value())
                 .map_err(|source| CogError::Corrupt {
                     path: path.to_owned(),
-                    source,
+                    source: GdalSaid(source),
                 })
         })
         .collect()

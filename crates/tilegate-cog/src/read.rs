@@ -1,11 +1,13 @@
 //! Plain reads of a raster's pixels and of its TIFF layout, for tests, checks and the
 //! assembler.
 
+use crate::GdalSaid;
 use crate::dtype::Dtype;
 use crate::error::CogError;
 use crate::ffi::{self, Layout};
 use crate::probe;
 use gdal::Metadata;
+use gdal::errors::GdalError;
 use tilegate_core::WindowRect;
 
 /// Pixels of some bands of a window, with the raster's georeferencing.
@@ -104,7 +106,7 @@ pub fn read_raster(
     .map_err(|source| CogError::CorruptWindow {
         path: path.to_owned(),
         rect,
-        source,
+        source: GdalSaid(source),
     })?;
     let nodata = probe::band_nodata(&ds, path)?[bands[0] as usize - 1];
     Ok(RasterData {
@@ -141,9 +143,9 @@ pub fn tiff_layout(path: &str) -> Result<TiffLayout, CogError> {
     let _gdal_log = ffi::ErrorScope::new();
     let ds = ffi::open_raster(path)?;
     let meta = probe::scene_meta(&ds, path)?;
-    let corrupt = |source| CogError::Corrupt {
+    let corrupt = |source: GdalError| CogError::Corrupt {
         path: path.to_owned(),
-        source,
+        source: GdalSaid(source),
     };
     let band = ds.rasterband(1).map_err(corrupt)?;
     let (bw, bh) = band.block_size();

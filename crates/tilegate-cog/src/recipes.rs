@@ -90,6 +90,15 @@ impl InputWindow<'_> {
     }
 }
 
+/// What a recipe says about itself ([`Recipe::describe`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecipeHelp {
+    /// What it makes, in one sentence.
+    pub summary: &'static str,
+    /// Its parameters: `(NAME, what it means)`.
+    pub params: Vec<(&'static str, &'static str)>,
+}
+
 /// A per-window computation a worker binary can run. See the module documentation.
 pub trait Recipe: Send + Sync + 'static {
     /// The name given to `--recipe` (letters, digits, `-`, `_`).
@@ -97,6 +106,11 @@ pub trait Recipe: Send + Sync + 'static {
     /// Validate the parameters and return the recipe's fingerprint for them: everything that
     /// determines its output, and a version to bump when the function changes.
     fn fingerprint(&self, params: &Params) -> Result<String, String>;
+    /// What the recipe makes, in one sentence, and its `--param NAME=VALUE` parameters with
+    /// what each means (`tilegate recipes` lists them).
+    fn describe(&self) -> RecipeHelp {
+        RecipeHelp::default()
+    }
     /// The output's bands, type and nodata for a source.
     fn output(&self, params: &Params, source: &SourceSpec) -> Result<OutputSpec, String>;
     /// Pixels of context needed on each side of a window (a focal filter's radius).

@@ -7,6 +7,7 @@
 //! file: rows are generated in parallel but each from its own coordinates only, and the file
 //! is written one full block row at a time, flushed in block order.
 
+use crate::GdalSaid;
 use crate::dtype::Dtype;
 use crate::error::CogError;
 use crate::ffi::{self, Layout};
@@ -111,12 +112,14 @@ pub fn sample_scene(path: &Path, opts: &SampleOptions) -> Result<SceneMeta, CogE
         Ok(meta) => meta,
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
-            return Err(write_err(e));
+            return Err(write_err(GdalSaid(e)));
         }
     };
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        write_err(GdalError::BadArgument(format!("rename {tmp}: {e}")))
+        write_err(GdalSaid(GdalError::BadArgument(format!(
+            "rename {tmp}: {e}"
+        ))))
     })?;
     tracing::info!(
         path = path_s,

@@ -9,6 +9,7 @@
 //! written anywhere to be reopened. Its path (`/vsimem/tilegate-stac/…`) only names the
 //! registered recipe.
 
+use crate::GdalSaid;
 use crate::drivers::SourceDrivers;
 use crate::error::CogError;
 use crate::ffi;
@@ -85,9 +86,9 @@ pub(crate) fn open(path: &str) -> Result<Dataset, CogError> {
 }
 
 fn build(stack: &Stack) -> Result<Dataset, CogError> {
-    let gdal_err = |source| CogError::Gdal {
+    let gdal_err = |source: GdalError| CogError::Gdal {
         operation: "stack the item's assets (GDALBuildVRT)",
-        source,
+        source: GdalSaid(source),
     };
     let sources = stack
         .inputs

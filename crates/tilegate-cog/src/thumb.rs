@@ -1,13 +1,17 @@
 //! A small PNG picture of an assembled scene, made from its smallest overview (no full
 //! resolution pixel is read), for the job report.
 
+use crate::GdalSaid;
 use crate::error::CogError;
 use crate::ffi::{self, VsiMemFile};
 use gdal::DriverManager;
 use gdal::raster::{Buffer, ColorInterpretation, RasterBand};
 
 fn gdal_err(operation: &'static str) -> impl FnOnce(gdal::errors::GdalError) -> CogError {
-    move |source| CogError::Gdal { operation, source }
+    move |source| CogError::Gdal {
+        operation,
+        source: GdalSaid(source),
+    }
 }
 
 /// A PNG of the scene at `path` (any GDAL path) from the smallest overview at least

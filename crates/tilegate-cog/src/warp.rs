@@ -106,7 +106,7 @@ pub fn warp_grid(path: &str, spec: &WarpSpec) -> Result<SceneMeta, CogError> {
     let plan = |args: &[String]| {
         let file = ffi::VsiMemFile::new("grid");
         let ds = gdal_warp(file.name(), None, &src, args)
-            .map_err(|e| bad(e.to_string()))?
+            .map_err(|e| bad(crate::GdalSaid(e).to_string()))?
             .expect("a created dataset");
         let meta = probe::scene_meta(&ds, path)?;
         drop(ds);

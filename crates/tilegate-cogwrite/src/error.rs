@@ -2,7 +2,44 @@
 //! with a stable kebab-case [`reason_code`](AssembleError::reason_code).
 
 use gdal::errors::GdalError;
+use std::fmt;
+use tilegate_core::Reason;
 use tilegate_core::Window;
+
+/// A GDAL failure as a person reads it: the driver's own message (`not recognized as being in
+/// a supported file format`), never GDAL's framing of it (`CPL error class: '3', error
+/// number: '4', error msg: …`). The error itself is kept ([`GdalSaid::error`]).
+#[derive(Debug)]
+pub struct GdalSaid(pub GdalError);
+
+impl GdalSaid {
+    /// GDAL's error as GDAL gave it.
+    pub fn error(&self) -> &GdalError {
+        &self.0
+    }
+}
+
+impl From<GdalError> for GdalSaid {
+    fn from(e: GdalError) -> Self {
+        Self(e)
+    }
+}
+
+impl fmt::Display for GdalSaid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            GdalError::CplError { msg, .. } if !msg.trim().is_empty() => {
+                write!(f, "GDAL: {}", msg.trim())
+            }
+            GdalError::CplError { number, .. } => {
+                write!(f, "GDAL failed without a message (error number {number})")
+            }
+            other => write!(f, "GDAL: {other}"),
+        }
+    }
+}
+
+impl std::error::Error for GdalSaid {}
 
 /// A failure to assemble. `Display` is a lowercase fragment that reads after "failed to …";
 /// a GDAL error, where there is one, is the [`std::error::Error::source`].
@@ -53,25 +90,25 @@ pub enum AssembleError {
     Gdal {
         stage: String,
         #[source]
-        source: GdalError,
+        source: GdalSaid,
     },
 }
 
 impl AssembleError {
     /// A stable kebab-case code for logs, metrics and dead-letter reasons.
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
-            Self::BadSpec { .. } => "scene-spec-invalid",
-            Self::OutsideGrid { .. } => "tile-outside-grid",
-            Self::DuplicateWindow { .. } => "tile-duplicate-window",
-            Self::MissingWindow { .. } => "tile-missing-window",
-            Self::NotATiff { .. } => "tile-not-a-tiff",
-            Self::CorruptTile { .. } => "tile-corrupt",
-            Self::TileMismatch { .. } => "tile-mismatch",
-            Self::CorruptBlock { .. } => "tile-block-corrupt",
-            Self::EncodeOverview { .. } => "overview-encode-failed",
-            Self::GdalOutput { .. } => "gdal-output-unreadable",
-            Self::Gdal { .. } => "gdal-error",
+            Self::BadSpec { .. } => Reason::SceneSpecInvalid,
+            Self::OutsideGrid { .. } => Reason::TileOutsideGrid,
+            Self::DuplicateWindow { .. } => Reason::TileDuplicateWindow,
+            Self::MissingWindow { .. } => Reason::TileMissingWindow,
+            Self::NotATiff { .. } => Reason::TileNotATiff,
+            Self::CorruptTile { .. } => Reason::TileCorrupt,
+            Self::TileMismatch { .. } => Reason::TileMismatch,
+            Self::CorruptBlock { .. } => Reason::TileBlockCorrupt,
+            Self::EncodeOverview { .. } => Reason::OverviewEncodeFailed,
+            Self::GdalOutput { .. } => Reason::GdalOutputUnreadable,
+            Self::Gdal { .. } => Reason::GdalError,
         }
     }
 
@@ -94,7 +131,10 @@ impl AssembleError {
 
     pub(crate) fn gdal(stage: impl Into<String>) -> impl FnOnce(GdalError) -> Self {
         let stage = stage.into();
-        move |source| Self::Gdal { stage, source }
+        move |source| Self::Gdal {
+            stage,
+            source: GdalSaid(source),
+        }
     }
 }
 

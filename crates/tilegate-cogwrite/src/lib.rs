@@ -68,7 +68,7 @@ mod tiff;
 mod tile;
 mod tilewrite;
 
-pub use error::AssembleError;
+pub use error::{AssembleError, GdalSaid};
 pub use fallback::{assemble_with_gdal, has_dataset_mask};
 pub use layout::LaidOut;
 pub use overview::overview_sizes;

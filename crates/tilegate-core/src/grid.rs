@@ -56,7 +56,16 @@ pub enum GridError {
     EmptyScene { width: u32, height: u32 },
     #[error("build a grid with window size {0}: must be a positive multiple of 16")]
     BadWindow(u32),
+    #[error(
+        "build a grid with window size {0}: at most {MAX_WINDOW} pixels (a window is one COG \
+         block, read and encoded in memory at once)"
+    )]
+    WindowTooLarge(u32),
 }
+
+/// The largest window (and COG block) in pixels: a window is read and encoded in memory at
+/// once, and 8192² samples of eight bytes are already 512 MiB per band.
+pub const MAX_WINDOW: u32 = 8192;
 
 impl Grid {
     /// A grid; the scene must be non-empty and the window a positive multiple of 16 (a TIFF
@@ -68,11 +77,27 @@ impl Grid {
         if window == 0 || !window.is_multiple_of(16) {
             return Err(GridError::BadWindow(window));
         }
+        if window > MAX_WINDOW {
+            return Err(GridError::WindowTooLarge(window));
+        }
         Ok(Self {
             width,
             height,
             window,
         })
+    }
+
+    /// The window a `width × height` scene is tiled by when `window` is asked for: `window`,
+    /// or — when it is larger than the scene — the scene's larger side rounded up to a
+    /// multiple of 16, which covers it in one window just the same (a larger block would only
+    /// be padding, allocated and encoded for nothing).
+    pub fn fitted_window(width: u32, height: u32, window: u32) -> u32 {
+        let scene = width.max(height).div_ceil(16).saturating_mul(16);
+        if window.is_multiple_of(16) && scene > 0 {
+            window.min(scene)
+        } else {
+            window
+        }
     }
 
     pub fn rows(&self) -> u32 {

@@ -15,6 +15,7 @@ pub mod message;
 pub mod metrics;
 pub mod object;
 pub mod queue;
+pub mod reason;
 pub mod recipe;
 pub mod redact;
 pub mod source;
@@ -28,6 +29,7 @@ pub use etag::{ConditionList, ETag};
 pub use grid::{Grid, Window, WindowRect};
 pub use id::JobId;
 pub use keys::{KeyError, ObjectKey, Prefix, Tenant};
+pub use reason::{Exit, Reason};
 pub use recipe::{Compression, Recipe};
 pub use source::SourceInfo;
 

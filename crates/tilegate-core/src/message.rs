@@ -6,6 +6,7 @@ use crate::id::JobId;
 use crate::keys::{KeyError, Prefix, Tenant};
 use crate::ledger::AttemptOrder;
 use crate::queue::MAX_MESSAGE_BYTES;
+use crate::reason::Reason;
 use crate::recipe::Recipe;
 use crate::source::SourceInfo;
 use crate::table::JobRecord;
@@ -65,15 +66,15 @@ pub enum MessageError {
 
 impl MessageError {
     /// The named reason recorded on the dead letter.
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
-            Self::TooLarge(_) => "message-too-large",
-            Self::InvalidJson(_) => "malformed-message",
-            Self::UnknownVersion(_) => "unknown-message-version",
-            Self::BadField(_) => "malformed-message",
-            Self::UnsafeKey(_) => "unsafe-key-segment",
-            Self::WindowOutsideScene { .. } => "window-outside-scene",
-            Self::JobIdMismatch { .. } => "job-id-mismatch",
+            Self::TooLarge(_) => Reason::MessageTooLarge,
+            Self::InvalidJson(_) => Reason::MalformedMessage,
+            Self::UnknownVersion(_) => Reason::UnknownMessageVersion,
+            Self::BadField(_) => Reason::MalformedMessage,
+            Self::UnsafeKey(_) => Reason::UnsafeKeySegment,
+            Self::WindowOutsideScene { .. } => Reason::WindowOutsideScene,
+            Self::JobIdMismatch { .. } => Reason::JobIdMismatch,
         }
     }
 }

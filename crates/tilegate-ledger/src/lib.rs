@@ -11,6 +11,7 @@ pub mod gc;
 pub mod reconcile;
 pub mod url;
 
+use tilegate_core::Reason;
 use tilegate_core::ledger::{AttemptId, AttemptState, Subject};
 use tilegate_core::table::Versioned;
 use tilegate_core::{JobId, StoreError, Tenant};
@@ -79,19 +80,19 @@ pub enum LedgerError {
 
 impl LedgerError {
     /// A stable kebab-case name, for `--json` and exit codes.
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
-            Self::UnknownJob(_) => "unknown-job",
-            Self::OutsideGrid { .. } => "window-outside-scene",
-            Self::UnknownAttempt { .. } => "unknown-attempt",
-            Self::NotUploading { .. } => "attempt-not-uploading",
-            Self::CollectedWhileUploading { .. } => "attempt-collected",
-            Self::KeyCollision { .. } => "attempt-key-collision",
-            Self::BeingDeleted { .. } => "attempt-being-deleted",
-            Self::NotYourTenant { .. } => "not-your-tenant",
-            Self::NothingAccepted { .. } => "nothing-accepted",
-            Self::Expired { .. } => "retention-expired",
-            Self::Store(_) => "storage",
+            Self::UnknownJob(_) => Reason::UnknownJob,
+            Self::OutsideGrid { .. } => Reason::WindowOutsideScene,
+            Self::UnknownAttempt { .. } => Reason::UnknownAttempt,
+            Self::NotUploading { .. } => Reason::AttemptNotUploading,
+            Self::CollectedWhileUploading { .. } => Reason::AttemptCollected,
+            Self::KeyCollision { .. } => Reason::AttemptKeyCollision,
+            Self::BeingDeleted { .. } => Reason::AttemptBeingDeleted,
+            Self::NotYourTenant { .. } => Reason::NotYourTenant,
+            Self::NothingAccepted { .. } => Reason::NothingAccepted,
+            Self::Expired { .. } => Reason::RetentionExpired,
+            Self::Store(e) => Reason::storage(e.is_retryable()),
         }
     }
 }

@@ -128,7 +128,8 @@ impl MemoryQueue {
                 st.bury(
                     seq,
                     format!(
-                        "max-receives-exceeded: received {count} times without being acknowledged"
+                        "{}: received {count} times without being acknowledged",
+                        tilegate_core::Reason::MaxReceivesExceeded
                     ),
                     now,
                 );

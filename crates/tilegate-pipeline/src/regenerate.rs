@@ -3,6 +3,7 @@
 //! (records and, if asked, publishes it) — two stages one after the other.
 
 use bytes::Bytes;
+use tilegate_core::Reason;
 use tilegate_core::ledger::{AttemptOrder, AttemptState, Subject};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, UnixMillis};
@@ -31,11 +32,11 @@ impl From<LedgerError> for SceneError {
 
 impl SceneError {
     /// A stable kebab-case name (the same names as dead-letter reasons).
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
             Self::Regenerate(e) => e.reason_code(),
             Self::Assemble(e) => e.reason_code(),
-            Self::NotBuilt(_) => "scene-not-built",
+            Self::NotBuilt(_) => Reason::SceneNotBuilt,
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use tilegate_cog::CogError;
+use tilegate_core::Reason;
 use tilegate_core::grid::GridError;
 use tilegate_core::message::WindowMessage;
 use tilegate_core::recipe::{Operation, RecipeError};
@@ -95,16 +96,16 @@ pub enum PlanError {
 
 impl PlanError {
     /// A stable kebab-case name of the failure (the same names as dead-letter reasons).
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
             Self::Source(e) => e.reason_code(),
             Self::Raster(e) => e.reason_code(),
-            Self::Grid(GridError::EmptyScene { .. }) => "zero-sized-raster",
-            Self::Grid(GridError::BadWindow(_)) => "bad-window",
-            Self::Recipe(RecipeError::BadExpression(_)) => "bad-expression",
-            Self::Recipe(_) => "bad-recipe",
-            Self::Key(_) => "unsafe-key-segment",
-            Self::Store(_) => "storage",
+            Self::Grid(GridError::EmptyScene { .. }) => Reason::ZeroSizedRaster,
+            Self::Grid(GridError::BadWindow(_) | GridError::WindowTooLarge(_)) => Reason::BadWindow,
+            Self::Recipe(RecipeError::BadExpression(_)) => Reason::BadExpression,
+            Self::Recipe(_) => Reason::BadRecipe,
+            Self::Key(_) => Reason::UnsafeKeySegment,
+            Self::Store(e) => Reason::storage(e.is_retryable()),
         }
     }
 }
@@ -139,8 +140,9 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
     .expect("planning task panicked")?;
     timings.probe_s = lap();
     opts.recipe.input_bands(scene.bands)?;
-    let recipe = planned_recipe(&opts.recipe, &scene)?;
-    let grid = Grid::new(scene.width, scene.height, opts.recipe.window)?;
+    let mut recipe = planned_recipe(&opts.recipe, &scene)?;
+    recipe.window = Grid::fitted_window(scene.width, scene.height, recipe.window);
+    let grid = Grid::new(scene.width, scene.height, recipe.window)?;
     let root = opts.tenant.root(&opts.prefix)?;
     let job_id = JobId::of(&resolved.info, &recipe, &root, &opts.tenant);
     let record = JobRecord {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
+use tilegate_core::Reason;
 use tilegate_core::source::LocalStat;
 use tilegate_core::{Backends, ETag, SourceInfo};
 
@@ -71,16 +72,16 @@ impl SourceError {
     }
 
     /// The named reason used for dead letters.
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
-            Self::Missing { .. } => "source-missing",
-            Self::Io { .. } => "source-unreadable",
-            Self::UnsupportedScheme { .. } => "unsupported-source",
-            Self::Changed { .. } => "source-changed",
-            Self::Store { .. } | Self::Http { .. } => "source-unreadable",
-            Self::BadItem { .. } => "bad-stac-item",
-            Self::Forbidden { .. } => "source-forbidden",
-            Self::CredentialsUnavailable { .. } => "source-credentials-unavailable",
+            Self::Missing { .. } => Reason::SourceMissing,
+            Self::Io { .. } => Reason::SourceUnreadable,
+            Self::UnsupportedScheme { .. } => Reason::UnsupportedSource,
+            Self::Changed { .. } => Reason::SourceChanged,
+            Self::Store { .. } | Self::Http { .. } => Reason::SourceUnreadable,
+            Self::BadItem { .. } => Reason::BadStacItem,
+            Self::Forbidden { .. } => Reason::SourceForbidden,
+            Self::CredentialsUnavailable { .. } => Reason::SourceCredentialsUnavailable,
         }
     }
 

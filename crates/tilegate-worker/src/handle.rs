@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tilegate_cog::{CogError, EncodeRequest, ReducedWindow, StepTimes};
 use tilegate_core::ObjectKey;
+use tilegate_core::Reason;
 use tilegate_core::error::chain;
 use tilegate_core::ledger::{AttemptOrder, AttemptState, Subject};
 use tilegate_core::message::{MessageError, WindowMessage};
@@ -55,7 +56,7 @@ impl WindowOutcome {
 
 /// A fault of one message, permanent or retryable: its reason code and detail.
 struct Fault {
-    code: &'static str,
+    code: Reason,
     detail: String,
 }
 
@@ -67,21 +68,21 @@ enum Failure {
 }
 
 impl Failure {
-    fn permanent(code: &'static str, detail: impl Into<String>) -> Self {
+    fn permanent(code: Reason, detail: impl Into<String>) -> Self {
         Self::Permanent(Fault {
             code,
             detail: detail.into(),
         })
     }
 
-    fn retryable(code: &'static str, detail: impl Into<String>) -> Self {
+    fn retryable(code: Reason, detail: impl Into<String>) -> Self {
         Self::Retryable(Fault {
             code,
             detail: detail.into(),
         })
     }
 
-    fn classified(retryable: bool, code: &'static str, detail: String) -> Self {
+    fn classified(retryable: bool, code: Reason, detail: String) -> Self {
         if retryable {
             Self::retryable(code, detail)
         } else {
@@ -92,12 +93,11 @@ impl Failure {
 
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
-        let code = if e.is_retryable() {
-            "storage-unavailable"
-        } else {
-            "storage-refused"
-        };
-        Self::classified(e.is_retryable(), code, chain(&e))
+        Self::classified(
+            e.is_retryable(),
+            Reason::storage(e.is_retryable()),
+            chain(&e),
+        )
     }
 }
 
@@ -172,7 +172,7 @@ async fn answer_panic(
         Err(payload) => {
             shared.counters.inc(m::WINDOW_PANICS);
             let fault = Fault {
-                code: "handler-panicked",
+                code: Reason::HandlerPanicked,
                 detail: panic_message(payload.as_ref()),
             };
             tracing::error!(message_id = %msg.message_id, error = %fault.detail, "message handler panicked");
@@ -198,7 +198,7 @@ async fn dead_letter(
     tracing::warn!(message_id = %msg.message_id, reason = %reason, "dead-lettering message");
     match shared.b.queue.dead_letter(msg, &reason).await {
         Ok(()) => {
-            shared.counters.dead_lettered(fault.code);
+            shared.counters.dead_lettered(fault.code.as_str());
             deltas.0.push((m::DEAD_LETTERED, 1));
             WindowOutcome::DeadLettered(reason)
         }
@@ -229,7 +229,7 @@ async fn retry_or_dead_letter(
     let backoff = Duration::from_secs(1 << msg.receive_count.min(5));
     let backoff = backoff.min(shared.cfg.visibility);
     tracing::warn!(message_id = %msg.message_id, receive_count = msg.receive_count,
-        backoff_s = backoff.as_secs(), reason = fault.code, error = %fault.detail,
+        backoff_s = backoff.as_secs(), reason = %fault.code, error = %fault.detail,
         "retryable fault; will redeliver");
     let _ = shared
         .b
@@ -316,14 +316,14 @@ async fn process(
     let wm = decoded.map_err(|e| Failure::permanent(e.reason_code(), e.to_string()))?;
     let job = shared.job(&wm.job_id).await?.ok_or_else(|| {
         Failure::permanent(
-            "unknown-job",
+            Reason::UnknownJob,
             format!("job {} has no job row (never planned here)", wm.job_id),
         )
     })?;
     *job_for_counters = Some(job.job_id.clone());
     if wm.grid != job.grid || wm.prefix != job.prefix {
         return Err(Failure::permanent(
-            "message-disagrees-with-job",
+            Reason::MessageDisagreesWithJob,
             format!(
                 "grid or prefix of the message differs from job {}'s row",
                 job.job_id
@@ -408,7 +408,7 @@ async fn process(
             deltas.bump(shared, m::PRECONDITION_FAILED);
             let meta = shared.b.objects.head(&key).await?.ok_or_else(|| {
                 Failure::retryable(
-                    "storage-unavailable",
+                    Reason::StorageUnavailable,
                     format!("`{key}` was refused as present but is gone"),
                 )
             })?;
@@ -420,7 +420,7 @@ async fn process(
         }
         PutOutcome::Superseded => {
             return Err(Failure::permanent(
-                "storage-refused",
+                Reason::StorageRefused,
                 format!("the store answered a Create of `{key}` with Superseded"),
             ));
         }
@@ -451,7 +451,7 @@ async fn regenerate_window(
         .await?
         .ok_or_else(|| {
             Failure::permanent(
-                "unknown-attempt",
+                Reason::UnknownAttempt,
                 format!(
                     "attempt {} of {} {window} has no ledger row",
                     order.id, job.job_id
@@ -563,7 +563,7 @@ async fn encode(
         let tile = stand_in
             .encode(job, window, attempt)
             .await
-            .map_err(|e| Failure::retryable("encoder-failed", e))?;
+            .map_err(|e| Failure::retryable(Reason::EncoderFailed, e))?;
         let times = StepTimes {
             encode: started.elapsed(),
             ..StepTimes::default()
@@ -597,7 +597,7 @@ async fn encode(
     };
     deltas.bump(shared, m::WINDOW_PANICS);
     tracing::error!(error = %detail, "encoder panicked");
-    Err(Failure::retryable("encoder-panicked", detail))
+    Err(Failure::retryable(Reason::EncoderPanicked, detail))
 }
 
 /// What the encoder needs for one window of a job.

@@ -206,8 +206,10 @@ impl InFlight {
                     .try_into_panic()
                     .map_or_else(|e| e.to_string(), |p| panic_message(p.as_ref()));
                 tracing::error!(error = %detail, "window task failed outside its handler");
-                self.report
-                    .add(&WindowOutcome::Retry(format!("handler-panicked: {detail}")));
+                self.report.add(&WindowOutcome::Retry(format!(
+                    "{}: {detail}",
+                    tilegate_core::Reason::HandlerPanicked
+                )));
             }
         }
     }

@@ -10,6 +10,7 @@
 use crate::handle::encode_request;
 use bytes::Bytes;
 use tilegate_cog::CogError;
+use tilegate_core::Reason;
 use tilegate_core::ledger::{
     AttemptId, AttemptOrder, AttemptRow, PublishOutcome, Retention, Subject,
 };
@@ -36,7 +37,7 @@ impl From<tilegate_core::StoreError> for RegenerateError {
 }
 
 impl RegenerateError {
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
             Self::Ledger(e) => e.reason_code(),
             Self::Source(e) => e.reason_code(),

@@ -10,6 +10,7 @@ use crate::handle::encode_request;
 use bytes::Bytes;
 use tilegate_cog::CogError;
 use tilegate_core::ObjectKey;
+use tilegate_core::Reason;
 use tilegate_core::object::{ObjectMeta, PutOptions, PutOutcome, UpdateVersion};
 use tilegate_core::table::{JobRecord, ManifestEntry, TileOrigin, UpdateOutcome};
 use tilegate_core::{Backends, ETag, JobId, StoreError, Window, now_millis};
@@ -39,14 +40,14 @@ pub enum RepairError {
 
 impl RepairError {
     /// A stable kebab-case name (the same names as dead-letter reasons).
-    pub fn reason_code(&self) -> &'static str {
+    pub fn reason_code(&self) -> Reason {
         match self {
-            Self::UnknownJob(_) => "unknown-job",
-            Self::OutsideGrid { .. } => "window-outside-scene",
-            Self::NoTile(_) => "no-tile",
+            Self::UnknownJob(_) => Reason::UnknownJob,
+            Self::OutsideGrid { .. } => Reason::WindowOutsideScene,
+            Self::NoTile(_) => Reason::NoTile,
             Self::Source(e) => e.reason_code(),
             Self::Encode(e) => e.reason_code(),
-            Self::Store(_) => "storage",
+            Self::Store(e) => Reason::storage(e.is_retryable()),
         }
     }
 }

@@ -11,7 +11,9 @@
 //! assembled scene equals the filter applied to the whole scene at once.
 
 use std::sync::Arc;
-use tilegate_cog::recipes::{self, InputWindow, OutputSpec, Params, Recipe, SourceSpec};
+use tilegate_cog::recipes::{
+    self, InputWindow, OutputSpec, Params, Recipe, RecipeHelp, SourceSpec,
+};
 
 struct Median;
 
@@ -39,6 +41,16 @@ impl Recipe for Median {
 
     fn fingerprint(&self, params: &Params) -> Result<String, String> {
         Ok(format!("median/v1;radius={}", Self::radius(params)?))
+    }
+
+    fn describe(&self) -> RecipeHelp {
+        RecipeHelp {
+            summary: "a focal median, band by band, ignoring nodata and masked-out samples",
+            params: vec![(
+                "radius",
+                "pixels on each side of the square neighbourhood, 1 to 64 (default 1)",
+            )],
+        }
     }
 
     fn output(&self, _params: &Params, source: &SourceSpec) -> Result<OutputSpec, String> {

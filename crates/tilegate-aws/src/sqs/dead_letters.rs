@@ -65,7 +65,8 @@ impl SqsQueue {
                 message_id: logical_id(m),
                 body: m.body().unwrap_or_default().to_owned(),
                 reason: format!(
-                    "max-receives-exceeded: received {} times without being acknowledged",
+                    "{}: received {} times without being acknowledged",
+                    tilegate_core::Reason::MaxReceivesExceeded,
                     self.max_receive_count
                 ),
                 receive_count: self.max_receive_count,

@@ -1,7 +1,7 @@
 //! `assemble`, `repair` and `cleanup-uploads`: the commands that write or withdraw outputs
 //! after the windows are done.
 
-use super::{EXIT_MANIFEST_SHORT, find_job};
+use super::find_job;
 use crate::args::{AssembleArgs, AssembleFlags, CleanupArgs, RepairArgs};
 use crate::errors::refused;
 use crate::output::{self, Out};
@@ -10,6 +10,8 @@ use serde_json::json;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tilegate_core::Backends;
+use tilegate_core::Exit;
+use tilegate_core::Reason;
 use tilegate_core::metrics::{self as m, Counters};
 
 pub(crate) fn assemble_options(
@@ -24,7 +26,7 @@ pub(crate) fn assemble_options(
         "nearest" => tilegate_cogwrite::Resampling::Nearest,
         other => {
             return Err(refused(
-                "bad-option",
+                Reason::BadOption,
                 format!("unknown resampling `{other}`: expected average or nearest"),
             ));
         }
@@ -88,21 +90,24 @@ pub(super) async fn assemble_cmd(
             else {
                 unreachable!()
             };
+            let message = format!(
+                "{}; `tilegate work --until-empty` finishes the windows, `tilegate status` names \
+                 the missing ones and their dead letters",
+                tilegate_core::redact::redact(&e.to_string())
+            );
             let doc = json!({
                 "job_id": job.job_id,
                 "outcome": "incomplete",
                 "manifest_rows": have,
                 "windows": want,
                 "missing": missing.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+                "error": {"reason": e.reason_code(), "message": message},
             });
             if out.json {
                 out.emit(&doc, String::new);
             }
-            eprintln!(
-                "tilegate: error: {}",
-                tilegate_core::redact::redact(&e.to_string())
-            );
-            Ok(ExitCode::from(EXIT_MANIFEST_SHORT))
+            eprintln!("tilegate: error[{}]: {message}", e.reason_code());
+            Ok(Exit::ManifestShort.into())
         }
         Err(e) => Err(anyhow::Error::new(e)),
     }

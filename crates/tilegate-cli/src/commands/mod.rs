@@ -6,16 +6,18 @@ mod assemble;
 mod plan;
 mod work;
 
+use crate::errors::refused;
 pub(crate) use assemble::assemble_options;
 use assemble::{assemble_cmd, cleanup_uploads, repair_cmd};
 use plan::plan_cmd;
+use tilegate_core::Reason;
 use work::{backfill_cmd, run, run_source, work};
 
 use crate::args::{Cli, Command, DemoArgs, DlqCommand, InitArgs, PoolArgs, SampleArgs};
 use crate::backends::{self, Selection};
 use crate::ledger;
 use crate::output::{self, Out};
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::json;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -25,12 +27,6 @@ use tilegate_core::{Backends, JobId, Prefix, Recipe, Tenant};
 use tilegate_report::status::dead_letter_job;
 use tilegate_worker::{StopWhen, WorkerConfig};
 use tokio::sync::watch;
-
-/// Exit code when a job could not complete (missing windows, dead letters).
-pub const EXIT_INCOMPLETE: u8 = 3;
-
-/// Exit code when `assemble` refuses a job whose manifest is short.
-pub const EXIT_MANIFEST_SHORT: u8 = 4;
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     // Requests are counted for the job they serve; a command that serves one job names it.
@@ -51,16 +47,32 @@ async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Repair(a) => repair_cmd(&out, &backends::open(&sel).await?, a).await,
         Command::Backfill(a) => backfill_cmd(&out, &backends::open(&sel).await?, a).await,
         Command::CleanupUploads(a) => cleanup_uploads(&out, &backends::open(&sel).await?, a).await,
-        Command::Status(a) => crate::look::status(&out, &backends::open(&sel).await?, a).await,
-        Command::Report(a) => {
-            crate::look::report(&out, &sel, &backends::open(&sel).await?, a).await
+        Command::Status(a) => {
+            crate::look::status(&out, &backends::open_read_only(&sel).await?, a).await
         }
-        Command::Stac(a) => crate::look::stac_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::Report(a) => {
+            crate::look::report(&out, &sel, &backends::open_read_only(&sel).await?, a).await
+        }
+        Command::Stac(a) => {
+            crate::look::stac_cmd(&out, &backends::open_read_only(&sel).await?, a).await
+        }
+        Command::Dlq(c @ DlqCommand::List { .. }) => {
+            dlq(&out, &backends::open_read_only(&sel).await?, c).await
+        }
         Command::Dlq(c) => dlq(&out, &backends::open(&sel).await?, c).await,
         Command::Demo(a) => demo(&out, &sel, a).await,
+        Command::Recipes => {
+            let all = crate::recipes::catalogue();
+            out.emit(&json!({ "recipes": all }), || {
+                crate::recipes::catalogue_text(&all)
+            });
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Regenerate(a) => ledger::regenerate(&out, &backends::open(&sel).await?, a).await,
         Command::Accept(a) => ledger::accept(&out, &backends::open(&sel).await?, a).await,
-        Command::Attempts(a) => ledger::attempts(&out, &backends::open(&sel).await?, a).await,
+        Command::Attempts(a) => {
+            ledger::attempts(&out, &backends::open_read_only(&sel).await?, a).await
+        }
         Command::Hold(a) => ledger::hold(&out, &backends::open(&sel).await?, a).await,
         Command::Gc(a) => ledger::gc_cmd(&out, &backends::open(&sel).await?, a).await,
         Command::Reconcile(a) => ledger::reconcile_cmd(&out, &backends::open(&sel).await?, a).await,
@@ -177,7 +189,12 @@ pub(crate) async fn find_job(b: &Backends, arg: Option<&str>) -> anyhow::Result<
             .jobs
             .get_job(&id)
             .await?
-            .with_context(|| format!("no job {id} in this data directory"))?
+            .ok_or_else(|| {
+                refused(
+                    Reason::UnknownJob,
+                    format!("no job {id} in this data directory"),
+                )
+            })?
             .row);
     }
     let jobs = b.jobs.list_jobs(10_000).await?;
@@ -186,20 +203,41 @@ pub(crate) async fn find_job(b: &Backends, arg: Option<&str>) -> anyhow::Result<
         .filter(|j| arg.is_none_or(|p| j.row.job_id.as_str().starts_with(p)))
         .collect();
     match (arg, matching.as_slice()) {
-        (None, []) => bail!("no job has been planned in this data directory"),
+        (None, []) => Err(refused(
+            Reason::NoJob,
+            "no job has been planned in this data directory (`tilegate plan SOURCE` plans one)",
+        )),
         (None, [newest, ..]) => Ok(newest.row.clone()),
-        (Some(p), []) => bail!("no job matches `{p}`"),
+        (Some(p), []) => Err(refused(
+            Reason::UnknownJob,
+            format!("no job matches `{p}` (`tilegate status` lists the recent jobs)"),
+        )),
         (Some(_), [one]) => Ok(one.row.clone()),
-        (Some(p), many) => bail!("`{p}` matches {} jobs; give more characters", many.len()),
+        (Some(p), many) => Err(refused(
+            Reason::AmbiguousJob,
+            format!("`{p}` matches {} jobs; give more characters", many.len()),
+        )),
     }
 }
 
+/// How many dead letters `dlq --job` reads to find a job's.
+const DLQ_SCAN: usize = 100_000;
+
 async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode> {
     match c {
-        DlqCommand::List { limit } => {
-            let dead = b.queue.list_dead_letters(limit).await?;
+        DlqCommand::List { limit, job } => {
+            let job = match job {
+                Some(j) => Some(find_job(b, Some(&j)).await?.job_id),
+                None => None,
+            };
+            let dead = b
+                .queue
+                .list_dead_letters(if job.is_some() { DLQ_SCAN } else { limit })
+                .await?;
             let rows: Vec<_> = dead
                 .iter()
+                .filter(|d| job.is_none() || dead_letter_job(&d.body) == job)
+                .take(limit)
                 .map(|d| {
                     let parsed = WindowMessage::decode(&d.body).ok();
                     json!({
@@ -216,8 +254,23 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
             let doc = json!({ "dead_letters": rows, "count": rows.len() });
             out.emit(&doc, || output::dlq_text(&rows));
         }
-        DlqCommand::Redrive { ids } => {
-            let moved = if ids.is_empty() {
+        DlqCommand::Redrive { ids, job } => {
+            let moved = if let Some(j) = job {
+                let job = find_job(b, Some(&j)).await?.job_id;
+                let ids: Vec<String> = b
+                    .queue
+                    .list_dead_letters(DLQ_SCAN)
+                    .await?
+                    .into_iter()
+                    .filter(|d| dead_letter_job(&d.body).as_ref() == Some(&job))
+                    .map(|d| d.message_id)
+                    .collect();
+                if ids.is_empty() {
+                    0
+                } else {
+                    b.queue.redrive(Some(&ids)).await?
+                }
+            } else if ids.is_empty() {
                 b.queue.redrive(None).await?
             } else {
                 b.queue.redrive(Some(&ids)).await?

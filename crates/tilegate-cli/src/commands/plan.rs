@@ -8,6 +8,7 @@ use serde_json::json;
 use std::process::ExitCode;
 use std::time::Instant;
 use tilegate_core::Backends;
+use tilegate_core::Exit;
 use tilegate_core::metrics::Counters;
 use tilegate_planner::{PlanOptions, plan};
 
@@ -65,7 +66,7 @@ pub(super) async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Re
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        Exit::Failed.into()
     })
 }
 

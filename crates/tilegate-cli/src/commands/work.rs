@@ -2,7 +2,7 @@
 //! process through `tilegate_pipeline::run`.
 
 use super::assemble::{assemble_doc, assemble_options};
-use super::{EXIT_INCOMPLETE, find_job, stop_on_signals, worker_config};
+use super::{find_job, stop_on_signals, worker_config};
 use crate::args::{AssembleFlags, BackfillArgs, PoolArgs, RunArgs, WorkArgs};
 use crate::output::{self, Out};
 use crate::recipes::{Location, recipe_from};
@@ -11,6 +11,7 @@ use serde_json::json;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
+use tilegate_core::Exit;
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Recipe};
@@ -138,7 +139,7 @@ pub(super) async fn run_source(
     Ok(if complete {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(EXIT_INCOMPLETE)
+        Exit::Incomplete.into()
     })
 }
 

@@ -2,6 +2,7 @@
 //! process's shared handles of strip-organised sources.
 
 use super::EncodeRequest;
+use crate::GdalSaid;
 use crate::dtype::Dtype;
 use crate::error::CogError;
 use crate::ffi;
@@ -189,14 +190,14 @@ fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
     let nodata = probe::band_nodata(&ds, &req.path)?;
     let semantics = semantics::read(&ds).map_err(|source| CogError::Corrupt {
         path: req.path.clone(),
-        source,
+        source: GdalSaid(source),
     })?;
     let (block_w, block_h) =
         ds.rasterband(1)
             .map(|b| b.block_size())
             .map_err(|source| CogError::Corrupt {
                 path: req.path.clone(),
-                source,
+                source: GdalSaid(source),
             })?;
     let shared_reads = block_w as u64 >= u64::from(plan.width) && plan.width > req.recipe.window;
     if !warped {

@@ -3,6 +3,7 @@
 
 use super::cache::CachedSource;
 use super::{EncodeRequest, NDVI_NODATA, shifted_geotransform};
+use crate::GdalSaid;
 use crate::dtype::Dtype;
 use crate::error::CogError;
 use crate::ffi::{self, Layout};
@@ -72,9 +73,17 @@ pub(super) struct Pixels {
 fn read_err(req: &EncodeRequest, source: GdalError) -> CogError {
     let (path, rect) = (req.path.clone(), req.rect);
     if ffi::is_network(&req.path) {
-        CogError::Read { path, rect, source }
+        CogError::Read {
+            path,
+            rect,
+            source: GdalSaid(source),
+        }
     } else {
-        CogError::CorruptWindow { path, rect, source }
+        CogError::CorruptWindow {
+            path,
+            rect,
+            source: GdalSaid(source),
+        }
     }
 }
 
@@ -370,10 +379,10 @@ fn read_warp(
         .last()
         .is_some_and(|b| b.color == gdal_sys::GDALColorInterp::GCI_AlphaBand);
     let mask_band = nodata.is_none() && !has_alpha;
-    let warp_err = |source| CogError::Warp {
+    let warp_err = |source: GdalError| CogError::Warp {
         path: req.path.clone(),
         rect: r,
-        source,
+        source: GdalSaid(source),
     };
     let mem_driver = DriverManager::get_driver_by_name("MEM").map_err(warp_err)?;
     let dst_bands = bands + u32::from(mask_band);

@@ -4,10 +4,12 @@
 use super::cache::Recent;
 use super::pixels::Pixels;
 use super::{EncodeRequest, shifted_geotransform};
+use crate::GdalSaid;
 use crate::error::CogError;
 use crate::ffi::{self, ConfigGuard, Layout, VsiMemFile};
 use crate::semantics;
 use gdal::DriverManager;
+use gdal::errors::GdalError;
 use std::cell::RefCell;
 use std::sync::Arc;
 use tilegate_cogwrite::TileWriter;
@@ -104,10 +106,10 @@ pub(super) fn clear() {
 }
 
 pub(super) fn write_tile(req: &EncodeRequest, mut px: Pixels) -> Result<Vec<u8>, CogError> {
-    let encode_err = |source| CogError::Encode {
+    let encode_err = |source: GdalError| CogError::Encode {
         path: req.path.clone(),
         rect: req.rect,
-        source,
+        source: GdalSaid(source),
     };
     let r = req.rect;
     let mem_driver = DriverManager::get_driver_by_name("MEM").map_err(encode_err)?;

@@ -65,19 +65,29 @@ impl LocalObjectStore {
     /// crashed writers.
     pub fn open(root: impl AsRef<Path>) -> StoreResult<Self> {
         let shown = root.as_ref().display().to_string();
-        let root = std::path::absolute(root.as_ref()).map_err(|e| io_error("open", &shown, e))?;
-        let internal = root.join(INTERNAL_DIR);
-        let local = Local {
-            tmp: internal.join("tmp"),
-            meta: internal.join("meta"),
-            locks: internal.join("locks"),
-            uploads: internal.join("uploads"),
-            root,
-        };
+        let local = Local::at(root.as_ref()).map_err(|e| io_error("open", &shown, e))?;
         for dir in [&local.tmp, &local.meta, &local.locks, &local.uploads] {
             fs::create_dir_all(dir).map_err(|e| io_error("open", &shown, e))?;
         }
         local.sweep_tmp();
+        Ok(Self {
+            inner: Arc::new(local),
+        })
+    }
+
+    /// Open the store rooted at `root` for reading only (a colleague's or an archived run on a
+    /// read-only directory): nothing is created or swept, and a missing root is
+    /// [`StoreError::NotFound`]. Reads never write (a version without a matching sidecar is
+    /// hashed, not described anew); a write fails as the directory refuses it.
+    pub fn open_read_only(root: impl AsRef<Path>) -> StoreResult<Self> {
+        let shown = root.as_ref().display().to_string();
+        let local = Local::at(root.as_ref()).map_err(|e| io_error("open", &shown, e))?;
+        if !local.root.is_dir() {
+            return Err(StoreError::NotFound {
+                what: "object store directory",
+                key: shown,
+            });
+        }
         Ok(Self {
             inner: Arc::new(local),
         })
@@ -117,6 +127,19 @@ fn resolve_range(range: Option<Range<u64>>, size: u64) -> Result<Range<u64>, Emb
 impl Local {
     fn path_of(&self, key: &str) -> PathBuf {
         self.root.join(key)
+    }
+
+    /// The paths of a store rooted at `root` (made absolute).
+    fn at(root: &Path) -> io::Result<Self> {
+        let root = std::path::absolute(root)?;
+        let internal = root.join(INTERNAL_DIR);
+        Ok(Self {
+            tmp: internal.join("tmp"),
+            meta: internal.join("meta"),
+            locks: internal.join("locks"),
+            uploads: internal.join("uploads"),
+            root,
+        })
     }
 
     fn lock_path(&self, key: &str) -> PathBuf {

@@ -17,7 +17,7 @@ mod tables;
 
 use crate::blocking;
 use crate::error::{EmbeddedError, sql_error};
-use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Transaction, TransactionBehavior};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -102,6 +102,22 @@ CREATE TABLE IF NOT EXISTS queue_dead_letters (
 CREATE INDEX IF NOT EXISTS queue_dead_letters_by_queue ON queue_dead_letters (queue, seq);
 ";
 
+/// `file:` URI of `path` with `immutable=1`: every byte but the unreserved ones and `/`
+/// percent-encoded, so that no `?` or `#` in a path is read as the URI's own.
+fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.' | b'~') {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 /// Jobs, manifest, claims, counters and queues in one SQLite file. Cheap to clone; clones
 /// share one connection.
 #[derive(Clone)]
@@ -158,6 +174,74 @@ impl SqliteBackend {
             TxError::Sql(e) => sql_error("open the database", &shown, e),
             TxError::Store(e) => e,
         })?;
+        Ok(Self {
+            inner: Arc::new(Db {
+                path,
+                conn: Mutex::new(conn),
+                sent: Notify::new(),
+            }),
+        })
+    }
+
+    /// Open the database at `path` for reading only — `status`, `report`, `attempts`, `dlq
+    /// list` and `stac` of a colleague's or an archived run, which may live on a read-only
+    /// directory or file. Nothing is created: a missing file is [`StoreError::NotFound`]
+    /// (a mistyped `--data` is said, not made), and no schema is written or migrated.
+    ///
+    /// SQLite reads a WAL database through its `-shm` index, which it must be able to create;
+    /// where it cannot (a read-only directory), the file is opened `immutable`, which reads
+    /// the main file alone: complete for a run whose last writer closed it (the log is
+    /// checkpointed then), and short of the rows still in a `-wal` file otherwise (a warning
+    /// says so).
+    pub fn open_read_only(path: impl AsRef<Path>) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let shown = path.display().to_string();
+        if !path.is_file() {
+            return Err(StoreError::NotFound {
+                what: "tilegate database",
+                key: shown,
+            });
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let check = |conn: Connection| -> rusqlite::Result<Connection> {
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
+                r.get::<_, i64>(0)
+            })?;
+            Ok(conn)
+        };
+        let conn = match Connection::open_with_flags(&path, flags).and_then(check) {
+            Ok(conn) => conn,
+            Err(first) => {
+                let wal = PathBuf::from(format!("{}-wal", path.display()));
+                if wal.exists() {
+                    tracing::warn!(database = %shown, "the database's directory cannot be \
+                        written: reading it immutable, without the rows still in its -wal file");
+                }
+                Connection::open_with_flags(immutable_uri(&path), flags)
+                    .and_then(check)
+                    .map_err(|e| {
+                        tracing::debug!(database = %shown, error = %first, "read-only open failed");
+                        sql_error("open the database read-only", &shown, e)
+                    })?
+            }
+        };
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| sql_error("open the database read-only", &shown, e))?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::backend(
+                "open the database read-only",
+                shown,
+                Retry::Permanent,
+                EmbeddedError::SchemaTooNew {
+                    found,
+                    supported: SCHEMA_VERSION,
+                },
+            ));
+        }
         Ok(Self {
             inner: Arc::new(Db {
                 path,

@@ -117,10 +117,11 @@ impl SqliteQueue {
                             // maxReceiveCount times goes to the dead-letter queue instead of
                             // to a worker.
                             let reason = format!(
-                                "max-receives-exceeded: received {count} times without being acknowledged"
+                                "{}: received {count} times without being acknowledged",
+                                tilegate_core::Reason::MaxReceivesExceeded
                             );
                             move_to_dead(tx, seq, &reason, now)?;
-                            info!(store = "sqlite", queue = %queue, message_id = %message_id, receive_count = count, reason = "max-receives-exceeded", "dead-lettered");
+                            info!(store = "sqlite", queue = %queue, message_id = %message_id, receive_count = count, reason = %tilegate_core::Reason::MaxReceivesExceeded, "dead-lettered");
                             continue;
                         }
                         let receipt = uuid::Uuid::new_v4().simple().to_string();

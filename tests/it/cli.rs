@@ -1,0 +1,353 @@
+//! The command line as a new user meets it: output piped into a reader that goes away, and
+//! failures named by the one vocabulary of reasons.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use tilegate_core::Reason;
+use tilegate_tests::{sample, tempdir, tg, tg_json, tilegate_bin};
+
+/// Run `tilegate --data DATA ARGS` with its stdout a pipe whose reader has already gone (as in
+/// `tilegate status | head -c1` once `head` has its byte), and return (exit code, signal,
+/// stderr).
+fn into_a_closed_pipe(data: &Path, args: &[&str]) -> (Option<i32>, Option<i32>, String) {
+    use std::os::unix::process::ExitStatusExt as _;
+    let mut child = Command::new(tilegate_bin())
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tilegate");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for tilegate");
+    (
+        out.status.code(),
+        out.status.signal(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every command that prints ends quietly when its reader goes away: no panic (exit 101), no
+/// message on stderr — it ends as `head`'s writers do, by SIGPIPE, or having printed nothing.
+#[test]
+fn every_printing_command_ends_quietly_on_a_closed_pipe() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let scene = dir.join("scene.tif");
+    sample(&data, &scene, 256, 7);
+    let scene = scene.to_str().unwrap();
+    let run = tg_json(&data, &["run", scene, "--window", "128"]);
+    let job = run["job_id"].as_str().unwrap().to_owned();
+    let report = dir.join("report.html");
+    let report = report.to_str().unwrap();
+    let other = dir.join("other.tif");
+    let other = other.to_str().unwrap();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["sample-scene", other, "--size", "64"],
+        vec!["init"],
+        vec!["plan", scene, "--window", "128"],
+        vec!["work", "--until-empty"],
+        vec!["run", scene, "--window", "128"],
+        vec!["assemble", &job],
+        vec!["repair", &job, "--window", "0_0"],
+        vec!["backfill", &job],
+        vec!["cleanup-uploads"],
+        vec!["status"],
+        vec!["status", &job],
+        vec!["report", &job, "--out", report],
+        vec!["stac", &job],
+        vec!["dlq", "list"],
+        vec!["dlq", "redrive"],
+        vec!["attempts", &job],
+        vec!["gc"],
+        vec!["reconcile", &job],
+        vec!["--help"],
+        vec!["status", "--help"],
+    ];
+    for args in &commands {
+        for json in [false, true] {
+            let mut a = Vec::new();
+            if json {
+                a.push("--json");
+            }
+            a.extend_from_slice(args);
+            let (code, signal, stderr) = into_a_closed_pipe(&data, &a);
+            assert_ne!(code, Some(101), "tilegate {a:?} panicked: {stderr}");
+            assert!(
+                stderr.is_empty(),
+                "tilegate {a:?} (exit {code:?}, signal {signal:?}) wrote to stderr: {stderr}"
+            );
+            assert!(
+                code == Some(0) || signal == Some(libc::SIGPIPE),
+                "tilegate {a:?} ended with exit {code:?}, signal {signal:?}: {stderr}"
+            );
+        }
+    }
+}
+
+/// The failures a new user meets first are named, never `error[error]` or `unexpected`.
+#[test]
+fn a_new_users_first_failures_have_names() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let reason_of = |args: &[&str]| -> String {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let out = tg(&data, &a, &[]);
+        assert_eq!(out.status.code(), Some(1), "tilegate {args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("tilegate {args:?}: no JSON ({e}): {stderr}"));
+        let reason = doc["error"]["reason"].as_str().unwrap().to_owned();
+        assert!(
+            stderr.starts_with(&format!("tilegate: error[{reason}]: ")),
+            "{stderr}"
+        );
+        assert!(Reason::parse(&reason).is_some(), "{reason} is no Reason");
+        reason
+    };
+    assert_eq!(reason_of(&["status"]), Reason::NoJob.as_str());
+    assert_eq!(reason_of(&["assemble"]), Reason::NoJob.as_str());
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 128, 1);
+    tg_json(&data, &["plan", scene.to_str().unwrap(), "--window", "64"]);
+    assert_eq!(reason_of(&["status", "zzzz"]), Reason::UnknownJob.as_str());
+    // Planned, not worked: the manifest is short, and assemble says so by name.
+    let out = tg(&data, &["assemble"], &[]);
+    assert_eq!(out.status.code(), Some(4));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("tilegate: error[incomplete]: ")
+            && stderr.contains("work --until-empty"),
+        "{stderr}"
+    );
+    assert_eq!(
+        reason_of(&["--objects", "ftp://host/x", "status"]),
+        Reason::BadOption.as_str()
+    );
+}
+
+/// A window larger than the scene is fitted to it (one window, as asked); one larger than
+/// the largest block is refused when planning, not dead-lettered per delivery.
+#[test]
+fn window_sizes_are_checked_when_planning() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 200, 3);
+    let scene = scene.to_str().unwrap();
+    let run = tg_json(&data, &["run", scene, "--window", "4096"]);
+    assert_eq!(run["tiles_written"], 1, "{run}");
+    assert_eq!(run["scene"]["outcome"], "written", "{run}");
+    let job = tg_json(&data, &["status", run["job_id"].as_str().unwrap()]);
+    assert_eq!(job["window"], 208, "{job}");
+    let out = tg(&data, &["--json", "plan", scene, "--window", "100000"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["reason"], Reason::BadWindow.as_str(), "{doc}");
+}
+
+/// Run `tilegate ARGS` as a user who may read `data` but not write it: as root, the command
+/// runs as `nobody` (root's writes ignore permissions); otherwise the tree is made read-only.
+fn as_a_reader(data: &Path, args: &[&str]) -> std::process::Output {
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(tilegate_bin());
+        c
+    } else {
+        let status = Command::new("chmod")
+            .args(["-R", "a-w"])
+            .arg(data)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        Command::new(tilegate_bin())
+    };
+    cmd.arg("--data").arg(data).args(args);
+    cmd.output().expect("run tilegate as a reader")
+}
+
+/// What every file of `dir` is: path, size and modification time.
+fn listing(dir: &Path) -> Vec<(std::path::PathBuf, u64, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    for entry in walkdir(dir) {
+        let m = std::fs::metadata(&entry).unwrap();
+        out.push((entry, m.len(), m.modified().unwrap()));
+    }
+    out.sort();
+    out
+}
+
+fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// A colleague's or an archived run — a data directory the reader cannot write — can be
+/// looked at: `status`, `attempts`, `dlq list`, `stac` and `report` open it read-only and
+/// write nothing to it. A mistyped `--data` is said, not created.
+#[test]
+fn a_data_directory_that_cannot_be_written_can_be_looked_at() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tmp = tempdir();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 128, 5);
+    let run = tg_json(&data, &["run", scene.to_str().unwrap(), "--window", "64"]);
+    let job = run["job_id"].as_str().unwrap().to_owned();
+    let out_dir = tmp.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let report = out_dir.join("report.html");
+    let before = listing(&data);
+    for args in [
+        vec!["--json", "status"],
+        vec!["--json", "status", &job],
+        vec!["status", &job],
+        vec!["--json", "attempts", &job],
+        vec!["--json", "dlq", "list"],
+        vec!["--json", "stac", &job],
+        vec!["report", &job, "--out", report.to_str().unwrap()],
+    ] {
+        let out = as_a_reader(&data, &args);
+        assert!(
+            out.status.success(),
+            "tilegate {args:?} on a read-only data directory: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(report.is_file());
+    assert_eq!(
+        listing(&data),
+        before,
+        "looking wrote to the data directory"
+    );
+
+    let typo = tmp.path().join("dat");
+    let out = tg(&typo, &["--json", "status"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["reason"], Reason::NoJob.as_str(), "{doc}");
+    assert!(!typo.exists(), "status created the mistyped data directory");
+}
+
+/// GDAL's failures read as sentences: the driver's message is kept, GDAL's framing of it
+/// (`CPL error class: '3', error number: '4'`) never reaches a person.
+#[test]
+fn gdal_failures_are_said_as_sentences() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let text = tmp.path().join("notes.tif");
+    std::fs::write(&text, "these are my notes, not a raster\n").unwrap();
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 64, 2);
+    for (args, reason) in [
+        (vec!["plan", text.to_str().unwrap()], Reason::CorruptRaster),
+        (
+            vec![
+                "plan",
+                scene.to_str().unwrap(),
+                "--recipe",
+                "warp",
+                "--t-srs",
+                "nonsense",
+            ],
+            Reason::BadRecipe,
+        ),
+    ] {
+        let out = tg(&data, &args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("tilegate: error[{reason}]: ")),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("CPL error"), "{args:?}: {stderr}");
+        assert!(stderr.contains("GDAL: "), "{args:?}: {stderr}");
+    }
+}
+
+/// `status` as text says where the scene is or what stands between the job and it, and its
+/// counts are the JSON's: a dead-lettered window is counted once, as dead-lettered.
+#[test]
+fn status_says_where_the_scene_is_and_counts_agree() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 128, 4);
+    let scene_arg = scene.to_str().unwrap();
+    let planned = tg_json(&data, &["plan", scene_arg, "--window", "64"]);
+    let job = planned["job_id"].as_str().unwrap().to_owned();
+    let text = |job: &str| {
+        let out = tg(&data, &["status", job], &[]);
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let t = text(&job);
+    assert!(
+        t.contains("windows      0 of 4 recorded (4 not: 0 dead-lettered, 4 missing)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("scene        not assembled: 4 window(s) still to do"),
+        "{t}"
+    );
+
+    // The source changes under the job: every window is dead-lettered, and said once.
+    sample(&data, &scene, 128, 5);
+    let out = tg(&data, &["work", "--until-empty"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = tg_json(&data, &["status", &job]);
+    assert_eq!(doc["window_states"]["dead_lettered"], 4, "{doc}");
+    let t = text(&job);
+    assert!(
+        t.contains("windows      0 of 4 recorded (4 not: 4 dead-lettered, 0 missing)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("not assembled: 4 window(s) dead-lettered"),
+        "{t}"
+    );
+    // The dead letters name their job, and a job's can be returned on their own.
+    let out = tg(&data, &["dlq", "list"], &[]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(listed.matches(&format!("job {job}")).count(), 4, "{listed}");
+    let listed = tg_json(&data, &["dlq", "list", "--job", &job[..8]]);
+    assert_eq!(listed["count"], 4, "{listed}");
+    let moved = tg_json(&data, &["dlq", "redrive", "--job", &job]);
+    assert_eq!(moved["redriven"], 4, "{moved}");
+
+    let run = tg_json(&data, &["run", scene_arg, "--window", "64"]);
+    let job = run["job_id"].as_str().unwrap();
+    let doc = tg_json(&data, &["status", job]);
+    let key = doc["scene_output"]["key"].as_str().unwrap();
+    let t = text(job);
+    assert!(t.contains("windows      4 of 4 recorded\n"), "{t}");
+    let line = t.lines().find(|l| l.starts_with("  scene ")).unwrap();
+    let path = data.join("objects").join(key);
+    assert!(
+        line.ends_with(&format!(
+            "{} ({} bytes)",
+            path.display(),
+            doc["scene_output"]["size"]
+        )),
+        "{t}"
+    );
+}
