@@ -64,6 +64,9 @@ fn every_printing_command_ends_quietly_on_a_closed_pipe() {
         vec!["attempts", &job],
         vec!["gc"],
         vec!["reconcile", &job],
+        vec!["assemble", "--all"],
+        vec!["recipes"],
+        vec!["dlq", "list", "--job", &job],
         vec!["--help"],
         vec!["status", "--help"],
     ];
@@ -350,4 +353,127 @@ fn status_says_where_the_scene_is_and_counts_agree() {
         )),
         "{t}"
     );
+}
+
+/// The smaller stumbles: counts in words, bands counted from 1, money without float noise,
+/// times a person reads, `run`'s sources as `plan`'s, and a watch that says no worker is on
+/// the job.
+#[test]
+fn the_smaller_stumbles() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 100, 6);
+    let scene = scene.to_str().unwrap();
+    let out = tg(&data, &["run", scene, "--window", "128"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(", 1 window of 112 px"), "{text}");
+
+    let out = tg(&data, &["plan", scene, "--bands", "0"], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("tilegate: error[bad-recipe]: ") && stderr.contains("numbered from 1"),
+        "{stderr}"
+    );
+
+    let out = tg(&data, &["--json", "status"], &[]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(!json.contains("-0.0"), "{json}");
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let job = doc["job_id"].as_str().unwrap().to_owned();
+    for v in doc["cost"].as_object().unwrap().values() {
+        if let Some(f) = v.as_f64() {
+            assert!(f.to_string().len() <= 20, "{v}: float noise");
+        }
+    }
+
+    let regen = tg_json(&data, &["regenerate", &job, "--window", "0_0"]);
+    let attempt = regen["attempt"].as_str().unwrap();
+    let out = tg(&data, &["attempts", &job], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Accepted: kept while published, so no deletion time.
+    assert!(text.contains("accepted  delete after - "), "{text}");
+    assert!(
+        text.contains(&format!("pointer 0000_0000 -> {attempt} (moved 20")),
+        "{text}"
+    );
+
+    let help = tg(&data, &["run", "--help"], &[]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("s3://"));
+
+    // A planned job that no worker takes: the watch says so instead of "ETA —" forever.
+    let other = tmp.path().join("other.tif");
+    sample(&data, &other, 64, 7);
+    let planned = tg_json(&data, &["plan", other.to_str().unwrap(), "--window", "32"]);
+    let mut child = Command::new(tilegate_bin())
+        .arg("--data")
+        .arg(&data)
+        .args(["status", "--watch", "--interval", "0.2"])
+        .arg(planned["job_id"].as_str().unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let saw = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.contains("no worker is taking this job's windows"))
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !saw.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = saw.join().unwrap();
+    assert!(line.is_some_and(|l| l.contains("tilegate work")));
+}
+
+/// Several scenes at once: `plan --from` then `work`, then `assemble --all` publishes every
+/// job that is done; `run --from` does the same in one command.
+#[test]
+fn several_scenes_are_assembled_all_at_once() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let list = tmp.path().join("scenes.txt");
+    let mut lines = String::new();
+    for (i, seed) in [11, 12].iter().enumerate() {
+        let scene = tmp.path().join(format!("scene-{i}.tif"));
+        sample(&data, &scene, 96, *seed);
+        lines.push_str(&format!("{}\n", scene.display()));
+    }
+    std::fs::write(&list, &lines).unwrap();
+    let list = list.to_str().unwrap();
+    let planned = tg_json(&data, &["plan", "--from", list, "--window", "64"]);
+    assert_eq!(planned["planned"], 2, "{planned}");
+    let none = tg_json(&data, &["assemble", "--all"]);
+    let outcomes: Vec<&str> = none["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["incomplete", "incomplete"], "{none}");
+    let out = tg(&data, &["work", "--until-empty"], &[]);
+    assert!(out.status.success());
+    let all = tg_json(&data, &["assemble", "--all"]);
+    let outcomes: Vec<&str> = all["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["written", "written"], "{all}");
+    let again = tg_json(&data, &["assemble", "--all"]);
+    assert_eq!(again["jobs"].as_array().unwrap().len(), 0, "{again}");
+
+    let other = tmp.path().join("other");
+    let ran = tg_json(&other, &["run", "--from", list, "--window", "32"]);
+    assert_eq!(ran["complete"], 2, "{ran}");
+    for job in ran["jobs"].as_array().unwrap() {
+        assert_eq!(job["scene"]["outcome"], "written", "{job}");
+    }
 }

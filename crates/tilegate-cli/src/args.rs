@@ -293,8 +293,15 @@ pub struct WorkArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Source raster: a path or file:// URI.
-    pub source: String,
+    /// Source raster: a path, file://, https://, s3://, gs:// or az:// URI, or a STAC Item
+    /// (.json path or URL, with --assets), as for `plan`.
+    #[arg(required_unless_present = "from")]
+    pub source: Option<String>,
+    /// Run every source listed in FILE, one after another (one per line, or the items of a
+    /// STAC ItemCollection, as for `plan --from`; `-` reads stdin). A source that fails is
+    /// reported and the list goes on.
+    #[arg(long, value_name = "FILE", conflicts_with = "source")]
+    pub from: Option<String>,
     #[command(flatten)]
     pub recipe: RecipeArgs,
     #[command(flatten)]
@@ -335,6 +342,10 @@ pub struct AssembleFlags {
 pub struct AssembleArgs {
     /// Job ID, or a unique prefix of one (default: the newest job).
     pub job: Option<String>,
+    /// Every job whose windows are all recorded and whose scene is not yet published (as
+    /// `plan --from` planned them); jobs with windows still to do are listed, not assembled.
+    #[arg(long, conflicts_with = "job")]
+    pub all: bool,
     #[command(flatten)]
     pub flags: AssembleFlags,
 }
@@ -343,7 +354,7 @@ pub struct AssembleArgs {
 pub struct RepairArgs {
     /// Job ID, or a unique prefix of one.
     pub job: String,
-    /// The window, as ROW_COL (e.g. 3_12 or 0003_0012).
+    /// The window, as ROW_COL counted from 0 at the top left (e.g. 3_12 or 0003_0012).
     #[arg(long)]
     pub window: String,
 }
@@ -416,7 +427,7 @@ pub fn parse_url_lifetime(s: &str) -> Result<std::time::Duration, String> {
 pub struct WindowRef {
     /// Job ID, or a unique prefix of one.
     pub job: String,
-    /// The window, as ROW_COL (e.g. 3_12 or 0003_0012).
+    /// The window, as ROW_COL counted from 0 at the top left (e.g. 3_12 or 0003_0012).
     #[arg(long, required_unless_present = "scene")]
     pub window: Option<String>,
     /// The job's scene instead of a window.

@@ -195,11 +195,9 @@ pub async fn accept(out: &Out, b: &Backends, a: AcceptArgs) -> anyhow::Result<Ex
     Ok(publish_code(Some(&outcome)))
 }
 
+/// A time as a person reads it (RFC 3339, UTC), or `-`.
 fn time(ms: Option<UnixMillis>) -> String {
-    ms.map_or("-".to_owned(), |t| {
-        let secs = t.div_euclid(1000);
-        format!("{secs}")
-    })
+    ms.map_or("-".to_owned(), tilegate_core::time::rfc3339)
 }
 
 pub async fn attempts(out: &Out, b: &Backends, a: AttemptsArgs) -> anyhow::Result<ExitCode> {
@@ -232,13 +230,22 @@ pub async fn attempts(out: &Out, b: &Backends, a: AttemptsArgs) -> anyhow::Resul
         for r in &rows {
             let r = &r.row;
             t.push_str(&format!(
-                "  {} {} {:<9} delete_after={} hold={} {}\n",
+                "  {} {} {:<9} delete after {} hold={} {}\n",
                 r.subject,
                 r.attempt,
                 r.state.name(),
                 time(r.delete_after),
                 r.legal_hold,
                 r.key
+            ));
+        }
+        for p in &pointers {
+            let p = &p.row;
+            t.push_str(&format!(
+                "  pointer {} -> {} (moved {})\n",
+                p.subject,
+                p.attempt,
+                time(Some(p.moved_at))
             ));
         }
         t.trim_end().to_owned()

@@ -182,6 +182,9 @@ async fn watch(
     let mut first: Option<(Instant, u64)> = None;
     let mut previous: Option<(Instant, u64, BTreeMap<String, u64>)> = None;
     let mut drawn_lines = 0usize;
+    // When the job last moved: a watch of a job no worker takes says so, not "ETA —" forever.
+    let mut last_moved = (Instant::now(), u64::MAX);
+    let stalled_after = (interval * 3).max(Duration::from_secs(2));
     loop {
         let g = status::gather(b, job.clone(), tilegate_core::now_millis()).await?;
         let st = g.status(prices);
@@ -202,6 +205,18 @@ async fn watch(
         let left = st.windows.saturating_sub(done);
         let eta = (rate > 0.0).then(|| left as f64 / rate);
         let finished = st.complete || st.window_states.missing == 0;
+        if done != last_moved.1 || st.queue.in_flight > 0 {
+            last_moved = (now, done);
+        }
+        let idle = now.duration_since(last_moved.0);
+        let hint = (!finished && st.queue.visible > 0 && idle >= stalled_after).then(|| {
+            format!(
+                "no worker is taking this job's windows ({} waiting, none in flight for {:.0} s): \
+                 start one with `tilegate work`, or check the workers' logs",
+                st.queue.visible,
+                idle.as_secs_f64()
+            )
+        });
         let mut lines = vec![format!(
             "job {}  {done}/{} windows ({:.0}%)  {} dead-lettered  {} missing  {:.1} windows/s  ETA {}  [{:.0} s]",
             &st.job_id.as_str()[..12],
@@ -232,10 +247,14 @@ async fn watch(
                 lines.push(format!("  worker {w}: {n} windows (+{recent})"));
             }
         }
+        if let Some(h) = &hint {
+            lines.push(format!("  {h}"));
+        }
         if out.json {
             let mut doc = serde_json::to_value(&st).expect("the status serialises");
             doc["rate_windows_per_s"] = rate.into();
             doc["eta_s"] = eta.map_or(Value::Null, Value::from);
+            doc["hint"] = hint.clone().map_or(Value::Null, Value::from);
             println!("{}", serde_json::to_string(&doc).expect("serialises"));
         } else {
             let mut stdout = std::io::stdout().lock();

@@ -80,11 +80,15 @@ pub fn progress(out: &Out, b: Backends, job: &JobRecord) -> Progress {
         ProgressBar::new(job.grid.len())
     };
     bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {pos}/{len} windows [{bar:40}] {per_sec} eta {eta}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
+        ProgressStyle::with_template("{spinner} {pos}/{len} windows [{bar:40}] {rate} eta {eta}")
+            .expect("valid template")
+            .with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.1}/s", state.per_sec());
+                },
+            )
+            .progress_chars("=> "),
     );
     if bar.is_hidden() {
         return Progress { bar, poller: None };
@@ -109,6 +113,15 @@ pub fn progress(out: &Out, b: Backends, job: &JobRecord) -> Progress {
     }
 }
 
+/// `n` things: `1 window`, `4 windows`.
+pub fn counted(n: u64, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
 fn n(doc: &Value, k: &str) -> u64 {
     doc.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
@@ -116,13 +129,13 @@ fn n(doc: &Value, k: &str) -> u64 {
 pub fn run_text(out: &Out, doc: &Value, job: &JobRecord) -> String {
     let complete = doc["complete"].as_bool().unwrap_or(false);
     let mut s = format!(
-        "job {}  {}×{} {} band(s) {}, {} windows of {} px\n",
+        "job {}  {}×{} {} band(s) {}, {} of {} px\n",
         job.job_id,
         job.grid.width,
         job.grid.height,
         job.scene.bands,
         job.scene.dtype,
-        job.grid.len(),
+        counted(job.grid.len(), "window"),
         job.grid.window
     );
     for (label, key) in [

@@ -143,7 +143,9 @@ pub struct Recipe {
 /// Why a recipe is unusable for a scene.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecipeError {
-    #[error("apply recipe: band {band} does not exist (the scene has {bands} bands)")]
+    #[error(
+        "apply recipe: band {band} does not exist (the scene has {bands} band(s), numbered from 1)"
+    )]
     NoSuchBand { band: u32, bands: u32 },
     #[error("apply recipe: band list is empty")]
     NoBands,

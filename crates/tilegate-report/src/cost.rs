@@ -60,8 +60,28 @@ pub struct CostLine {
     pub op: String,
     pub requests: u64,
     /// `None` where the price table has no such service (not priced, not in the total).
+    #[serde(serialize_with = "money_opt")]
     pub usd_per_request: Option<f64>,
+    #[serde(serialize_with = "money")]
     pub usd: f64,
+}
+
+/// An amount of money as the JSON carries it: to the pico-dollar (summed floats carry noise
+/// like `0.000025040767000000002`), and never `-0.0`.
+fn rounded(v: f64) -> f64 {
+    let r = (v * 1e12).round() / 1e12;
+    if r == 0.0 { 0.0 } else { r }
+}
+
+fn money<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(rounded(*v))
+}
+
+fn money_opt<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_some(&rounded(*v)),
+        None => s.serialize_none(),
+    }
 }
 
 /// A job's cost, from its counted requests and stored bytes.
@@ -73,16 +93,21 @@ pub struct CostEstimate {
     /// Requests by service, every operation summed.
     pub requests_by_service: BTreeMap<String, u64>,
     pub requests: u64,
+    #[serde(serialize_with = "money")]
     pub requests_usd: f64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    #[serde(serialize_with = "money")]
     pub transfer_usd: f64,
     /// Bytes of the job's outputs (tiles in the manifest, and the scene).
     pub stored_bytes: u64,
+    #[serde(serialize_with = "money")]
     pub storage_usd_per_month: f64,
     /// Requests and transfer (storage is per month, apart).
+    #[serde(serialize_with = "money")]
     pub total_usd: f64,
     pub windows: u64,
+    #[serde(serialize_with = "money")]
     pub per_window_usd: f64,
 }
 

@@ -66,6 +66,9 @@ pub(super) async fn assemble_cmd(
     b: &Backends,
     a: AssembleArgs,
 ) -> anyhow::Result<ExitCode> {
+    if a.all {
+        return assemble_all(out, b, &a.flags).await;
+    }
     let job = find_job(b, a.job.as_deref()).await?;
     tilegate_retry::meter::set_job(&job.job_id);
     let counters = Counters::new();
@@ -189,4 +192,74 @@ pub(super) async fn cleanup_uploads(
         t
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// `assemble --all`: every job whose windows are all recorded and whose scene is not yet
+/// published, one after another (as `plan --from` planned them). A job with windows still to
+/// do is listed, not assembled; a job that fails to assemble is reported and the rest go on.
+async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow::Result<ExitCode> {
+    let opts = assemble_options(flags)?;
+    let mut docs = Vec::new();
+    let mut failed = 0usize;
+    for job in b.jobs.list_jobs(ALL_JOBS).await? {
+        let job = job.row;
+        if job.scene_output.is_some() {
+            continue;
+        }
+        let recorded = b.manifest.count_entries(&job.job_id).await?;
+        let doc = if recorded < job.grid.len() {
+            json!({"job_id": job.job_id, "outcome": "incomplete",
+                "manifest_rows": recorded, "windows": job.grid.len()})
+        } else {
+            tilegate_retry::meter::set_job(&job.job_id);
+            let counters = Counters::new();
+            let assembled = tilegate_assembler::assemble(b, &job.job_id, &opts, &counters).await;
+            tilegate_pipeline::run::record_job_counts(b, &job.job_id, &counters).await;
+            match assembled {
+                Ok(r) => assemble_doc(&r, &counters),
+                Err(e) => {
+                    failed += 1;
+                    let e = anyhow::Error::new(e);
+                    json!({"job_id": job.job_id, "outcome": "failed", "error": {
+                        "reason": crate::errors::reason_of(&e),
+                        "message": tilegate_core::redact::redact(&format!("{e:#}")),
+                    }})
+                }
+            }
+        };
+        if !out.json {
+            println!("{}", tilegate_core::redact::redact(&all_line(&doc)));
+        }
+        docs.push(doc);
+    }
+    if out.json {
+        out.emit(&json!({"jobs": docs, "failed": failed}), String::new);
+    } else if docs.is_empty() {
+        println!("no job is waiting to be assembled");
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        Exit::Failed.into()
+    })
+}
+
+/// How many jobs `assemble --all` looks through.
+const ALL_JOBS: usize = 100_000;
+
+/// One line of `assemble --all`.
+fn all_line(doc: &serde_json::Value) -> String {
+    let job = doc["job_id"].as_str().unwrap_or_default();
+    match doc["outcome"].as_str().unwrap_or_default() {
+        "incomplete" => format!(
+            "job {job}: not assembled, {} of {} windows recorded",
+            doc["manifest_rows"], doc["windows"]
+        ),
+        "failed" => format!(
+            "job {job}: error[{}] {}",
+            doc["error"]["reason"].as_str().unwrap_or_default(),
+            doc["error"]["message"].as_str().unwrap_or_default()
+        ),
+        _ => format!("job {job}: {}", output::assemble_text(doc)),
+    }
 }

@@ -310,7 +310,7 @@ async fn demo(out: &Out, sel: &Selection, a: DemoArgs) -> anyhow::Result<ExitCod
             .with_context(|| format!("write sample scene {}", scene.display()))?;
     }
     let source = scene.to_string_lossy().into_owned();
-    run_source(
+    let ran = run_source(
         out,
         &b,
         (&source, &[], 1),
@@ -319,5 +319,6 @@ async fn demo(out: &Out, sel: &Selection, a: DemoArgs) -> anyhow::Result<ExitCod
         &a.pool,
         Some(&a.assemble),
     )
-    .await
+    .await?;
+    Ok(work::emit_run(out, &ran))
 }

@@ -112,14 +112,14 @@ fn plan_line(doc: &serde_json::Value) -> String {
         );
     }
     format!(
-        "job {} {}: {} windows, {} enqueued ({} already recorded) {}",
+        "job {} {}: {}, {} enqueued ({} already recorded) {}",
         doc["job_id"].as_str().unwrap_or(""),
         if doc["newly_planned"].as_bool() == Some(true) {
             "planned"
         } else {
             "already planned"
         },
-        doc["windows"],
+        crate::output::counted(doc["windows"].as_u64().unwrap_or(0), "window"),
         doc["enqueued"],
         doc["already_recorded"],
         doc["source"].as_str().unwrap_or("")

@@ -77,16 +77,94 @@ pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result
 pub(super) async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<ExitCode> {
     let (recipe, location) = recipe_from(&a.recipe)?;
     let assemble = (!a.no_assemble).then_some(&a.assemble);
-    run_source(
-        out,
-        b,
-        (&a.source, &a.recipe.assets, a.recipe.manifest_shards),
-        recipe,
-        location,
-        &a.pool,
-        assemble,
-    )
-    .await
+    let run_one = |source: String| {
+        let (recipe, location) = (recipe.clone(), location.clone());
+        let (assets, shards, pool) = (&a.recipe.assets, a.recipe.manifest_shards, &a.pool);
+        async move {
+            run_source(
+                out,
+                b,
+                (&source, assets, shards),
+                recipe,
+                location,
+                pool,
+                assemble,
+            )
+            .await
+        }
+    };
+    let Some(list) = &a.from else {
+        let source = a.source.clone().expect("clap requires a source or --from");
+        return Ok(emit_run(out, &run_one(source).await?));
+    };
+    // One scene after another, each planned, worked and assembled before the next: a job
+    // that cannot complete is reported and the list goes on.
+    let sources = crate::batch::sources(list).await?;
+    let (mut docs, mut failed, mut incomplete) = (Vec::with_capacity(sources.len()), 0, 0);
+    for source in sources {
+        let doc = match run_one(source.clone()).await {
+            Ok(ran) => {
+                if !out.json {
+                    println!(
+                        "{}",
+                        tilegate_core::redact::redact(&output::run_text(out, &ran.doc, &ran.job))
+                    );
+                }
+                incomplete += usize::from(!ran.complete);
+                ran.doc
+            }
+            Err(e) => {
+                failed += 1;
+                let doc = json!({
+                    "source": tilegate_core::redact::redact(&source),
+                    "error": {
+                        "reason": crate::errors::reason_of(&e),
+                        "message": tilegate_core::redact::redact(&format!("{e:#}")),
+                    },
+                });
+                if !out.json {
+                    println!(
+                        "error[{}] {}: {}",
+                        doc["error"]["reason"].as_str().unwrap_or_default(),
+                        doc["source"].as_str().unwrap_or_default(),
+                        doc["error"]["message"].as_str().unwrap_or_default()
+                    );
+                }
+                doc
+            }
+        };
+        docs.push(doc);
+    }
+    if out.json {
+        let n = docs.len();
+        let doc = json!({"jobs": docs, "complete": n - failed - incomplete,
+            "incomplete": incomplete, "failed": failed});
+        out.emit(&doc, String::new);
+    }
+    Ok(if failed > 0 {
+        Exit::Failed.into()
+    } else if incomplete > 0 {
+        Exit::Incomplete.into()
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// One source run: its `run --json` document, its job, and whether the job completed.
+pub(super) struct Ran {
+    doc: serde_json::Value,
+    job: JobRecord,
+    complete: bool,
+}
+
+/// Print a run's document (or its text) and say how the process ends.
+pub(super) fn emit_run(out: &Out, ran: &Ran) -> ExitCode {
+    out.emit(&ran.doc, || output::run_text(out, &ran.doc, &ran.job));
+    if ran.complete {
+        ExitCode::SUCCESS
+    } else {
+        Exit::Incomplete.into()
+    }
 }
 
 pub(super) async fn run_source(
@@ -97,7 +175,7 @@ pub(super) async fn run_source(
     (prefix, tenant): Location,
     pool: &PoolArgs,
     assemble: Option<&AssembleFlags>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Ran> {
     let started = Instant::now();
     let counters = Arc::new(Counters::new());
     let opts = RunOptions {
@@ -134,12 +212,10 @@ pub(super) async fn run_source(
         .scene
         .as_ref()
         .map_or(serde_json::Value::Null, |s| assemble_doc(s, &counters));
-    let job = &r.plan.job;
-    out.emit(&doc, || output::run_text(out, &doc, job));
-    Ok(if complete {
-        ExitCode::SUCCESS
-    } else {
-        Exit::Incomplete.into()
+    Ok(Ran {
+        doc,
+        job: r.plan.job,
+        complete,
     })
 }
 
