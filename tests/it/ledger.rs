@@ -513,6 +513,27 @@ fn reconcile_reports_foreign_keys_byte_exactly_and_deletes_nothing(target: Targe
 
 per_backend!(reconcile_reports_foreign_keys_byte_exactly_and_deletes_nothing);
 
+/// Regenerate window 0_0 of `job` as an accepted preview kept an hour: the window, its
+/// subject, the tile's bytes and when.
+fn accepted_preview(
+    rt: &tokio::runtime::Runtime,
+    b: &Backends,
+    job: &JobRecord,
+) -> (Window, Subject, Bytes, UnixMillis) {
+    let w = Window::new(0, 0);
+    let tile = rt
+        .block_on(b.objects.get_bytes(&job.prefix.tile_key(&job.job_id, w)))
+        .unwrap()
+        .bytes;
+    let now = tilegate_core::now_millis();
+    let preview = Retention {
+        preview_ms: Some(HOUR_MS),
+        ..Retention::default()
+    };
+    rt.block_on(regen(b, job, w, tile.clone(), preview, true, now));
+    (w, Subject::Window(w), tile, now)
+}
+
 fn tenants_are_apart_and_urls_are_theirs(target: Target) {
     let tmp = tempdir();
     let data = tmp.path();
@@ -538,18 +559,7 @@ fn tenants_are_apart_and_urls_are_theirs(target: Target) {
     let job_a = rt.block_on(job(&b, &a));
     assert_eq!(job_a.tenant.as_str(), "acme");
     assert_eq!(job_a.prefix.as_str(), "tilegate/tenants/acme");
-    let w = Window::new(0, 0);
-    let s = Subject::Window(w);
-    let tile = rt
-        .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
-        .unwrap()
-        .bytes;
-    let now = tilegate_core::now_millis();
-    let preview = Retention {
-        preview_ms: Some(HOUR_MS),
-        ..Retention::default()
-    };
-    rt.block_on(regen(&b, &job_a, w, tile, preview, true, now));
+    let (_, s, _, now) = accepted_preview(&rt, &b, &job_a);
     let acme = Tenant::parse("acme").unwrap();
     let globex = Tenant::parse("globex").unwrap();
     let fifteen = Duration::from_secs(900);
@@ -983,18 +993,7 @@ fn tenant_urls_on_azure_and_gcs() {
         let rt = rt();
         let b = rt.block_on(target.backends(data));
         let job_a = rt.block_on(job(&b, &a));
-        let w = Window::new(0, 0);
-        let s = Subject::Window(w);
-        let tile = rt
-            .block_on(b.objects.get_bytes(&job_a.prefix.tile_key(&a, w)))
-            .unwrap()
-            .bytes;
-        let now = tilegate_core::now_millis();
-        let preview = Retention {
-            preview_ms: Some(HOUR_MS),
-            ..Retention::default()
-        };
-        rt.block_on(regen(&b, &job_a, w, tile.clone(), preview, true, now));
+        let (w, s, tile, now) = accepted_preview(&rt, &b, &job_a);
         let other = Tenant::parse("other").unwrap();
         let me = Tenant::default();
         let err = rt

@@ -16,6 +16,17 @@ pub fn refused(reason: Reason, message: impl Into<String>) -> anyhow::Error {
     Refusal::new(reason, message).into()
 }
 
+/// A failure as one line a person or a log reads: the whole chain, secrets redacted.
+pub fn one_line(err: &anyhow::Error) -> String {
+    let message = format!("{err:#}").replace(['\n', '\r'], " ");
+    tilegate_core::redact::redact(&message).into_owned()
+}
+
+/// The `{"reason": …, "message": …}` document of a failure, as `--json` prints it.
+pub fn error_doc(err: &anyhow::Error) -> serde_json::Value {
+    serde_json::json!({"reason": reason_of(err), "message": one_line(err)})
+}
+
 /// The reason of the outermost error in the chain that names one; [`Reason::Unexpected`] for
 /// an error nothing names yet (its message still says what happened).
 pub fn reason_of(err: &anyhow::Error) -> Reason {

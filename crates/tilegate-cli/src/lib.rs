@@ -45,13 +45,9 @@ pub fn main() -> ExitCode {
         Err(e) => {
             // One line, led by the reason code scripts can match on, its secrets redacted.
             let reason = errors::reason_of(&e);
-            let message = format!("{e:#}").replace(['\n', '\r'], " ");
-            let message = tilegate_core::redact::redact(&message);
+            let message = errors::one_line(&e);
             if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"error": {"reason": reason, "message": message}})
-                );
+                println!("{}", serde_json::json!({ "error": errors::error_doc(&e) }));
             }
             eprintln!("tilegate: error[{reason}]: {message}");
             Exit::Failed.into()

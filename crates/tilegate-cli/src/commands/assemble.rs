@@ -220,10 +220,8 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
                 Err(e) => {
                     failed += 1;
                     let e = anyhow::Error::new(e);
-                    json!({"job_id": job.job_id, "outcome": "failed", "error": {
-                        "reason": crate::errors::reason_of(&e),
-                        "message": tilegate_core::redact::redact(&format!("{e:#}")),
-                    }})
+                    json!({"job_id": job.job_id, "outcome": "failed",
+                        "error": crate::errors::error_doc(&e)})
                 }
             }
         };

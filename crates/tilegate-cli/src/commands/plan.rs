@@ -42,10 +42,7 @@ pub(super) async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Re
                 failed += 1;
                 json!({
                     "source": tilegate_core::redact::redact(source),
-                    "error": {
-                        "reason": crate::errors::reason_of(&e),
-                        "message": tilegate_core::redact::redact(&format!("{e:#}")),
-                    },
+                    "error": crate::errors::error_doc(&e),
                 })
             }
         };

@@ -117,10 +117,7 @@ pub(super) async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<E
                 failed += 1;
                 let doc = json!({
                     "source": tilegate_core::redact::redact(&source),
-                    "error": {
-                        "reason": crate::errors::reason_of(&e),
-                        "message": tilegate_core::redact::redact(&format!("{e:#}")),
-                    },
+                    "error": crate::errors::error_doc(&e),
                 });
                 if !out.json {
                     println!(
