@@ -477,3 +477,74 @@ fn several_scenes_are_assembled_all_at_once() {
         assert_eq!(job["scene"]["outcome"], "written", "{job}");
     }
 }
+
+/// `run -o NAME` leaves the published scene also under a name of the user's choosing: the
+/// same bytes as the store's scene, the store's scene untouched; a rerun writes it again.
+#[test]
+fn run_writes_the_scene_under_the_name_asked_for() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 128, 8);
+    let named = tmp.path().join("my scene.tif");
+    let args = [
+        "run",
+        scene.to_str().unwrap(),
+        "--window",
+        "64",
+        "-o",
+        named.to_str().unwrap(),
+    ];
+    let run = tg_json(&data, &args);
+    assert_eq!(run["out"]["path"], named.to_str().unwrap(), "{run}");
+    let published = data
+        .join("objects")
+        .join(run["scene"]["scene_key"].as_str().unwrap());
+    let bytes = std::fs::read(&named).unwrap();
+    assert_eq!(bytes, std::fs::read(&published).unwrap());
+    assert_eq!(run["out"]["size"], bytes.len());
+    std::fs::remove_file(&named).unwrap();
+    let again = tg_json(&data, &args);
+    assert_eq!(again["scene"]["outcome"], "already_done", "{again}");
+    assert_eq!(std::fs::read(&named).unwrap(), bytes);
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tilegate-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// `work` on a terminal shows how it is getting on (under `script`, which gives it one); with
+/// its output redirected it stays quiet until its summary.
+#[test]
+fn work_shows_progress_on_a_terminal() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 256, 9);
+    tg_json(&data, &["plan", scene.to_str().unwrap(), "--window", "32"]);
+    let command = format!(
+        "{} --data {} work --until-empty",
+        tilegate_bin().display(),
+        data.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        seen.contains(" written, ") && seen.contains("/s)"),
+        "{seen}"
+    );
+    assert!(seen.contains("handled 64 message(s)"), "{seen}");
+    let quiet = tg(&data, &["work", "--until-empty"], &[]);
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("/s)"));
+}

@@ -1273,6 +1273,7 @@ fn ledger_chaos(target: Target) {
                 // Orders this task finished, for redeliveries.
                 let mut done_orders: Vec<(Window, tilegate_core::ledger::AttemptOrder)> =
                     Vec::new();
+                let mut returned_at_once = false;
                 for _ in 0..30 {
                     let i = rng.below(windows.len() as u64) as usize;
                     let w = windows[i];
@@ -1284,19 +1285,7 @@ fn ledger_chaos(target: Target) {
                     if action == 11 && !done_orders.is_empty() {
                         let k = rng.below(done_orders.len() as u64) as usize;
                         let (w, order) = done_orders[k].clone();
-                        let s = Subject::Window(w);
-                        let row = attempt::row(&b, &job_a.job_id, s, &order.id).await.unwrap();
-                        if row.row.state == AttemptState::Deleted {
-                            continue;
-                        }
-                        let before = history.snapshot(s);
-                        match regenerate::finish(&b, row, &order, Bytes::new(), now()).await {
-                            Ok(done) => history.order_outcome(s, &done, before),
-                            Err(regenerate::RegenerateError::Ledger(
-                                LedgerError::CollectedWhileUploading { .. },
-                            )) => {}
-                            Err(e) => panic!("returning order: {e}"),
-                        }
+                        returning_order(&b, &job_a, &history, w, &order, now()).await;
                         continue;
                     }
                     let req = regenerate::Request {
@@ -1380,6 +1369,14 @@ fn ledger_chaos(target: Target) {
                                     .await
                                     .unwrap();
                             history.order_outcome(s, &done, before);
+                            // The first published order of each task comes back at once as
+                            // well, so that every run sees a refused return whatever the
+                            // seed and the machine's pace (GC may collect later returns'
+                            // rows first).
+                            if order.accept && !returned_at_once {
+                                returned_at_once = true;
+                                returning_order(&b, &job_a, &history, w, &order, now()).await;
+                            }
                             done_orders.push((w, order));
                         }
                     }
@@ -1584,6 +1581,31 @@ fn ledger_chaos(target: Target) {
 }
 
 per_backend!(ledger_chaos);
+
+/// An order a task finished comes back (an SQS duplicate, a lost acknowledgement, a visibility
+/// timeout) and is finished again; the history judges what its publish did.
+async fn returning_order(
+    b: &Backends,
+    job: &JobRecord,
+    history: &History,
+    w: Window,
+    order: &tilegate_core::ledger::AttemptOrder,
+    now: UnixMillis,
+) {
+    let s = Subject::Window(w);
+    let row = attempt::row(b, &job.job_id, s, &order.id).await.unwrap();
+    if row.row.state == AttemptState::Deleted {
+        return;
+    }
+    let before = history.snapshot(s);
+    match regenerate::finish(b, row, order, Bytes::new(), now).await {
+        Ok(done) => history.order_outcome(s, &done, before),
+        Err(regenerate::RegenerateError::Ledger(LedgerError::CollectedWhileUploading {
+            ..
+        })) => {}
+        Err(e) => panic!("returning order: {e}"),
+    }
+}
 
 /// What the chaos saw published, to judge orders by: an order's publish that moved the
 /// pointer must have moved it onto an attempt begun after every attempt whose publish had

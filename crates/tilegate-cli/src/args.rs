@@ -302,6 +302,11 @@ pub struct RunArgs {
     /// reported and the list goes on.
     #[arg(long, value_name = "FILE", conflicts_with = "source")]
     pub from: Option<String>,
+    /// Also write the published scene to FILE, a name of your choosing (a copy of the very
+    /// version published, written to a temporary name and renamed into place; the store's
+    /// scene stays where it is).
+    #[arg(short = 'o', long = "out", value_name = "FILE", conflicts_with_all = ["from", "no_assemble"])]
+    pub out_file: Option<PathBuf>,
     #[command(flatten)]
     pub recipe: RecipeArgs,
     #[command(flatten)]

@@ -165,6 +165,9 @@ pub fn run_text(out: &Out, doc: &Value, job: &JobRecord) -> String {
                 doc["scene"]["outcome"].as_str().unwrap_or("")
             ));
         }
+        if let Some(path) = doc["out"]["path"].as_str() {
+            s.push_str(&format!("\n  copied to {path}"));
+        }
     } else {
         s.push_str("  INCOMPLETE: see `tilegate status` and `tilegate dlq list`");
     }

@@ -4,6 +4,7 @@
 use super::assemble::{assemble_doc, assemble_options};
 use super::{find_job, stop_on_signals, worker_config};
 use crate::args::{AssembleFlags, BackfillArgs, PoolArgs, RunArgs, WorkArgs};
+use crate::errors::refused;
 use crate::output::{self, Out};
 use crate::recipes::{Location, recipe_from};
 use anyhow::Context;
@@ -11,10 +12,10 @@ use serde_json::json;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
-use tilegate_core::Exit;
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Recipe};
+use tilegate_core::{Exit, Reason};
 use tilegate_pipeline::run::REDUCED_WINDOWS_BUDGET;
 use tilegate_pipeline::{RunOptions, Until};
 use tilegate_planner::PlanOptions;
@@ -42,7 +43,10 @@ pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result
         ));
     }
     let started = Instant::now();
-    let report = worker.run(stop).await.context("work")?;
+    let progress = work_progress(out, &counters);
+    let report = worker.run(stop).await.context("work");
+    progress.finish_and_clear();
+    let report = report?;
     let doc = json!({
         "handled": report.handled,
         "written": report.written,
@@ -95,7 +99,14 @@ pub(super) async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<E
     };
     let Some(list) = &a.from else {
         let source = a.source.clone().expect("clap requires a source or --from");
-        return Ok(emit_run(out, &run_one(source).await?));
+        let mut ran = run_one(source).await?;
+        if let Some(path) = &a.out_file
+            && ran.complete
+        {
+            let size = write_named_copy(b, &ran.job.job_id, path).await?;
+            ran.doc["out"] = json!({"path": path.display().to_string(), "size": size});
+        }
+        return Ok(emit_run(out, &ran));
     };
     // One scene after another, each planned, worked and assembled before the next: a job
     // that cannot complete is reported and the list goes on.
@@ -257,4 +268,102 @@ pub(super) async fn backfill_cmd(
         )
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// Copy the job's published scene — the version its row records, read in ranges pinned to its
+/// ETag — to `path` through a temporary name beside it, renamed into place once complete and
+/// on disk. A second run writes the same bytes again; the store's scene is not touched.
+async fn write_named_copy(
+    b: &Backends,
+    job: &tilegate_core::JobId,
+    path: &std::path::Path,
+) -> anyhow::Result<u64> {
+    use std::io::Write as _;
+    use tilegate_core::object::{GetOptions, GetOutcome};
+    const CHUNK: u64 = 16 << 20;
+    let row = b
+        .jobs
+        .get_job(job)
+        .await?
+        .ok_or_else(|| refused(Reason::UnknownJob, format!("no job {job}")))?
+        .row;
+    let Some(scene) = row.scene_output else {
+        return Err(refused(
+            Reason::NoScene,
+            format!(
+                "job {job} has no published scene to write to {}",
+                path.display()
+            ),
+        ));
+    };
+    let key = tilegate_core::ObjectKey::checked(&scene.key)?;
+    let name = path.file_name().ok_or_else(|| {
+        refused(
+            Reason::BadOption,
+            format!("--out {}: not a file name", path.display()),
+        )
+    })?;
+    let tmp = path.with_file_name(format!(
+        ".{}.tilegate-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let mut file =
+        std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
+    let mut at = 0;
+    while at < scene.size {
+        let range = at..(at + CHUNK).min(scene.size);
+        let opts = GetOptions {
+            range: Some(range.clone()),
+            if_match: Some(tilegate_core::ConditionList::one(scene.e_tag.clone())),
+            ..GetOptions::default()
+        };
+        let GetOutcome::Found(part) = b.objects.get_opts(&key, opts).await? else {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(refused(
+                Reason::StorageRefused,
+                format!("{key} is no longer the version published ({})", scene.e_tag),
+            ));
+        };
+        file.write_all(&part.bytes)
+            .with_context(|| format!("write {}", tmp.display()))?;
+        at = range.end;
+    }
+    file.sync_all()
+        .with_context(|| format!("write {}", tmp.display()))?;
+    drop(file);
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("rename {} to {}", tmp.display(), path.display()))?;
+    Ok(scene.size)
+}
+
+/// A line on a terminal's stderr that follows a `work` process: windows written, already
+/// present and dead-lettered, and the rate. Hidden when stderr is not a terminal or with
+/// `--json` (logs and scripts get the summary at the end).
+fn work_progress(out: &Out, counters: &Arc<Counters>) -> indicatif::ProgressBar {
+    use std::io::IsTerminal as _;
+    if out.json || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+            .expect("valid template"),
+    );
+    let (bar2, counters) = (bar.clone(), Arc::clone(counters));
+    let started = Instant::now();
+    tokio::spawn(async move {
+        while !bar2.is_finished() {
+            let written = counters.get(m::TILES_WRITTEN);
+            let rate = written as f64 / started.elapsed().as_secs_f64().max(0.001);
+            bar2.set_message(format!(
+                "{written} written, {} already present, {} dead-lettered ({rate:.1}/s)",
+                counters.get(m::DUPLICATE_ENCODES_SKIPPED) + counters.get(m::PRECONDITION_FAILED),
+                counters.get(m::DEAD_LETTERED),
+            ));
+            bar2.tick();
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    });
+    bar
 }
