@@ -70,12 +70,8 @@ pub(super) async fn assemble_cmd(
         return assemble_all(out, b, &a.flags).await;
     }
     let job = find_job(b, a.job.as_deref()).await?;
-    tilegate_retry::meter::set_job(&job.job_id);
-    let counters = Counters::new();
     let started = Instant::now();
-    let assembled =
-        tilegate_assembler::assemble(b, &job.job_id, &assemble_options(&a.flags)?, &counters).await;
-    tilegate_pipeline::run::record_job_counts(b, &job.job_id, &counters).await;
+    let (assembled, counters) = assemble_job(b, &job.job_id, &assemble_options(&a.flags)?).await;
     match assembled {
         Ok(r) => {
             let mut doc = assemble_doc(&r, &counters);
@@ -211,10 +207,7 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
             json!({"job_id": job.job_id, "outcome": "incomplete",
                 "manifest_rows": recorded, "windows": job.grid.len()})
         } else {
-            tilegate_retry::meter::set_job(&job.job_id);
-            let counters = Counters::new();
-            let assembled = tilegate_assembler::assemble(b, &job.job_id, &opts, &counters).await;
-            tilegate_pipeline::run::record_job_counts(b, &job.job_id, &counters).await;
+            let (assembled, counters) = assemble_job(b, &job.job_id, &opts).await;
             match assembled {
                 Ok(r) => assemble_doc(&r, &counters),
                 Err(e) => {
@@ -240,6 +233,23 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
     } else {
         Exit::Failed.into()
     })
+}
+
+/// Assemble one job with its requests metered to it and its counts recorded on its counters
+/// (as `assemble` and `assemble --all` both do).
+async fn assemble_job(
+    b: &Backends,
+    job: &tilegate_core::JobId,
+    opts: &tilegate_assembler::AssembleOptions,
+) -> (
+    Result<tilegate_assembler::AssembleReport, tilegate_assembler::AssembleError>,
+    Counters,
+) {
+    tilegate_retry::meter::set_job(job);
+    let counters = Counters::new();
+    let assembled = tilegate_assembler::assemble(b, job, opts, &counters).await;
+    tilegate_pipeline::run::record_job_counts(b, job, &counters).await;
+    (assembled, counters)
 }
 
 /// How many jobs `assemble --all` looks through.

@@ -223,6 +223,16 @@ pub(crate) async fn find_job(b: &Backends, arg: Option<&str>) -> anyhow::Result<
 /// How many dead letters `dlq --job` reads to find a job's.
 const DLQ_SCAN: usize = 100_000;
 
+/// The dead letters whose body names `job`.
+async fn job_dead_letters(
+    b: &Backends,
+    job: &JobId,
+) -> anyhow::Result<Vec<tilegate_core::queue::DeadLetter>> {
+    let mut dead = b.queue.list_dead_letters(DLQ_SCAN).await?;
+    dead.retain(|d| dead_letter_job(&d.body).as_ref() == Some(job));
+    Ok(dead)
+}
+
 async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode> {
     match c {
         DlqCommand::List { limit, job } => {
@@ -230,13 +240,12 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
                 Some(j) => Some(find_job(b, Some(&j)).await?.job_id),
                 None => None,
             };
-            let dead = b
-                .queue
-                .list_dead_letters(if job.is_some() { DLQ_SCAN } else { limit })
-                .await?;
+            let dead = match &job {
+                Some(job) => job_dead_letters(b, job).await?,
+                None => b.queue.list_dead_letters(limit).await?,
+            };
             let rows: Vec<_> = dead
                 .iter()
-                .filter(|d| job.is_none() || dead_letter_job(&d.body) == job)
                 .take(limit)
                 .map(|d| {
                     let parsed = WindowMessage::decode(&d.body).ok();
@@ -257,12 +266,9 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
         DlqCommand::Redrive { ids, job } => {
             let moved = if let Some(j) = job {
                 let job = find_job(b, Some(&j)).await?.job_id;
-                let ids: Vec<String> = b
-                    .queue
-                    .list_dead_letters(DLQ_SCAN)
+                let ids: Vec<String> = job_dead_letters(b, &job)
                     .await?
                     .into_iter()
-                    .filter(|d| dead_letter_job(&d.body).as_ref() == Some(&job))
                     .map(|d| d.message_id)
                     .collect();
                 if ids.is_empty() {
