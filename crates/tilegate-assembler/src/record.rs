@@ -33,14 +33,13 @@ pub(crate) async fn publish_item(
             let mut at = 0;
             while at < scene.size {
                 let range = at..(at + CHUNK).min(scene.size);
-                let opts = tilegate_core::object::GetOptions {
-                    range: Some(range.clone()),
-                    if_match: Some(tilegate_core::ConditionList::one(scene.e_tag.clone())),
-                    ..Default::default()
-                };
-                let part = match b.objects.get_opts(&scene_key, opts).await? {
-                    tilegate_core::object::GetOutcome::Found(r) => r.bytes,
-                    _ => {
+                let part = match b
+                    .objects
+                    .get_range_of(&scene_key, range.clone(), &scene.e_tag)
+                    .await?
+                {
+                    Some(bytes) => bytes,
+                    None => {
                         return Err(StoreError::backend(
                             "hash the scene for its STAC Item",
                             &scene.key,

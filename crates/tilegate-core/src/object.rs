@@ -428,6 +428,25 @@ pub trait ObjectStoreExt: ObjectStore {
         }
     }
 
+    /// Read `range` of the version `e_tag` of `key` (`If-Match`): `None` if the object is no
+    /// longer that version. For reading a recorded object in pieces, every piece the same one.
+    async fn get_range_of(
+        &self,
+        key: &ObjectKey,
+        range: Range<u64>,
+        e_tag: &ETag,
+    ) -> StoreResult<Option<Bytes>> {
+        let opts = GetOptions {
+            range: Some(range),
+            if_match: Some(ConditionList::one(e_tag.clone())),
+            ..GetOptions::default()
+        };
+        Ok(match self.get_opts(key, opts).await? {
+            GetOutcome::Found(r) => Some(r.bytes),
+            GetOutcome::NotModified | GetOutcome::PreconditionFailed => None,
+        })
+    }
+
     /// Read a byte range unconditionally.
     async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StoreResult<GetResult> {
         let opts = GetOptions {

@@ -279,7 +279,7 @@ async fn write_named_copy(
     path: &std::path::Path,
 ) -> anyhow::Result<u64> {
     use std::io::Write as _;
-    use tilegate_core::object::{GetOptions, GetOutcome};
+    use tilegate_core::object::ObjectStoreExt as _;
     const CHUNK: u64 = 16 << 20;
     let row = b
         .jobs
@@ -313,19 +313,18 @@ async fn write_named_copy(
     let mut at = 0;
     while at < scene.size {
         let range = at..(at + CHUNK).min(scene.size);
-        let opts = GetOptions {
-            range: Some(range.clone()),
-            if_match: Some(tilegate_core::ConditionList::one(scene.e_tag.clone())),
-            ..GetOptions::default()
-        };
-        let GetOutcome::Found(part) = b.objects.get_opts(&key, opts).await? else {
+        let Some(part) = b
+            .objects
+            .get_range_of(&key, range.clone(), &scene.e_tag)
+            .await?
+        else {
             let _ = std::fs::remove_file(&tmp);
             return Err(refused(
                 Reason::StorageRefused,
                 format!("{key} is no longer the version published ({})", scene.e_tag),
             ));
         };
-        file.write_all(&part.bytes)
+        file.write_all(&part)
             .with_context(|| format!("write {}", tmp.display()))?;
         at = range.end;
     }
