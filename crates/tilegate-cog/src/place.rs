@@ -41,15 +41,20 @@ pub fn placement(crs_wkt: &str, gt: &[f64; 6], width: u32, height: u32) -> Optio
         })
         .unzip();
     let mut zs = vec![0.0; xs.len()];
-    transform.transform_coords(&mut xs, &mut ys, &mut zs).ok()?;
-    let mut footprint: Vec<[f64; 2]> = xs
-        .iter()
-        .zip(&ys)
-        .map(|(&x, &y)| [round9(x), round9(y)])
-        .collect();
-    if footprint.iter().flatten().any(|v| !v.is_finite()) {
-        return None;
-    }
+    let mut footprint: Vec<[f64; 2]> = if transform
+        .transform_coords(&mut xs, &mut ys, &mut zs)
+        .is_ok()
+        && xs.iter().chain(&ys).all(|v| v.is_finite())
+    {
+        xs.iter()
+            .zip(&ys)
+            .map(|(&x, &y)| [round9(x), round9(y)])
+            .collect()
+    } else {
+        // Some of the grid's edge is not on the Earth (a geostationary full disk's corners
+        // look past it): the outline of the pixels that are, sampled across the whole grid.
+        visible_hull(&transform, gt, w, h)?
+    };
     // RFC 7946: exterior rings counter-clockwise. A south-up or mirrored grid walks its edges
     // the other way round.
     let twice_area: f64 = (0..footprint.len())
@@ -83,6 +88,110 @@ pub fn placement(crs_wkt: &str, gt: &[f64; 6], width: u32, height: u32) -> Optio
         bbox,
         projjson,
     })
+}
+
+/// Samples per side of the grid [`visible_hull`] transforms.
+const HULL_SAMPLES: u32 = 64;
+
+/// The convex hull (counter-clockwise, not closed) in WGS84 of the grid's points that PROJ can
+/// place on the Earth: [`HULL_SAMPLES`]² samples across the grid, and along every sampled row
+/// and column the limb itself — where the Earth ends, found by bisecting between the last
+/// sample on it and the first past it. `None` if fewer than three points are on the Earth.
+fn visible_hull(
+    transform: &CoordTransform,
+    gt: &[f64; 6],
+    w: f64,
+    h: f64,
+) -> Option<Vec<[f64; 2]>> {
+    // Points past the Earth are failures PROJ reports: logged, not printed.
+    let _quiet = crate::ffi::ErrorScope::new();
+    let place = |px: f64, py: f64| -> Option<[f64; 2]> {
+        let mut x = [gt[0] + px * gt[1] + py * gt[2]];
+        let mut y = [gt[3] + px * gt[4] + py * gt[5]];
+        let mut z = [0.0];
+        (transform.transform_coords(&mut x, &mut y, &mut z).is_ok()
+            && x[0].is_finite()
+            && y[0].is_finite())
+        .then(|| [round9(x[0]), round9(y[0])])
+    };
+    // Between a pixel position on the Earth and one past it: the last one on it.
+    let limb = |on: (f64, f64), off: (f64, f64)| -> Option<[f64; 2]> {
+        let (mut a, mut b) = (on, off);
+        for _ in 0..LIMB_STEPS {
+            let mid = ((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0);
+            if place(mid.0, mid.1).is_some() {
+                a = mid;
+            } else {
+                b = mid;
+            }
+        }
+        place(a.0, a.1)
+    };
+    let n = HULL_SAMPLES;
+    let at = |i: u32, j: u32| {
+        (
+            w * f64::from(i) / f64::from(n),
+            h * f64::from(j) / f64::from(n),
+        )
+    };
+    let mut points = Vec::new();
+    for line in 0..=n {
+        for (along, cross) in [(true, line), (false, line)] {
+            let pos = |k: u32| if along { at(k, cross) } else { at(cross, k) };
+            let mut previous: Option<(bool, (f64, f64))> = None;
+            for k in 0..=n {
+                let p = pos(k);
+                let placed = place(p.0, p.1);
+                if let Some(q) = placed {
+                    points.push(q);
+                }
+                if let Some((was_on, q)) = previous
+                    && was_on != placed.is_some()
+                {
+                    let (on, off) = if was_on { (q, p) } else { (p, q) };
+                    points.extend(limb(on, off));
+                }
+                previous = Some((placed.is_some(), p));
+            }
+        }
+    }
+    let hull = convex_hull(points);
+    (hull.len() >= 3).then_some(hull)
+}
+
+/// Bisections that find the limb between two samples: 2⁻²⁰ of a sample's spacing.
+const LIMB_STEPS: u32 = 20;
+
+/// The convex hull of `points`, counter-clockwise from the lowest-leftmost (Andrew's monotone
+/// chain), without collinear points.
+fn convex_hull(mut points: Vec<[f64; 2]>) -> Vec<[f64; 2]> {
+    points.sort_by(|a, b| a[0].total_cmp(&b[0]).then(a[1].total_cmp(&b[1])));
+    points.dedup();
+    if points.len() < 3 {
+        return points;
+    }
+    let cross = |o: [f64; 2], a: [f64; 2], b: [f64; 2]| {
+        (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+    };
+    let mut hull: Vec<[f64; 2]> = Vec::with_capacity(points.len() * 2);
+    for pass in [false, true] {
+        let start = hull.len();
+        let ordered: Box<dyn Iterator<Item = &[f64; 2]>> = if pass {
+            Box::new(points.iter().rev())
+        } else {
+            Box::new(points.iter())
+        };
+        for &p in ordered {
+            while hull.len() >= start + 2
+                && cross(hull[hull.len() - 2], hull[hull.len() - 1], p) <= 0.0
+            {
+                hull.pop();
+            }
+            hull.push(p);
+        }
+        hull.pop();
+    }
+    hull
 }
 
 /// The EPSG code of a CRS, where it is (or is recognisably) one.
@@ -192,5 +301,58 @@ mod tests {
         let q = placement(&wkt, &south_up, 1000, 1000).expect("placed");
         assert!(ccw(&q.footprint), "south-up: counter-clockwise too");
         assert_eq!(p.projjson, None, "an EPSG CRS is named by its code");
+    }
+
+    /// A geostationary full disk (GOES-East): its corners look past the Earth, so its outline
+    /// is that of the pixels on the Earth — a footprint, a bbox and the CRS as PROJJSON.
+    #[test]
+    fn a_geostationary_full_disk_is_placed_by_its_visible_pixels() {
+        let srs = SpatialRef::from_proj4(
+            "+proj=geos +h=35786023 +lon_0=-75 +sweep=x +ellps=GRS80 +units=m +no_defs",
+        )
+        .unwrap();
+        let wkt = srs.to_wkt().unwrap();
+        let half = 5_434_894.885;
+        let gt = [
+            -half,
+            2.0 * half / 1000.0,
+            0.0,
+            half,
+            0.0,
+            -2.0 * half / 1000.0,
+        ];
+        let p = placement(&wkt, &gt, 1000, 1000).expect("placed");
+        assert_eq!(p.epsg, None);
+        assert!(p.projjson.is_some(), "a CRS without a code is given whole");
+        let [w, s, e, n] = p.bbox;
+        assert!(w > -160.0 && w < -150.0, "west {w}");
+        assert!(e > 0.0 && e < 10.0, "east {e}");
+        assert!(
+            s > -82.0 && s < -75.0 && n > 75.0 && n < 82.0,
+            "south {s} north {n}"
+        );
+        assert_eq!(p.footprint.first(), p.footprint.last());
+        let twice_area: f64 = p
+            .footprint
+            .windows(2)
+            .map(|w| w[0][0] * w[1][1] - w[1][0] * w[0][1])
+            .sum();
+        assert!(twice_area > 0.0, "counter-clockwise");
+    }
+
+    #[test]
+    fn a_convex_hull_keeps_the_outside_counter_clockwise() {
+        let square = vec![
+            [0.0, 0.0],
+            [2.0, 0.0],
+            [1.0, 1.0],
+            [2.0, 2.0],
+            [0.0, 2.0],
+            [1.0, 0.0],
+        ];
+        assert_eq!(
+            convex_hull(square),
+            vec![[0.0, 0.0], [2.0, 0.0], [2.0, 2.0], [0.0, 2.0]]
+        );
     }
 }
