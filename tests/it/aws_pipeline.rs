@@ -93,7 +93,7 @@ fn heavy_aws_duplicates_across_four_processes_write_each_tile_once() {
 
     // A second storm of duplicates that all encode: every Create refused, nothing changes.
     // SQS delivers at least once, so a message may come twice; each delivery is refused.
-    aws.json(data, &["plan", scene.to_str().unwrap()]);
+    aws.json(data, &["plan", scene.to_str().unwrap(), "--all-windows"]);
     let w = aws.json(data, &["work", "--until-empty", "--no-skip-existing"]);
     let handled = w["handled"].as_u64().unwrap();
     assert!(handled >= 400, "{w}");

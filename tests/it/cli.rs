@@ -45,6 +45,11 @@ fn every_printing_command_ends_quietly_on_a_closed_pipe() {
     let report = report.to_str().unwrap();
     let other = dir.join("other.tif");
     let other = other.to_str().unwrap();
+    let regen = tg_json(&data, &["regenerate", &job, "--window", "0_1"]);
+    let attempt = regen["attempt"].as_str().unwrap().to_owned();
+    let list = dir.join("sources.txt");
+    std::fs::write(&list, format!("{scene}\n")).unwrap();
+    let list = list.to_str().unwrap();
     let commands: Vec<Vec<&str>> = vec![
         vec!["sample-scene", other, "--size", "64"],
         vec!["init"],
@@ -67,6 +72,17 @@ fn every_printing_command_ends_quietly_on_a_closed_pipe() {
         vec!["assemble", "--all"],
         vec!["recipes"],
         vec!["dlq", "list", "--job", &job],
+        vec!["regenerate", &job, "--window", "0_1"],
+        vec!["regenerate", &job, "--window", "1_0", "--enqueue"],
+        vec!["accept", &job, "--window", "0_1", "--attempt", &attempt],
+        vec!["hold", &job, "--window", "0_1", "--attempt", &attempt],
+        vec!["url", &job, "--window", "0_1"],
+        vec!["plan", "--from", list],
+        vec!["run", "--from", list],
+        vec!["status", &job, "--watch"],
+        vec!["schema"],
+        vec!["schema", "status"],
+        vec!["demo", "--size", "256"],
         vec!["--help"],
         vec!["status", "--help"],
     ];
@@ -547,4 +563,211 @@ fn work_shows_progress_on_a_terminal() {
     assert!(seen.contains("handled 64 message(s)"), "{seen}");
     let quiet = tg(&data, &["work", "--until-empty"], &[]);
     assert!(!String::from_utf8_lossy(&quiet.stderr).contains("/s)"));
+}
+
+/// The ledger as a new user meets it: accepting the attempt already published is done (not
+/// "the pointer moved meanwhile"), a regeneration that changed nothing says so, a regenerated
+/// scene is the one `status` and `stac` name, and `url` on the local store gives the file.
+#[test]
+fn the_ledger_says_what_it_did() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 128, 6);
+    let run = tg_json(&data, &["run", scene.to_str().unwrap(), "--window", "64"]);
+    let job = run["job_id"].as_str().unwrap().to_owned();
+
+    // The source is unchanged: the same bytes, and said.
+    let regen = tg_json(&data, &["regenerate", &job, "--window", "0_1"]);
+    assert_eq!(regen["same_bytes_as_previous"], true, "{regen}");
+    let a1 = regen["attempt"].as_str().unwrap().to_owned();
+    let out = tg(&data, &["regenerate", &job, "--window", "0_1"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("the same bytes as the attempt it replaces"),
+        "{text}"
+    );
+    let a2 = tg_json(&data, &["attempts", &job])["pointers"][0]["attempt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(a1, a2);
+
+    // Accepting the attempt already published, with an outdated --seen: done, exit 0.
+    let out = tg(
+        &data,
+        &[
+            "accept",
+            &job,
+            "--window",
+            "0_1",
+            "--attempt",
+            &a2,
+            "--seen",
+            &a1,
+        ],
+        &[],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("already published"), "{text}");
+    let doc = tg_json(
+        &data,
+        &[
+            "accept",
+            &job,
+            "--window",
+            "0_1",
+            "--attempt",
+            &a2,
+            "--seen",
+            &a1,
+        ],
+    );
+    assert_eq!(doc["publish"]["outcome"], "already-current", "{doc}");
+
+    // The local store's URL is the file, and reads the published attempt's bytes.
+    let g = tg_json(&data, &["url", &job, "--window", "0_1"]);
+    assert_eq!(g["expiring"], false, "{g}");
+    let path = g["url"].as_str().unwrap().strip_prefix("file://").unwrap();
+    let attempt_file = data.join("objects").join(g["key"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read(path).unwrap(),
+        std::fs::read(attempt_file).unwrap()
+    );
+
+    // A regenerated scene: `status` and `stac` name its attempt, not scenes/JOB.tif.
+    let regen = tg_json(&data, &["regenerate", &job, "--scene"]);
+    let key = regen["key"].as_str().unwrap().to_owned();
+    assert!(!key.ends_with(&format!("scenes/{job}.tif")), "{key}");
+    let st = tg_json(&data, &["status", &job]);
+    assert_eq!(st["published_scene"]["key"], key.as_str(), "{st}");
+    let text = String::from_utf8_lossy(&tg(&data, &["status", &job], &[]).stdout).into_owned();
+    assert!(
+        text.contains(&key) && text.contains("regenerated, attempt"),
+        "{text}"
+    );
+    let stac = tg_json(&data, &["stac", &job]);
+    assert!(stac["hrefs"][0].as_str().unwrap().ends_with(&key), "{stac}");
+    assert_eq!(
+        stac["items"][0]["assets"]["data"]["file:size"], regen["size"],
+        "{stac}"
+    );
+    let item = tmp.path().join("item.json");
+    std::fs::write(&item, serde_json::to_vec(&stac["items"][0]).unwrap()).unwrap();
+    tilegate_tests::validate_stac(&item).unwrap();
+}
+
+/// Planning a job again enqueues only its unrecorded windows; an `expr` run reports the
+/// output's bands; an integer `--ot` asks for its nodata; `--help` lists the global flags
+/// after a command's own; `--json` gives a readable time beside every epoch value.
+#[test]
+fn planning_recipes_and_help_say_what_they_do() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 128, 6);
+    let s = scene.to_str().unwrap();
+    let run = tg_json(&data, &["run", s, "--window", "64"]);
+    let again = tg_json(&data, &["plan", s, "--window", "64"]);
+    assert_eq!(
+        (
+            again["enqueued"].as_u64(),
+            again["already_recorded"].as_u64()
+        ),
+        (Some(0), Some(4)),
+        "{again}"
+    );
+    let all = tg_json(&data, &["plan", s, "--window", "64", "--all-windows"]);
+    assert_eq!(all["enqueued"], 4, "{all}");
+    let _ = tg(&data, &["work", "--until-empty"], &[]);
+
+    let expr = [
+        "run",
+        s,
+        "--window",
+        "64",
+        "--recipe",
+        "expr",
+        "--expr",
+        "b1; b1 * 2",
+    ];
+    let out = tg(&data, &expr, &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("2 band(s) Float32"), "{text}");
+
+    let out = tg(
+        &data,
+        &[
+            "plan", s, "--recipe", "expr", "--expr", "b1", "--ot", "Byte",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("tilegate: error[bad-recipe]: --ot Byte needs --out-nodata"),
+        "{stderr}"
+    );
+
+    let help = String::from_utf8_lossy(&tg(&data, &["run", "--help"], &[]).stdout).into_owned();
+    let global = help
+        .find("Global options:")
+        .expect("a heading for the global flags");
+    assert!(help.find("--recipe").unwrap() < global, "{help}");
+    assert!(
+        help[global..].contains("--data") && !help[..global].contains("--data <DIR>"),
+        "{help}"
+    );
+
+    let st = tg_json(&data, &["status", run["job_id"].as_str().unwrap()]);
+    let created = st["created_at"].as_i64().unwrap();
+    assert_eq!(
+        st["created_at_utc"].as_str().unwrap(),
+        tilegate_core::time::rfc3339(created),
+        "{st}"
+    );
+}
+
+/// A geostationary full disk (GOES-East's grid, whose corners look past the Earth) gets a STAC
+/// Item with a footprint, a bbox and its CRS as PROJJSON, valid for `stac-validator`.
+#[test]
+fn a_geostationary_scene_has_a_place_in_its_stac_item() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let plain = tmp.path().join("plain.tif");
+    sample(&data, &plain, 256, 3);
+    let goes = tmp.path().join("goes.tif");
+    let half = "5434894.885";
+    let neg = format!("-{half}");
+    let out = Command::new("gdal_translate")
+        .args(["-q", "-a_srs"])
+        .arg("+proj=geos +h=35786023 +lon_0=-75 +sweep=x +ellps=GRS80 +units=m +no_defs")
+        .args(["-a_ullr", &neg, half, half, &neg])
+        .arg(&plain)
+        .arg(&goes)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tg_json(&data, &["run", goes.to_str().unwrap(), "--window", "128"]);
+    let stac = tg_json(&data, &["stac"]);
+    let item = &stac["items"][0];
+    assert_eq!(item["geometry"]["type"], "Polygon", "{item}");
+    let bbox: Vec<f64> = item["bbox"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(
+        bbox[0] > -160.0 && bbox[2] < 10.0 && bbox[1] < -75.0 && bbox[3] > 75.0,
+        "{bbox:?}"
+    );
+    assert!(item["properties"]["proj:projjson"].is_object(), "{item}");
+    let path = tmp.path().join("goes.json");
+    std::fs::write(&path, serde_json::to_vec(item).unwrap()).unwrap();
+    tilegate_tests::validate_stac(&path).unwrap();
 }

@@ -582,15 +582,18 @@ fn tenants_are_apart_and_urls_are_theirs(target: Target) {
     );
     match &target {
         Target::Embedded => {
-            // The embedded store has no signer: a named refusal, after authorisation.
-            let err = rt
+            // The local store has no signer: after authorisation, the file's `file://` URL,
+            // said to be a path no expiry ends.
+            let g = rt
                 .block_on(url::grant(&b, &job_a, s, &acme, fifteen, now))
-                .unwrap_err();
-            assert_eq!(
-                err.reason_code(),
-                tilegate_core::Reason::StorageRefused,
-                "{err}"
-            );
+                .unwrap();
+            assert!(!g.expiring, "{g:?}");
+            let path = g.url.strip_prefix("file://").expect("a file URL");
+            let want = rt
+                .block_on(b.objects.get_bytes(&object_key(&g.key)))
+                .unwrap()
+                .bytes;
+            assert_eq!(std::fs::read(path).unwrap(), want.to_vec());
         }
         _ => {
             // 15 minutes asked, well inside the hour of retention.

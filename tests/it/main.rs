@@ -13,6 +13,7 @@ mod crash;
 mod fidelity;
 mod fuzz_inputs;
 mod hardening;
+mod json_schemas;
 mod lambda;
 mod layering;
 mod ledger;

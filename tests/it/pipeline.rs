@@ -123,7 +123,7 @@ fn heavy_duplicates_across_four_processes_write_each_tile_once() {
     validate_cogs(&paths).unwrap();
 
     // Another round of duplicates that all encode: every Create is refused, nothing changes.
-    tg_json(data, &["plan", scene.to_str().unwrap()]);
+    tg_json(data, &["plan", scene.to_str().unwrap(), "--all-windows"]);
     let w = tg_json(data, &["work", "--until-empty", "--no-skip-existing"]);
     assert_eq!(w["already_present"], 400);
     assert_eq!(w["written"], 0);

@@ -17,6 +17,7 @@ mod error;
 mod multipart;
 mod publish;
 mod record;
+pub use record::checksum_of;
 mod tiles;
 
 pub use error::AssembleError;

@@ -20,39 +20,13 @@ pub(crate) async fn publish_item(
     checksum: Option<String>,
 ) -> Result<(), AssembleError> {
     let key = tilegate_stac::item_key(&scene.key)?;
-    let scene_key = ObjectKey::checked(&scene.key)?;
     let checksum = match checksum {
         Some(c) => c,
         None => {
             if b.objects.head(&key).await?.is_some() {
                 return Ok(());
             }
-            // In ranges, pinned to the version recorded: never the whole scene in memory.
-            const CHUNK: u64 = 16 << 20;
-            let mut h = blake3::Hasher::new();
-            let mut at = 0;
-            while at < scene.size {
-                let range = at..(at + CHUNK).min(scene.size);
-                let part = match b
-                    .objects
-                    .get_range_of(&scene_key, range.clone(), &scene.e_tag)
-                    .await?
-                {
-                    Some(bytes) => bytes,
-                    None => {
-                        return Err(StoreError::backend(
-                            "hash the scene for its STAC Item",
-                            &scene.key,
-                            tilegate_core::Retry::Permanent,
-                            "the scene is no longer the version recorded",
-                        )
-                        .into());
-                    }
-                };
-                h.update(&part);
-                at = range.end;
-            }
-            tilegate_stac::blake3_multihash(h.finalize().as_bytes())
+            checksum_of(b, scene).await?
         }
     };
     let item = tilegate_stac::item(job, scene, &checksum);
@@ -66,6 +40,34 @@ pub(crate) async fn publish_item(
     };
     tracing::info!(job_id = %job.job_id, key = %key, outcome, "STAC item");
     Ok(())
+}
+
+/// The `file:checksum` of a published scene (BLAKE3 multihash), read in ranges pinned to the
+/// version recorded: never the whole scene in memory.
+pub async fn checksum_of(b: &Backends, scene: &OutputRef) -> Result<String, AssembleError> {
+    let mut h = blake3::Hasher::new();
+    let same = b
+        .objects
+        .read_version_in_chunks(
+            &ObjectKey::checked(&scene.key)?,
+            (scene.size, &scene.e_tag),
+            16 << 20,
+            &mut |part| {
+                h.update(part);
+                Ok(())
+            },
+        )
+        .await?;
+    if !same {
+        return Err(StoreError::backend(
+            "hash the scene for its STAC Item",
+            &scene.key,
+            tilegate_core::Retry::Permanent,
+            "the scene is no longer the version recorded",
+        )
+        .into());
+    }
+    Ok(tilegate_stac::blake3_multihash(h.finalize().as_bytes()))
 }
 
 /// Publish the scene's Item, then record the scene on the job row under the row's version

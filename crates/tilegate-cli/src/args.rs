@@ -22,7 +22,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The flags every command takes, listed under their own heading after a command's own.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Data directory of the embedded backend [default: ./tilegate-data].
     #[arg(long, global = true, env = "TILEGATE_DATA", value_name = "DIR")]
@@ -68,7 +70,8 @@ pub struct Global {
 pub enum Command {
     /// Write a deterministic synthetic terrain scene (tiled GeoTIFF, EPSG:32633, 10 m pixels).
     SampleScene(SampleArgs),
-    /// Plan a job and enqueue its windows (planning twice enqueues duplicates; that is safe).
+    /// Plan a job and enqueue its windows (planning it again enqueues only the windows not yet
+    /// recorded; `--all-windows` enqueues them all).
     Plan(PlanArgs),
     /// Work on queued windows until stopped (Ctrl-C / SIGTERM finishes in-flight work).
     Work(WorkArgs),
@@ -121,6 +124,14 @@ pub enum Command {
     /// List the recipes `--recipe` accepts: the built-in ones with their flags, and those
     /// registered by this binary with their `--param NAME=VALUE` parameters.
     Recipes,
+    /// Print the JSON Schema of a command's `--json` document (`tilegate schema status`);
+    /// without a name, list the documents. The same schemas are in the repository's
+    /// `docs/json/`.
+    Schema {
+        /// A command (`status`, `run`, `dlq-list`, …; `plan-from`, `run-from` and
+        /// `assemble-all` for the list forms, `error` for a failure's document).
+        name: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -247,8 +258,13 @@ pub struct PlanArgs {
     pub from: Option<String>,
     #[command(flatten)]
     pub recipe: RecipeArgs,
-    /// Enqueue only windows with no manifest row yet.
+    /// Enqueue every window again, recorded or not (by default planning a job that was
+    /// planned before enqueues only the windows with no manifest row yet; duplicates are safe
+    /// either way, only wasted).
     #[arg(long)]
+    pub all_windows: bool,
+    /// The default since planning skips recorded windows; kept for scripts that pass it.
+    #[arg(long, hide = true, conflicts_with = "all_windows")]
     pub resume: bool,
 }
 

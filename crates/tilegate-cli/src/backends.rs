@@ -87,9 +87,15 @@ pub async fn open(sel: &Selection) -> anyhow::Result<Backends> {
 }
 
 /// `tilegate init`: create the cloud resources of the selection, idempotently.
-pub async fn init(sel: &Selection, create_bucket: bool) -> anyhow::Result<serde_json::Value> {
+pub async fn init(
+    sel: &Selection,
+    create_bucket: bool,
+) -> anyhow::Result<crate::reports::InitReport> {
     let report = tilegate_backends::init(&sel.urls(), create_bucket).await?;
-    Ok(serde_json::json!({"created": report.created, "existing": report.existing}))
+    Ok(crate::reports::InitReport {
+        created: report.created,
+        existing: report.existing,
+    })
 }
 
 /// Open the backends to look, not to write (`status`, `report`, `stac`, `attempts`, `dlq

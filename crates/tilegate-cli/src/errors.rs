@@ -23,8 +23,11 @@ pub fn one_line(err: &anyhow::Error) -> String {
 }
 
 /// The `{"reason": …, "message": …}` document of a failure, as `--json` prints it.
-pub fn error_doc(err: &anyhow::Error) -> serde_json::Value {
-    serde_json::json!({"reason": reason_of(err), "message": one_line(err)})
+pub fn error_doc(err: &anyhow::Error) -> crate::reports::ErrorDoc {
+    crate::reports::ErrorDoc {
+        reason: reason_of(err),
+        message: one_line(err),
+    }
 }
 
 /// The reason of the outermost error in the chain that names one; [`Reason::Unexpected`] for

@@ -7,15 +7,17 @@ use crate::args::{
 use crate::commands::find_job;
 use crate::errors::refused;
 use crate::output::Out;
+use crate::reports::{
+    AcceptReport, AttemptsReport, GcCmdReport, HoldReport, PublishDoc, RegenerateReport,
+};
 use anyhow::Context as _;
-use serde_json::json;
 use std::process::ExitCode;
 use tilegate_core::Exit;
 use tilegate_core::Reason;
 use tilegate_core::ledger::{AttemptId, PublishOutcome, Retention, Subject};
 use tilegate_core::message::WindowMessage;
 use tilegate_core::table::JobRecord;
-use tilegate_core::{Backends, Tenant, UnixMillis, Window, now_millis};
+use tilegate_core::{Backends, Tenant, Window, now_millis};
 use tilegate_ledger::{attempt, gc, reconcile, url};
 
 fn ms(d: std::time::Duration) -> u64 {
@@ -51,27 +53,6 @@ fn attempt_id(s: &str) -> anyhow::Result<AttemptId> {
     AttemptId::parse(s).map_err(|e| refused(Reason::BadAttemptId, e.to_string()))
 }
 
-fn publish_doc(out: &PublishOutcome) -> serde_json::Value {
-    match out {
-        PublishOutcome::Published { previous } => {
-            json!({"outcome": "published", "previous": previous})
-        }
-        PublishOutcome::Superseded { current } => json!({
-            "outcome": "superseded",
-            "current": current.as_ref().map(|c| c.row.attempt.clone()),
-        }),
-        PublishOutcome::NotPublishable(row) => json!({
-            "outcome": "not-publishable",
-            "state": row.as_ref().map(|r| r.row.state.name()),
-            "published_before": row.as_ref().is_some_and(|r| r.row.ever_published()),
-        }),
-        PublishOutcome::Outdated { current } => json!({
-            "outcome": "outdated",
-            "current": current.as_ref().map(|c| c.row.attempt.clone()),
-        }),
-    }
-}
-
 fn publish_text(out: &PublishOutcome) -> String {
     match out {
         PublishOutcome::Published { previous: Some(p) } => {
@@ -98,6 +79,9 @@ fn publish_text(out: &PublishOutcome) -> String {
             "not published: the attempt is {}",
             row.as_ref().map_or("unknown", |r| r.row.state.name())
         ),
+        PublishOutcome::AlreadyCurrent { .. } => {
+            "already published: the pointer names this attempt; nothing changed".to_owned()
+        }
         PublishOutcome::Outdated { current } => format!(
             "not published: a newer attempt was published (the pointer is at {}; only \
              `accept` moves it back)",
@@ -110,7 +94,9 @@ fn publish_text(out: &PublishOutcome) -> String {
 
 fn publish_code(out: Option<&PublishOutcome>) -> ExitCode {
     match out {
-        None | Some(PublishOutcome::Published { .. }) => ExitCode::SUCCESS,
+        None | Some(PublishOutcome::Published { .. } | PublishOutcome::AlreadyCurrent { .. }) => {
+            ExitCode::SUCCESS
+        }
         Some(_) => Exit::NotPublished.into(),
     }
 }
@@ -118,6 +104,7 @@ fn publish_code(out: Option<&PublishOutcome>) -> ExitCode {
 pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::Result<ExitCode> {
     let (job, subject) = subject_of(b, &a.at).await?;
     let id = a.attempt.as_deref().map(attempt_id).transpose()?;
+    let before = published_output(b, &job, subject).await?;
     let retention = Retention {
         preview_ms: a.retain.map(ms),
         retired_ms: ms(a.keep_retired),
@@ -143,12 +130,19 @@ pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::R
                 ..WindowMessage::for_job(&job, window)
             };
             b.queue.send_batch(&[msg.encode()]).await?;
-            let doc = json!({"job_id": job.job_id, "subject": subject.to_string(), "attempt": row.row.attempt, "key": row.row.key, "state": row.row.state.name(), "enqueued": true});
-            out.emit(&doc, || {
-                format!(
-                    "attempt {} of {subject} enqueued (key {})",
-                    row.row.attempt, row.row.key
-                )
+            out.emit(&RegenerateReport {
+                job_id: job.job_id.clone(),
+                subject: subject.to_string(),
+                attempt: row.row.attempt.to_string(),
+                key: row.row.key.clone(),
+                state: row.row.state.name().to_owned(),
+                enqueued: true,
+                size: None,
+                e_tag: None,
+                delete_after: row.row.delete_after,
+                publish: None,
+                same_bytes_as_previous: false,
+                publish_text: String::new(),
             });
             return Ok(ExitCode::SUCCESS);
         }
@@ -157,25 +151,26 @@ pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::R
         }
     };
     let r = &done.row.row;
-    let doc = json!({
-        "job_id": job.job_id,
-        "subject": subject.to_string(),
-        "attempt": r.attempt,
-        "key": r.key,
-        "size": r.size,
-        "e_tag": r.e_tag,
-        "delete_after": r.delete_after,
-        "publish": done.published.as_ref().map(publish_doc),
-    });
-    out.emit(&doc, || {
-        let published = done
+    let same = match (&before, &r.e_tag, r.size) {
+        (Some(b), Some(e), Some(size)) => b.e_tag.strong_eq(e) && b.size == size,
+        _ => false,
+    };
+    out.emit(&RegenerateReport {
+        job_id: job.job_id.clone(),
+        subject: subject.to_string(),
+        attempt: r.attempt.to_string(),
+        key: r.key.clone(),
+        state: r.state.name().to_owned(),
+        enqueued: false,
+        size: r.size,
+        e_tag: r.e_tag.as_ref().map(ToString::to_string),
+        delete_after: r.delete_after,
+        publish: done.published.as_ref().map(PublishDoc::of),
+        same_bytes_as_previous: same,
+        publish_text: done
             .published
             .as_ref()
-            .map_or("not published (use `accept`)".to_owned(), publish_text);
-        format!(
-            "attempt {} of {subject} uploaded to {}; {published}",
-            r.attempt, r.key
-        )
+            .map_or("not published (use `accept`)".to_owned(), publish_text),
     });
     Ok(publish_code(done.published.as_ref()))
 }
@@ -190,14 +185,14 @@ pub async fn accept(out: &Out, b: &Backends, a: AcceptArgs) -> anyhow::Result<Ex
             attempt::accept(b, &job.job_id, subject, &id, seen, now_millis()).await?
         }
     };
-    let doc = json!({"job_id": job.job_id, "subject": subject.to_string(), "attempt": id, "publish": publish_doc(&outcome)});
-    out.emit(&doc, || format!("attempt {id}: {}", publish_text(&outcome)));
+    out.emit(&AcceptReport {
+        job_id: job.job_id.clone(),
+        subject: subject.to_string(),
+        attempt: id.to_string(),
+        publish: PublishDoc::of(&outcome),
+        publish_text: publish_text(&outcome),
+    });
     Ok(publish_code(Some(&outcome)))
-}
-
-/// A time as a person reads it (RFC 3339, UTC), or `-`.
-fn time(ms: Option<UnixMillis>) -> String {
-    ms.map_or("-".to_owned(), tilegate_core::time::rfc3339)
 }
 
 pub async fn attempts(out: &Out, b: &Backends, a: AttemptsArgs) -> anyhow::Result<ExitCode> {
@@ -212,43 +207,12 @@ pub async fn attempts(out: &Out, b: &Backends, a: AttemptsArgs) -> anyhow::Resul
     });
     let mut pointers = b.ledger.list_pointers(&job.job_id).await?;
     pointers.sort_by_key(|p| p.row.subject);
-    let doc = json!({
-        "job_id": job.job_id,
-        "tenant": job.tenant,
-        "attempts": rows.iter().map(|r| &r.row).collect::<Vec<_>>(),
-        "pointers": pointers.iter().map(|p| &p.row).collect::<Vec<_>>(),
-        "by_state": tilegate_ledger::count_by_state(&rows),
-    });
-    out.emit(&doc, || {
-        let mut t = format!(
-            "job {} (tenant {}): {} attempt(s), {} published\n",
-            job.job_id,
-            job.tenant,
-            rows.len(),
-            pointers.len()
-        );
-        for r in &rows {
-            let r = &r.row;
-            t.push_str(&format!(
-                "  {} {} {:<9} delete after {} hold={} {}\n",
-                r.subject,
-                r.attempt,
-                r.state.name(),
-                time(r.delete_after),
-                r.legal_hold,
-                r.key
-            ));
-        }
-        for p in &pointers {
-            let p = &p.row;
-            t.push_str(&format!(
-                "  pointer {} -> {} (moved {})\n",
-                p.subject,
-                p.attempt,
-                time(Some(p.moved_at))
-            ));
-        }
-        t.trim_end().to_owned()
+    out.emit(&AttemptsReport {
+        job_id: job.job_id.clone(),
+        tenant: job.tenant.to_string(),
+        by_state: tilegate_ledger::count_by_state(&rows),
+        attempts: rows.into_iter().map(|r| r.row).collect(),
+        pointers: pointers.into_iter().map(|p| p.row).collect(),
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -258,13 +222,11 @@ pub async fn hold(out: &Out, b: &Backends, a: HoldArgs) -> anyhow::Result<ExitCo
     let id = attempt_id(&a.attempt)?;
     let row = attempt::set_hold(b, &job.job_id, subject, &id, !a.release).await?;
     let r = &row.row;
-    let doc =
-        json!({"attempt": id, "legal_hold": r.legal_hold, "state": r.state.name(), "key": r.key});
-    out.emit(&doc, || {
-        format!(
-            "attempt {id}: legal hold {}",
-            if r.legal_hold { "set" } else { "released" }
-        )
+    out.emit(&HoldReport {
+        attempt: id.to_string(),
+        legal_hold: r.legal_hold,
+        state: r.state.name().to_owned(),
+        key: r.key.clone(),
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -276,8 +238,6 @@ pub async fn gc_cmd(out: &Out, b: &Backends, a: GcArgs) -> anyhow::Result<ExitCo
     };
     let report = gc::gc(b, &opts).await?;
     let overdue = gc::oldest_overdue_seconds(b, opts.now).await?;
-    let mut doc = serde_json::to_value(&report)?;
-    doc["deletion_overdue_oldest_seconds"] = overdue.into();
     if a.emf {
         println!(
             "{}",
@@ -303,24 +263,9 @@ pub async fn gc_cmd(out: &Out, b: &Backends, a: GcArgs) -> anyhow::Result<ExitCo
             )
         );
     }
-    out.emit(&doc, || {
-        if report.dry_run {
-            let mut t = format!("dry run: {} due row(s) would be deleted", report.items.len());
-            for i in &report.items {
-                t.push_str(&format!("\n  {} ({})", i.key, i.state));
-            }
-            t
-        } else {
-            format!(
-                "gc: {} due, {} marked, {} deleted ({} already absent), {} skipped (changed), {} skipped (object differs); oldest overdue {overdue} s",
-                report.due,
-                report.marked,
-                report.deleted,
-                report.already_absent,
-                report.skipped_changed,
-                report.skipped_mismatch
-            )
-        }
+    out.emit(&GcCmdReport {
+        gc: report,
+        deletion_overdue_oldest_seconds: overdue,
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -328,33 +273,7 @@ pub async fn gc_cmd(out: &Out, b: &Backends, a: GcArgs) -> anyhow::Result<ExitCo
 pub async fn reconcile_cmd(out: &Out, b: &Backends, a: ReconcileArgs) -> anyhow::Result<ExitCode> {
     let job = find_job(b, a.job.as_deref()).await?;
     let report = reconcile::reconcile(b, &job).await?;
-    let doc = serde_json::to_value(&report)?;
-    out.emit(&doc, || {
-        let mut t = format!(
-            "job {}: {} object(s), {} row(s): {} orphan(s), {} missing, {} mismatched",
-            report.job_id,
-            report.objects,
-            report.rows,
-            report.orphans.len(),
-            report.missing.len(),
-            report.mismatched.len()
-        );
-        // Keys shown escaped (`\u{..}`, `\t`) so that what is printed is unambiguous; --json
-        // carries them byte for byte.
-        for o in &report.orphans {
-            t.push_str(&format!("\n  orphan   {:?} ({} bytes)", o.key, o.size));
-        }
-        for m in &report.missing {
-            t.push_str(&format!("\n  missing  {:?} ({} row)", m.key, m.table));
-        }
-        for m in &report.mismatched {
-            t.push_str(&format!(
-                "\n  mismatch {:?}: row {} bytes {}, object {} bytes {}",
-                m.key, m.row_size, m.row_e_tag, m.object_size, m.object_e_tag
-            ));
-        }
-        t
-    });
+    out.emit(&report);
     Ok(if report.is_clean() {
         ExitCode::SUCCESS
     } else {
@@ -366,7 +285,31 @@ pub async fn url_cmd(out: &Out, b: &Backends, a: UrlArgs) -> anyhow::Result<Exit
     let (job, subject) = subject_of(b, &a.at).await?;
     let tenant = Tenant::parse(&a.tenant).context("invalid --tenant")?;
     let g = url::grant(b, &job, subject, &tenant, a.expires, now_millis()).await?;
-    let doc = serde_json::to_value(&g)?;
-    out.emit_secret(&doc, || g.url.clone());
+    out.emit_secret(&g);
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a reader of `subject` gets now: the pointer's attempt, else the job's own output (the
+/// manifest's tile, the assembled scene); none when nothing is published.
+async fn published_output(
+    b: &Backends,
+    job: &JobRecord,
+    subject: Subject,
+) -> anyhow::Result<Option<tilegate_core::table::OutputRef>> {
+    if let Some(p) = b.ledger.get_pointer(&job.job_id, subject).await? {
+        return Ok(Some(p.row.output));
+    }
+    Ok(match subject {
+        Subject::Scene => job.scene_output.clone(),
+        Subject::Window(w) => {
+            b.manifest
+                .get_entry(&job.job_id, w)
+                .await?
+                .map(|e| tilegate_core::table::OutputRef {
+                    key: e.row.key,
+                    e_tag: e.row.e_tag,
+                    size: e.row.size,
+                })
+        }
+    })
 }

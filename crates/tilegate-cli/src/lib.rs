@@ -19,6 +19,7 @@ mod ledger;
 mod look;
 mod output;
 mod recipes;
+mod reports;
 mod sources;
 
 use clap::Parser;
@@ -47,7 +48,10 @@ pub fn main() -> ExitCode {
             let reason = errors::reason_of(&e);
             let message = errors::one_line(&e);
             if json {
-                println!("{}", serde_json::json!({ "error": errors::error_doc(&e) }));
+                let doc = reports::Failed {
+                    error: errors::error_doc(&e),
+                };
+                println!("{}", serde_json::to_string(&doc).expect("serialises"));
             }
             eprintln!("tilegate: error[{reason}]: {message}");
             Exit::Failed.into()

@@ -6,7 +6,8 @@ use crate::args::{PriceArgs, ReportArgs, StacArgs, StatusArgs};
 use crate::backends::Selection;
 use crate::commands::find_job;
 use crate::errors::refused;
-use crate::output::{self, Out};
+use crate::output::Out;
+use crate::reports::{PageReport, RecentJob, StacReport, StatusReport, WatchFrame};
 use anyhow::Context;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -55,56 +56,16 @@ pub async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<Ex
         Some(_) => None,
     };
     let g = status::gather(b, job, tilegate_core::now_millis()).await?;
-    let st = g.status(&prices);
-    let mut doc = serde_json::to_value(&st).expect("the status serialises");
-    if let Some(recent) = &recent {
-        doc["recent_jobs"] = serde_json::to_value(recent).expect("rows serialise");
-    }
-    out.emit(&doc, || {
-        let mut s = output::status_text(&st, &out.objects_root);
-        if a.cost {
-            s.push('\n');
-            s.push_str(&cost_text(&st));
-        }
-        if let Some(recent) = recent.as_ref().filter(|r| r.len() > 1) {
-            s.push_str("\n\nrecent jobs (newest first)\n");
-            for r in recent {
-                s.push_str(&format!(
-                    "  {}  {:>7}/{:<7} {:>5.1}%  {:<9} {}\n",
-                    r.job_id,
-                    r.recorded,
-                    r.windows,
-                    100.0 * r.recorded as f64 / r.windows.max(1) as f64,
-                    if r.assembled {
-                        "assembled"
-                    } else if r.recorded >= r.windows {
-                        "complete"
-                    } else {
-                        "running"
-                    },
-                    r.source
-                ));
-            }
-        }
-        s
+    out.emit(&StatusReport {
+        status: g.status(&prices),
+        recent_jobs: recent,
+        show_cost: a.cost,
     });
     Ok(ExitCode::SUCCESS)
 }
 
 /// How many recent jobs `status` lists.
 const RECENT_JOBS: usize = 20;
-
-/// A recent job and its progress.
-#[derive(Debug, serde::Serialize)]
-struct RecentJob {
-    job_id: String,
-    source: String,
-    recipe: String,
-    created_at: i64,
-    windows: u64,
-    recorded: u64,
-    assembled: bool,
-}
 
 /// The newest jobs, each with its manifest count (one count per job).
 async fn recent_jobs(b: &Backends) -> anyhow::Result<Vec<RecentJob>> {
@@ -129,7 +90,7 @@ async fn recent_jobs(b: &Backends) -> anyhow::Result<Vec<RecentJob>> {
 }
 
 /// The cost section of `status --cost`.
-fn cost_text(st: &JobStatus) -> String {
+pub(crate) fn cost_text(st: &JobStatus) -> String {
     let c = &st.cost;
     let mut s = format!(
         "cost (prices of {}, {})\n  {:<10} {:<28} {:>10} {:>14}\n",
@@ -251,10 +212,14 @@ async fn watch(
             lines.push(format!("  {h}"));
         }
         if out.json {
-            let mut doc = serde_json::to_value(&st).expect("the status serialises");
-            doc["rate_windows_per_s"] = rate.into();
-            doc["eta_s"] = eta.map_or(Value::Null, Value::from);
-            doc["hint"] = hint.clone().map_or(Value::Null, Value::from);
+            let frame = WatchFrame {
+                status: st.clone(),
+                rate_windows_per_s: rate,
+                eta_s: eta,
+                hint: hint.clone(),
+            };
+            let doc =
+                tilegate_core::time::with_utc(serde_json::to_value(&frame).expect("serialises"));
             println!("{}", serde_json::to_string(&doc).expect("serialises"));
         } else {
             let mut stdout = std::io::stdout().lock();
@@ -320,26 +285,13 @@ pub async fn report(
         },
     );
     std::fs::write(&a.out, &page).with_context(|| format!("write {}", a.out.display()))?;
-    let doc = serde_json::json!({
-        "job_id": st.job_id,
-        "report": a.out,
-        "bytes": page.len(),
-        "windows": st.windows,
-        "window_states": st.window_states,
-        "complete": st.complete,
-    });
-    out.emit(&doc, || {
-        format!(
-            "wrote {} ({} bytes): {} windows, {} written, {} already present, {} encode skipped, {} dead-lettered, {} missing",
-            a.out.display(),
-            page.len(),
-            st.windows,
-            st.window_states.written,
-            st.window_states.already_present,
-            st.window_states.encode_skipped,
-            st.window_states.dead_lettered,
-            st.window_states.missing
-        )
+    out.emit(&PageReport {
+        job_id: st.job_id.clone(),
+        report: a.out,
+        bytes: page.len(),
+        windows: st.windows,
+        window_states: st.window_states,
+        complete: st.complete,
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -371,6 +323,20 @@ pub async fn stac_cmd(out: &Out, b: &Backends, a: StacArgs) -> anyhow::Result<Ex
                 ),
             ));
         };
+        // A regenerated scene published by its pointer is what a reader gets: its Item is
+        // built now from the attempt's bytes (attempts keep no Item beside them).
+        if let Some(p) = b
+            .ledger
+            .get_pointer(&job.job_id, tilegate_core::ledger::Subject::Scene)
+            .await?
+        {
+            let checksum = tilegate_assembler::checksum_of(b, &p.row.output).await?;
+            items.push((
+                stac::item(job, &p.row.output, &checksum),
+                format!("{}{}", out.objects_root, p.row.output.key),
+            ));
+            continue;
+        }
         let key = stac::item_key(&scene.key)?;
         // A scene assembled before scenes had Items has none until its next `assemble`.
         if a.jobs.is_empty() && b.objects.head(&key).await?.is_none() {
@@ -399,20 +365,11 @@ pub async fn stac_cmd(out: &Out, b: &Backends, a: StacArgs) -> anyhow::Result<Ex
         std::fs::write(path, stac::to_bytes(&c))
             .with_context(|| format!("write {}", path.display()))?;
     }
-    let doc = serde_json::json!({
-        "items": items.iter().map(|(i, _)| i).collect::<Vec<_>>(),
-        "hrefs": items.iter().map(|(_, h)| h).collect::<Vec<_>>(),
-        "collection": a.stac_collection,
-    });
-    out.emit(&doc, || {
-        let mut s = String::new();
-        for (_, href) in &items {
-            s.push_str(&format!("{href}\n"));
-        }
-        if let Some(p) = &a.stac_collection {
-            s.push_str(&format!("wrote the Collection {}", p.display()));
-        }
-        s.trim_end().to_owned()
+    let (items, hrefs) = items.into_iter().unzip();
+    out.emit(&StacReport {
+        items,
+        hrefs,
+        collection: a.stac_collection,
     });
     Ok(ExitCode::SUCCESS)
 }

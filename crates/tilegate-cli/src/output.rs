@@ -1,12 +1,14 @@
 //! Printing results: one JSON document with `--json`, readable text otherwise, and a progress
 //! bar on stderr for long work (drawn only on a terminal).
 
+use crate::reports::Report;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::Value;
+use serde::Serialize;
 use std::time::Duration;
 use tilegate_core::Backends;
 use tilegate_core::metrics as m;
 use tilegate_core::table::JobRecord;
+use tilegate_core::time::with_utc;
 use tilegate_report::status::JobStatus;
 
 /// Where results go.
@@ -22,25 +24,32 @@ impl Out {
         Self { json, objects_root }
     }
 
-    /// Print `doc` as JSON, or the text `text()` renders, its secrets redacted
-    /// ([`tilegate_core::redact`]: a dead letter's reason, a URI, an error's text).
-    pub fn emit(&self, doc: &Value, text: impl FnOnce() -> String) {
-        println!("{}", tilegate_core::redact::redact(&self.render(doc, text)));
+    /// Print `report` as JSON (with a readable copy of every time, [`with_utc`]), or its
+    /// text, its secrets redacted ([`tilegate_core::redact`]: a dead letter's reason, a URI, an
+    /// error's text).
+    pub fn emit(&self, report: &impl Report) {
+        println!("{}", tilegate_core::redact::redact(&self.render(report)));
     }
 
-    /// [`Self::emit`] of a document whose point is a credential the operator asked for (a
+    /// [`Self::emit`] of a report whose point is a credential the operator asked for (a
     /// signed URL from `url`): printed as it is, never logged.
-    pub fn emit_secret(&self, doc: &Value, text: impl FnOnce() -> String) {
-        println!("{}", self.render(doc, text));
+    pub fn emit_secret(&self, report: &impl Report) {
+        println!("{}", self.render(report));
     }
 
-    /// The document as `--json` prints it, else its text.
-    fn render(&self, doc: &Value, text: impl FnOnce() -> String) -> String {
+    /// The report as `--json` prints it, else its text.
+    pub fn render(&self, report: &impl Report) -> String {
         if self.json {
-            serde_json::to_string_pretty(doc).expect("json documents serialise")
+            self.json_of(report)
         } else {
-            text()
+            report.text(self)
         }
+    }
+
+    /// The report's JSON document, pretty-printed.
+    pub fn json_of(&self, report: &impl Serialize) -> String {
+        let doc = serde_json::to_value(report).expect("reports serialise");
+        serde_json::to_string_pretty(&with_utc(doc)).expect("json documents serialise")
     }
 }
 
@@ -120,58 +129,6 @@ pub fn counted(n: u64, thing: &str) -> String {
     } else {
         format!("{n} {thing}s")
     }
-}
-
-fn n(doc: &Value, k: &str) -> u64 {
-    doc.get(k).and_then(Value::as_u64).unwrap_or(0)
-}
-
-pub fn run_text(out: &Out, doc: &Value, job: &JobRecord) -> String {
-    let complete = doc["complete"].as_bool().unwrap_or(false);
-    let mut s = format!(
-        "job {}  {}×{} {} band(s) {}, {} of {} px\n",
-        job.job_id,
-        job.grid.width,
-        job.grid.height,
-        job.scene.bands,
-        job.scene.dtype,
-        counted(job.grid.len(), "window"),
-        job.grid.window
-    );
-    for (label, key) in [
-        ("tiles written", "tiles_written"),
-        ("already present", "already_present"),
-        ("duplicate encodes skipped", "duplicate_encodes_skipped"),
-        ("manifest rows", "manifest_rows"),
-        ("dead-lettered", "dead_lettered"),
-    ] {
-        s.push_str(&format!("  {label:<27}{:>8}\n", n(doc, key)));
-    }
-    s.push_str(&format!(
-        "  {:<27}{:>8.2} s\n",
-        "elapsed",
-        doc["elapsed_s"].as_f64().unwrap_or(0.0)
-    ));
-    if complete {
-        s.push_str(&format!(
-            "  tiles in {}{}",
-            out.objects_root,
-            doc["tiles_prefix"].as_str().unwrap_or("")
-        ));
-        if let Some(key) = doc["scene"]["scene_key"].as_str() {
-            s.push_str(&format!(
-                "\n  scene    {}{key} ({})",
-                out.objects_root,
-                doc["scene"]["outcome"].as_str().unwrap_or("")
-            ));
-        }
-        if let Some(path) = doc["out"]["path"].as_str() {
-            s.push_str(&format!("\n  copied to {path}"));
-        }
-    } else {
-        s.push_str("  INCOMPLETE: see `tilegate status` and `tilegate dlq list`");
-    }
-    s
 }
 
 /// `status` as text, from the same [`JobStatus`] that `--json` prints: every count below is
@@ -258,8 +215,16 @@ pub fn status_text(st: &JobStatus, objects_root: &str) -> String {
 
 /// Where the job's scene is, or what stands between the job and it.
 fn scene_line(st: &JobStatus, objects_root: &str) -> String {
-    match &st.scene_output {
-        Some(o) => format!("{objects_root}{} ({} bytes)", o.key, o.size),
+    match &st.published_scene {
+        Some(p) => match &p.attempt {
+            None => format!("{objects_root}{} ({} bytes)", p.output.key, p.output.size),
+            Some(attempt) => format!(
+                "{objects_root}{} ({} bytes; regenerated, attempt {attempt}; assembled first as {})",
+                p.output.key,
+                p.output.size,
+                st.scene_output.as_ref().map_or("-", |o| o.key.as_str())
+            ),
+        },
         None if st.complete => format!(
             "not assembled yet: every window is recorded; `tilegate assemble {}` builds it",
             st.job_id
@@ -273,51 +238,5 @@ fn scene_line(st: &JobStatus, objects_root: &str) -> String {
             "not assembled: {} window(s) still to do (`tilegate work --until-empty` does them)",
             st.missing_windows
         ),
-    }
-}
-
-pub fn dlq_text(rows: &[Value]) -> String {
-    if rows.is_empty() {
-        return "no dead letters".to_owned();
-    }
-    let mut s = format!("{} dead letter(s)\n", rows.len());
-    for r in rows {
-        s.push_str(&format!(
-            "  {}  job {}  window {}  received {}×  {}\n",
-            r["message_id"].as_str().unwrap_or(""),
-            r["job_id"].as_str().unwrap_or("-"),
-            r["window"].as_str().unwrap_or("-"),
-            r["receive_count"].as_u64().unwrap_or(0),
-            r["reason"].as_str().unwrap_or("")
-        ));
-    }
-    s.trim_end().to_owned()
-}
-
-pub fn assemble_text(doc: &Value) -> String {
-    let outcome = doc["outcome"].as_str().unwrap_or("");
-    let key = doc["scene_key"].as_str().unwrap_or("");
-    match outcome {
-        "written" => format!(
-            "published {key} ({} bytes, {}) in {:.2} s; {} multipart bytes uploaded",
-            n(doc, "scene_size"),
-            doc["scene_etag"].as_str().unwrap_or(""),
-            doc["elapsed_s"].as_f64().unwrap_or(0.0),
-            n(doc, "multipart_bytes_uploaded_total")
-        ),
-        "already_done" => format!(
-            "{key} was already published ({})",
-            doc["scene_etag"].as_str().unwrap_or("")
-        ),
-        "already_present" => format!(
-            "{key} was already in place ({}), published by an assembler that stopped before \
-             recording it; recorded now, nothing uploaded",
-            doc["scene_etag"].as_str().unwrap_or("")
-        ),
-        "held_by" => format!(
-            "another assembler holds the claim on {key} ({}); nothing uploaded",
-            doc["held_by"]["owner"].as_str().unwrap_or("")
-        ),
-        _ => format!("{key}: lease lost mid-upload; upload aborted"),
     }
 }

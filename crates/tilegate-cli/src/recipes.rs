@@ -140,7 +140,24 @@ fn expr_operation(a: &RecipeArgs) -> anyhow::Result<Operation> {
                 format!("unknown --ot `{}`: expected Byte, UInt16, Int16, UInt32, Int32, Float32 or Float64", a.ot),
             )
         })?;
-    let nodata = a.out_nodata.unwrap_or_else(|| ot.default_nodata());
+    // An integer type has no value to spare: its largest (Byte 255) is also an opaque alpha,
+    // a saturated band, a class. Its nodata is said, never assumed.
+    let nodata = match a.out_nodata {
+        Some(v) => v,
+        None if ot.is_float() => ot.default_nodata(),
+        None => {
+            return Err(refused(
+                Reason::BadRecipe,
+                format!(
+                    "--ot {} needs --out-nodata: every {} value may be data (an opaque alpha \
+                     is {}), so pass one your expressions never yield, e.g. --out-nodata 0",
+                    ot.name(),
+                    ot.name(),
+                    ot.range().1
+                ),
+            ));
+        }
+    };
     if !ot.represents(nodata) {
         return Err(refused(
             Reason::BadRecipe,
@@ -198,7 +215,7 @@ fn warp_spec(a: &RecipeArgs) -> anyhow::Result<tilegate_core::recipe::WarpSpec> 
 }
 
 /// One recipe as `tilegate recipes` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct RecipeEntry {
     pub name: &'static str,
     /// `built-in`, or `registered` by this binary.
@@ -209,7 +226,7 @@ pub struct RecipeEntry {
 }
 
 /// A flag or parameter of a recipe.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct RecipeParam {
     pub name: &'static str,
     pub meaning: &'static str,

@@ -8,7 +8,19 @@ use std::fmt;
 pub const DEFAULT_WINDOW_SIZE: u32 = 512;
 
 /// A window's grid position.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct Window {
     pub row: u32,
     pub col: u32,
@@ -33,7 +45,7 @@ impl fmt::Display for Window {
 }
 
 /// A pixel rectangle in scene coordinates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WindowRect {
     pub x: u32,
     pub y: u32,
@@ -42,7 +54,7 @@ pub struct WindowRect {
 }
 
 /// The grid of windows over a `width × height` scene.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Grid {
     pub width: u32,
     pub height: u32,

@@ -32,7 +32,9 @@ pub(crate) fn is_hex128(s: &str) -> bool {
 }
 
 /// A job's identity: 32 lowercase hex characters.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct JobId(String);
 

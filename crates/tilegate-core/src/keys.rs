@@ -79,7 +79,7 @@ pub fn validate_key(key: &str) -> Result<&str, KeyError> {
 }
 
 /// An output prefix: one or more validated segments joined by `/`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(try_from = "String", into = "String")]
 pub struct Prefix(String);
 
@@ -188,7 +188,9 @@ impl fmt::Display for Prefix {
 /// Who a job belongs to: one validated key segment. Two tenants planning the same source get
 /// two jobs (the tenant is part of the job ID) whose outputs live apart: the default tenant's
 /// under the prefix itself, every other tenant's under `{prefix}/tenants/{tenant}`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct Tenant(String);
 
@@ -266,7 +268,9 @@ pub const STORE_RESERVED: &str = ".tilegate";
 /// [`STORE_RESERVED`]. Checked once, where it is made — the key builders of [`Prefix`], or
 /// [`ObjectKey::parse`] for a key read from anywhere else — so that a store never sees an
 /// unchecked key: [`crate::ObjectStore`] takes nothing else.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct ObjectKey(String);
 

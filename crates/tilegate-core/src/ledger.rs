@@ -32,7 +32,9 @@ pub use publish::{Begun, Publish, PublishBy, PublishOutcome};
 
 /// An attempt's identity: 32 lowercase hex characters (a random 128-bit value). A transport
 /// retry of the same attempt carries the same ID; a new regeneration makes a new one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct AttemptId(String);
 
@@ -80,7 +82,19 @@ impl fmt::Display for AttemptId {
 }
 
 /// What an attempt regenerates: one window's tile, or the job's scene.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(try_from = "String", into = "String")]
 pub enum Subject {
     Window(Window),
@@ -121,7 +135,7 @@ impl From<Subject> for String {
 }
 
 /// Where an attempt is in its life. `accepted` iff a pointer names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptState {
     /// The row is written; the upload may be running, finished, or dead.
@@ -172,7 +186,7 @@ pub const DAY_MS: u64 = 24 * HOUR_MS;
 
 /// How long an attempt's object is kept, captured on its row when it is created (a policy
 /// changed later does not move deadlines already recorded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Retention {
     /// A preview: deleted this long after creation, published or not (deadlines shorter than
     /// a day are normal — bucket lifecycle rules cannot express them).
@@ -199,7 +213,7 @@ fn after(t: UnixMillis, ms: u64) -> UnixMillis {
 }
 
 /// One regenerated output.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AttemptRow {
     pub tenant: Tenant,
     pub job_id: JobId,
@@ -441,7 +455,7 @@ impl AttemptRow {
 
 /// A regeneration carried in a window message. Its row was written (`uploading`) by whoever
 /// sent the message, before any upload could start.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AttemptOrder {
     pub id: AttemptId,
     /// Publish the attempt once uploaded (moving the pointer from wherever it is then).
@@ -450,7 +464,7 @@ pub struct AttemptOrder {
 }
 
 /// What readers follow: the accepted attempt of one window or scene.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Pointer {
     pub tenant: Tenant,
     pub job_id: JobId,

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub const MESSAGE_VERSION: u32 = 1;
 
 /// Everything a worker needs to produce one tile.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WindowMessage {
     pub v: u32,
     pub job_id: JobId,

@@ -447,6 +447,36 @@ pub trait ObjectStoreExt: ObjectStore {
         })
     }
 
+    /// Read the version `e_tag` (of `size` bytes) of `key` in pieces of at most `chunk` bytes,
+    /// in order, handing each to `each`: never the whole object in memory, every piece from
+    /// the same version. `false` (after the pieces read so far) if the object is no longer
+    /// that version.
+    async fn read_version_in_chunks(
+        &self,
+        key: &ObjectKey,
+        (size, e_tag): (u64, &ETag),
+        chunk: u64,
+        each: &mut (dyn for<'p> FnMut(&'p [u8]) -> std::io::Result<()> + Send),
+    ) -> StoreResult<bool> {
+        let mut at = 0;
+        while at < size {
+            let range = at..(at + chunk.max(1)).min(size);
+            let Some(part) = self.get_range_of(key, range.clone(), e_tag).await? else {
+                return Ok(false);
+            };
+            each(&part).map_err(|e| {
+                crate::StoreError::backend(
+                    "hand on a piece read",
+                    key,
+                    crate::Retry::Permanent,
+                    e.to_string(),
+                )
+            })?;
+            at = range.end;
+        }
+        Ok(true)
+    }
+
     /// Read a byte range unconditionally.
     async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> StoreResult<GetResult> {
         let opts = GetOptions {

@@ -230,6 +230,25 @@ impl Serialize for Reason {
     }
 }
 
+/// A reason is one of its stable strings; the schema lists each with its meaning.
+impl schemars::JsonSchema for Reason {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Reason".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let one_of: Vec<serde_json::Value> = Reason::ALL
+            .iter()
+            .map(|r| serde_json::json!({"const": r.as_str(), "description": r.meaning()}))
+            .collect();
+        schemars::json_schema!({
+            "description": "A stable reason code (README, \"Reasons and exit statuses\").",
+            "type": "string",
+            "oneOf": one_of,
+        })
+    }
+}
+
 /// A reason equals its stable string (`Reason::SourceChanged == "source-changed"`).
 impl PartialEq<&str> for Reason {
     fn eq(&self, other: &&str) -> bool {

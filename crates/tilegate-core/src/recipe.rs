@@ -13,7 +13,7 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const NDVI_NODATA: f64 = -9999.0;
 
 /// The computation applied to a window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Operation {
     /// Re-encode the window, optionally selecting bands (1-based, in output order).
@@ -55,7 +55,7 @@ pub enum Operation {
 
 /// What a recipe writes per window: `bands` bands of GDAL type `dtype` (integer types get the
 /// values rounded half to even and clamped to the type's range), `nodata` declared on each.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OutputSpec {
     pub bands: u32,
     pub dtype: String,
@@ -64,7 +64,7 @@ pub struct OutputSpec {
 }
 
 /// Where a `warp` job's output grid lies and how pixels are resampled onto it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WarpSpec {
     /// The target CRS as given (`EPSG:3857`, a PROJ string, WKT).
     pub t_srs: String,
@@ -101,7 +101,9 @@ pub const WARP_RESAMPLINGS: [&str; 14] = [
 ];
 
 /// Tile compression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     #[default]
@@ -131,7 +133,7 @@ impl Compression {
 }
 
 /// A complete recipe: operation plus tiling and encoding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Recipe {
     pub operation: Operation,
     #[serde(default)]

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// A source as planned: canonical URI, its ETag (a content hash for local files, the
 /// provider's ETag for objects) and size, plus a cheap fingerprint for local files.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SourceInfo {
     /// Canonical URI: `file:///absolute/path`, `s3://bucket/key` or `gs://bucket/key`.
     pub uri: String,
@@ -105,14 +105,14 @@ pub fn split_credentials(uri: &str) -> (String, bool) {
 }
 
 /// One asset of a STAC Item source: its key in the item and the pinned file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Asset {
     pub key: String,
     pub source: SourceInfo,
 }
 
 /// The stat fields that change whenever a local file's content may have changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LocalStat {
     pub size: u64,
     pub mtime_ns: i64,
@@ -121,7 +121,7 @@ pub struct LocalStat {
 }
 
 /// The raster facts the planner read from the source with GDAL.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SceneMeta {
     pub width: u32,
     pub height: u32,
@@ -143,7 +143,7 @@ pub struct SceneMeta {
 
 /// A scene's place on the Earth, computed once when planning so that everything built from
 /// the job row (a STAC Item) is a pure function of it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Placement {
     /// The CRS's EPSG code, where it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -41,7 +41,7 @@ pub enum UpdateOutcome<T> {
 }
 
 /// A planned job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobRecord {
     pub job_id: JobId,
     pub source: SourceInfo,
@@ -132,7 +132,7 @@ impl ShardCounts {
 }
 
 /// A published object, by exact key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OutputRef {
     pub key: String,
     pub e_tag: ETag,
@@ -140,7 +140,7 @@ pub struct OutputRef {
 }
 
 /// How a manifest row's tile came to be in place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TileOrigin {
     /// This worker's Create wrote it.
@@ -152,7 +152,7 @@ pub enum TileOrigin {
 }
 
 /// One row per committed window.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ManifestEntry {
     pub job_id: JobId,
     pub window: Window,
@@ -169,7 +169,7 @@ pub struct ManifestEntry {
 
 /// What one window's worker saw, recorded on its manifest row so that a report is built from
 /// rows, never from logs. Small on purpose: a few numbers and the worker's name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WindowFacts {
     /// The receive of the message that recorded the row (1 on a first delivery).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
@@ -206,7 +206,7 @@ impl WindowFacts {
 }
 
 /// Whether a claim's work is finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ClaimState {
     Held,
@@ -214,7 +214,7 @@ pub enum ClaimState {
 }
 
 /// A lease on a resource (a scene output), guarded by owner and fencing token.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClaimRecord {
     pub resource: String,
     pub owner: String,

@@ -331,7 +331,22 @@ async fn publish(
             by,
         })
         .await?;
+    // An accept of the attempt the pointer already names is done, not refused — whatever the
+    // `seen` it came with or the state the attempt is in since.
+    let out = match out {
+        PublishOutcome::Published { .. } => out,
+        _ if by == PublishBy::Explicit => match b.ledger.get_pointer(job, subject).await? {
+            Some(current) if current.row.attempt == *attempt => {
+                PublishOutcome::AlreadyCurrent { current }
+            }
+            _ => out,
+        },
+        _ => out,
+    };
     match &out {
+        PublishOutcome::AlreadyCurrent { .. } => {
+            tracing::info!(%job, %subject, %attempt, "pointer already at the attempt");
+        }
         PublishOutcome::Published { previous } => {
             tracing::info!(%job, %subject, %attempt, previous = ?previous.as_ref().map(AttemptId::as_str), by = ?by, "pointer moved");
         }

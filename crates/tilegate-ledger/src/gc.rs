@@ -48,7 +48,7 @@ impl GcOptions {
 }
 
 /// One row GC acted on (or would have, in a dry run).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct GcItem {
     pub job_id: String,
     pub subject: String,
@@ -61,7 +61,7 @@ pub struct GcItem {
 }
 
 /// What a pass did.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct GcReport {
     pub now: UnixMillis,
     pub dry_run: bool,

@@ -20,7 +20,7 @@ use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, ETag};
 
 /// An object no row accounts for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Orphan {
     pub key: String,
     pub size: u64,
@@ -28,7 +28,7 @@ pub struct Orphan {
 }
 
 /// A row whose object is not there.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Missing {
     pub key: String,
     /// `ledger`, `manifest` or `job`.
@@ -39,7 +39,7 @@ pub struct Missing {
 }
 
 /// A row and its object disagree.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Mismatch {
     pub key: String,
     pub table: &'static str,
@@ -50,7 +50,7 @@ pub struct Mismatch {
 }
 
 /// What `reconcile` found for one job.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct ReconcileReport {
     pub job_id: String,
     pub tenant: String,

@@ -11,7 +11,7 @@ use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Tenant, UnixMillis};
 
 /// A signed read of one accepted attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Grant {
     pub url: String,
     pub key: String,
@@ -22,6 +22,9 @@ pub struct Grant {
     pub expires_at: UnixMillis,
     /// True if the row's retention, not the request, set the expiry.
     pub capped_by_retention: bool,
+    /// False for the local store's `file://` URL: a path, which no expiry can end (whoever can
+    /// read the directory can read the file).
+    pub expiring: bool,
 }
 
 /// When a URL of `row` asked for `expires` from `now` must stop working, and whether the row's
@@ -91,12 +94,13 @@ pub async fn grant(
         .await?;
     tracing::info!(tenant = %tenant, key = %row.row.key, valid_s = valid.as_secs(), capped, "url granted");
     Ok(Grant {
-        url,
         key: row.row.key.clone(),
         attempt: row.row.attempt.to_string(),
         tenant: tenant.to_string(),
         expires_at: until,
         capped_by_retention: capped,
+        expiring: !url.starts_with("file:"),
+        url,
     })
 }
 

@@ -10,7 +10,7 @@ use tilegate_core::metrics::{self as m, split_labels};
 pub const DEFAULT_PRICES: &str = include_str!("prices.toml");
 
 /// Prices per request by service and operation, storage and transfer.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PriceTable {
     /// When the prices were read off the providers' pages.
@@ -21,7 +21,7 @@ pub struct PriceTable {
     pub services: BTreeMap<String, ServicePrices>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServicePrices {
     /// The price of any operation not listed.
@@ -54,7 +54,7 @@ impl PriceTable {
 }
 
 /// One (service, operation) line of an estimate.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CostLine {
     pub service: String,
     pub op: String,
@@ -85,7 +85,7 @@ fn money_opt<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Er
 }
 
 /// A job's cost, from its counted requests and stored bytes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CostEstimate {
     pub price_table_date: String,
     pub currency: String,

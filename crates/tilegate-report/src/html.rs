@@ -113,7 +113,9 @@ pub fn render(g: &Gathered, st: &JobStatus, extras: &Extras) -> String {
     cost(&mut h, st);
     // `<`, `>` and `&` only occur inside JSON strings: as escapes there, no text in the data
     // (a URI, a dead letter's reason) can end the block or open a comment in it.
-    let json = serde_json::to_string(st)
+    // The document `status --json` prints: the model with a readable copy of every time.
+    let doc = serde_json::to_value(st).expect("the status serialises");
+    let json = serde_json::to_string(&tilegate_core::time::with_utc(doc))
         .expect("the status serialises")
         .replace('<', "\\u003c")
         .replace('>', "\\u003e")

@@ -17,7 +17,9 @@ use tilegate_core::{Backends, JobId, StoreResult, UnixMillis, Window};
 const DEAD_LETTERS_READ: usize = 10_000;
 
 /// What became of one window, as the report colours it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum WindowState {
     /// A worker's Create wrote the tile (or a repair rewrote it).
@@ -63,7 +65,7 @@ impl WindowState {
 }
 
 /// Windows by state; they add up to the job's window count.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct StateCounts {
     pub written: u64,
     pub already_present: u64,
@@ -95,9 +97,12 @@ impl StateCounts {
 }
 
 /// A dead letter of the job, with its window where its body still says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct JobDeadLetter {
     pub message_id: String,
+    /// `ROW_COL`, as everywhere else.
+    #[serde(serialize_with = "window_name")]
+    #[schemars(with = "Option<String>")]
     pub window: Option<Window>,
     pub reason: String,
     pub receive_count: u32,
@@ -112,7 +117,7 @@ impl JobDeadLetter {
 }
 
 /// The job's ledger of regenerated outputs, in brief.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LedgerSummary {
     pub attempts: u64,
     pub published: u64,
@@ -131,6 +136,8 @@ pub struct Gathered {
     pub counters: BTreeMap<String, u64>,
     pub queue: QueueDepth,
     pub ledger: LedgerSummary,
+    /// The scene's pointer, when a regenerated scene is published by one.
+    pub scene_pointer: Option<tilegate_core::ledger::Pointer>,
     /// When it was read.
     pub at: UnixMillis,
 }
@@ -139,6 +146,13 @@ pub struct Gathered {
 pub fn dead_letter_job(body: &str) -> Option<JobId> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
     JobId::parse(v.get("job_id")?.as_str()?).ok()
+}
+
+fn window_name<S: serde::Serializer>(w: &Option<Window>, s: S) -> Result<S::Ok, S::Error> {
+    match w {
+        Some(w) => s.serialize_some(&w.to_string()),
+        None => s.serialize_none(),
+    }
 }
 
 /// Read a job's rows, counters, dead letters, queue depth and ledger.
@@ -193,6 +207,10 @@ pub async fn gather(b: &Backends, job: JobRecord, now: UnixMillis) -> StoreResul
         .filter(|d| *d <= now)
         .min()
         .map_or(0, |d| u64::try_from((now - d) / 1000).unwrap_or(0));
+    let scene_pointer = pointers
+        .iter()
+        .find(|p| p.row.subject == tilegate_core::ledger::Subject::Scene)
+        .map(|p| p.row.clone());
     let ledger = LedgerSummary {
         attempts: attempts.len() as u64,
         published: pointers.len() as u64,
@@ -207,6 +225,7 @@ pub async fn gather(b: &Backends, job: JobRecord, now: UnixMillis) -> StoreResul
         counters,
         queue,
         ledger,
+        scene_pointer,
         at: now,
     })
 }
@@ -318,6 +337,16 @@ impl Gathered {
             duplicates_absorbed: states.already_present + states.encode_skipped,
             tiles_prefix: job.prefix.tiles_dir(&job.job_id),
             scene_output: job.scene_output.clone(),
+            published_scene: match &self.scene_pointer {
+                Some(p) => Some(PublishedScene {
+                    output: p.output.clone(),
+                    attempt: Some(p.attempt.to_string()),
+                }),
+                None => job.scene_output.clone().map(|output| PublishedScene {
+                    output,
+                    attempt: None,
+                }),
+            },
             counters: self.counters.clone(),
             queue: QueueBrief {
                 visible: self.queue.visible,
@@ -337,7 +366,7 @@ impl Gathered {
 }
 
 /// One worker's share of a job, from the rows it recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct WorkerActivity {
     pub worker: String,
     pub windows: u64,
@@ -345,7 +374,7 @@ pub struct WorkerActivity {
     pub last_recorded_at: UnixMillis,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct SceneBrief {
     pub width: u32,
     pub height: u32,
@@ -353,15 +382,23 @@ pub struct SceneBrief {
     pub dtype: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct QueueBrief {
     pub visible: u64,
     pub in_flight: u64,
     pub dead: u64,
 }
 
+/// The scene a reader gets, and the attempt that made it (none: the assembled scene).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct PublishedScene {
+    #[serde(flatten)]
+    pub output: OutputRef,
+    pub attempt: Option<String>,
+}
+
 /// A job's status: what `status --json` prints and the report shows.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct JobStatus {
     pub job_id: JobId,
     pub tenant: String,
@@ -384,7 +421,11 @@ pub struct JobStatus {
     /// Windows whose tile a duplicate had written (already present, or encode skipped).
     pub duplicates_absorbed: u64,
     pub tiles_prefix: String,
+    /// The scene assembled from the windows (recorded on the job row).
     pub scene_output: Option<OutputRef>,
+    /// The scene a reader gets now: a regenerated scene's attempt where a pointer names one,
+    /// else the assembled scene.
+    pub published_scene: Option<PublishedScene>,
     pub counters: BTreeMap<String, u64>,
     pub queue: QueueBrief,
     pub dead_letters_for_job: u64,

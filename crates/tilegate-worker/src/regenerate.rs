@@ -59,7 +59,7 @@ impl Regenerated {
     /// name for logs, counters and `--json`.
     pub fn accept_refused(&self) -> Option<&'static str> {
         match self.published.as_ref()? {
-            PublishOutcome::Published { .. } => None,
+            PublishOutcome::Published { .. } | PublishOutcome::AlreadyCurrent { .. } => None,
             PublishOutcome::Outdated { .. } => Some("newer-attempt-published"),
             PublishOutcome::Superseded { .. } => Some("pointer-contended"),
             PublishOutcome::NotPublishable(Some(r)) if r.row.ever_published() => {

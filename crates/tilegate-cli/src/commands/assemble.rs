@@ -4,15 +4,18 @@
 use super::find_job;
 use crate::args::{AssembleArgs, AssembleFlags, CleanupArgs, RepairArgs};
 use crate::errors::refused;
-use crate::output::{self, Out};
+use crate::output::Out;
+use crate::reports::{
+    AbortedUpload, AssembleBatch, AssembleResult, AssembleSummary, CleanupReport, ErrorDoc,
+    FailedOutcome, Incomplete, NotAssembled, RepairReport, UploadLedger,
+};
 use anyhow::Context;
-use serde_json::json;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tilegate_core::Backends;
 use tilegate_core::Exit;
 use tilegate_core::Reason;
-use tilegate_core::metrics::{self as m, Counters};
+use tilegate_core::metrics::Counters;
 
 pub(crate) fn assemble_options(
     f: &AssembleFlags,
@@ -36,31 +39,6 @@ pub(crate) fn assemble_options(
     Ok(o)
 }
 
-pub(super) fn assemble_doc(
-    r: &tilegate_assembler::AssembleReport,
-    counters: &Counters,
-) -> serde_json::Value {
-    let mut doc = json!({
-        "job_id": r.job_id,
-        "outcome": r.outcome.as_str(),
-        "scene_key": r.scene_key,
-        "scene_etag": r.scene_etag,
-        "scene_size": r.scene_size,
-        "assembly_path": r.path.map(|p| format!("{p:?}")),
-        "multipart": r.multipart,
-        "build_s": r.build_s,
-        "upload_s": r.upload_s,
-        "reduced_windows_reused": r.reduced_windows_reused,
-        "claims_won_total": counters.get(m::CLAIMS_WON),
-        "claims_lost_total": counters.get(m::CLAIMS_LOST),
-        "multipart_bytes_uploaded_total": counters.get(m::MULTIPART_BYTES_UPLOADED),
-    });
-    if let tilegate_assembler::AssembleOutcome::HeldBy { owner, expires_at } = &r.outcome {
-        doc["held_by"] = json!({ "owner": owner, "expires_at_ms": expires_at });
-    }
-    doc
-}
-
 pub(super) async fn assemble_cmd(
     out: &Out,
     b: &Backends,
@@ -74,9 +52,9 @@ pub(super) async fn assemble_cmd(
     let (assembled, counters) = assemble_job(b, &job.job_id, &assemble_options(&a.flags)?).await;
     match assembled {
         Ok(r) => {
-            let mut doc = assemble_doc(&r, &counters);
-            doc["elapsed_s"] = json!(started.elapsed().as_secs_f64());
-            out.emit(&doc, || output::assemble_text(&doc));
+            let mut summary = AssembleSummary::of(&r, &counters);
+            summary.elapsed_s = Some(started.elapsed().as_secs_f64());
+            out.emit(&AssembleResult::Assembled(summary));
             Ok(ExitCode::SUCCESS)
         }
         Err(e @ tilegate_assembler::AssembleError::Incomplete { .. }) => {
@@ -94,16 +72,18 @@ pub(super) async fn assemble_cmd(
                  the missing ones and their dead letters",
                 tilegate_core::redact::redact(&e.to_string())
             );
-            let doc = json!({
-                "job_id": job.job_id,
-                "outcome": "incomplete",
-                "manifest_rows": have,
-                "windows": want,
-                "missing": missing.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
-                "error": {"reason": e.reason_code(), "message": message},
-            });
             if out.json {
-                out.emit(&doc, String::new);
+                out.emit(&AssembleResult::NotAssembled(NotAssembled {
+                    job_id: job.job_id.clone(),
+                    outcome: Incomplete::Incomplete,
+                    manifest_rows: *have,
+                    windows: *want,
+                    missing: missing.iter().map(ToString::to_string).collect(),
+                    error: Some(ErrorDoc {
+                        reason: e.reason_code(),
+                        message: message.clone(),
+                    }),
+                }));
             }
             eprintln!("tilegate: error[{}]: {message}", e.reason_code());
             Ok(Exit::ManifestShort.into())
@@ -122,23 +102,15 @@ pub(super) async fn repair_cmd(out: &Out, b: &Backends, a: RepairArgs) -> anyhow
     })?;
     let policy = crate::sources::of(&job.tenant);
     let prepared = tilegate_worker::repair::prepare(b, &policy, &job.job_id, window).await?;
-    let key = prepared.key.clone();
+    let key = prepared.key.to_string();
     let outcome = tilegate_worker::repair::commit(b, prepared).await?;
-    let doc = match &outcome {
-        tilegate_worker::repair::RepairOutcome::Written { e_tag, size } => {
-            json!({"outcome": "written", "key": key, "e_tag": e_tag, "size": size})
-        }
-        tilegate_worker::repair::RepairOutcome::Superseded => {
-            json!({"outcome": "superseded", "key": key})
-        }
-    };
-    out.emit(&doc, || match &outcome {
-        tilegate_worker::repair::RepairOutcome::Written { e_tag, .. } => {
-            format!("repaired {key} (now {e_tag})")
-        }
-        tilegate_worker::repair::RepairOutcome::Superseded => {
-            format!("{key} changed while it was recomputed; left the newer tile in place")
-        }
+    out.emit(&match outcome {
+        tilegate_worker::repair::RepairOutcome::Written { e_tag, size } => RepairReport::Written {
+            key,
+            e_tag: e_tag.to_string(),
+            size,
+        },
+        tilegate_worker::repair::RepairOutcome::Superseded => RepairReport::Superseded { key },
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -159,33 +131,35 @@ pub(super) async fn cleanup_uploads(
         // deterministic scene's (the claim gate's) or foreign.
         let ledger = match tilegate_ledger::parse_attempt_key(&u.key) {
             Some((job, subject, attempt)) => {
-                match b.ledger.get_attempt(&job, subject, &attempt).await? {
-                    Some(r) => json!({"attempt": attempt, "state": r.row.state.name(),
-                        "note": if r.row.state == tilegate_core::ledger::AttemptState::Uploading {
+                Some(match b.ledger.get_attempt(&job, subject, &attempt).await? {
+                    Some(r) => UploadLedger {
+                        attempt: attempt.to_string(),
+                        state: Some(r.row.state.name().to_owned()),
+                        note: if r.row.state == tilegate_core::ledger::AttemptState::Uploading {
                             "its row stays `uploading`; gc collects it after the upload grace"
-                        } else { "its row does not depend on this upload" }}),
-                    None => {
-                        json!({"attempt": attempt, "state": null, "note": "no ledger row: not tilegate's"})
-                    }
-                }
+                        } else {
+                            "its row does not depend on this upload"
+                        }
+                        .to_owned(),
+                    },
+                    None => UploadLedger {
+                        attempt: attempt.to_string(),
+                        state: None,
+                        note: "no ledger row: not tilegate's".to_owned(),
+                    },
+                })
             }
-            None => serde_json::Value::Null,
+            None => None,
         };
-        uploads.push(json!({"key": u.key, "upload_id": u.upload_id, "ledger": ledger}));
+        uploads.push(AbortedUpload {
+            key: u.key.clone(),
+            upload_id: u.upload_id.clone(),
+            ledger,
+        });
     }
-    let doc = json!({"aborted": stale.len(), "uploads": uploads});
-    out.emit(&doc, || {
-        let mut t = format!("aborted {} stale multipart upload(s)", stale.len());
-        for u in &uploads {
-            if let Some(state) = u["ledger"]["state"].as_str() {
-                t.push_str(&format!(
-                    "\n  {} (attempt {}, row {state})",
-                    u["key"].as_str().unwrap_or(""),
-                    u["ledger"]["attempt"].as_str().unwrap_or("")
-                ));
-            }
-        }
-        t
+    out.emit(&CleanupReport {
+        aborted: stale.len(),
+        uploads,
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -195,7 +169,7 @@ pub(super) async fn cleanup_uploads(
 /// do is listed, not assembled; a job that fails to assemble is reported and the rest go on.
 async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow::Result<ExitCode> {
     let opts = assemble_options(flags)?;
-    let mut docs = Vec::new();
+    let mut jobs = Vec::new();
     let mut failed = 0usize;
     for job in b.jobs.list_jobs(ALL_JOBS).await? {
         let job = job.row;
@@ -203,29 +177,43 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
             continue;
         }
         let recorded = b.manifest.count_entries(&job.job_id).await?;
-        let doc = if recorded < job.grid.len() {
-            json!({"job_id": job.job_id, "outcome": "incomplete",
-                "manifest_rows": recorded, "windows": job.grid.len()})
+        let result = if recorded < job.grid.len() {
+            AssembleResult::NotAssembled(NotAssembled {
+                job_id: job.job_id.clone(),
+                outcome: Incomplete::Incomplete,
+                manifest_rows: recorded,
+                windows: job.grid.len(),
+                missing: Vec::new(),
+                error: None,
+            })
         } else {
             let (assembled, counters) = assemble_job(b, &job.job_id, &opts).await;
             match assembled {
-                Ok(r) => assemble_doc(&r, &counters),
+                Ok(r) => AssembleResult::Assembled(AssembleSummary::of(&r, &counters)),
                 Err(e) => {
                     failed += 1;
-                    let e = anyhow::Error::new(e);
-                    json!({"job_id": job.job_id, "outcome": "failed",
-                        "error": crate::errors::error_doc(&e)})
+                    AssembleResult::Failed {
+                        job_id: job.job_id.clone(),
+                        outcome: FailedOutcome::Failed,
+                        error: crate::errors::error_doc(&anyhow::Error::new(e)),
+                    }
                 }
             }
         };
         if !out.json {
-            println!("{}", tilegate_core::redact::redact(&all_line(&doc)));
+            println!(
+                "{}",
+                tilegate_core::redact::redact(&AssembleBatch::line(&result, out))
+            );
         }
-        docs.push(doc);
+        jobs.push(result);
     }
     if out.json {
-        out.emit(&json!({"jobs": docs, "failed": failed}), String::new);
-    } else if docs.is_empty() {
+        println!(
+            "{}",
+            tilegate_core::redact::redact(&out.json_of(&AssembleBatch { jobs, failed }))
+        );
+    } else if jobs.is_empty() {
         println!("no job is waiting to be assembled");
     }
     Ok(if failed == 0 {
@@ -254,20 +242,3 @@ async fn assemble_job(
 
 /// How many jobs `assemble --all` looks through.
 const ALL_JOBS: usize = 100_000;
-
-/// One line of `assemble --all`.
-fn all_line(doc: &serde_json::Value) -> String {
-    let job = doc["job_id"].as_str().unwrap_or_default();
-    match doc["outcome"].as_str().unwrap_or_default() {
-        "incomplete" => format!(
-            "job {job}: not assembled, {} of {} windows recorded",
-            doc["manifest_rows"], doc["windows"]
-        ),
-        "failed" => format!(
-            "job {job}: error[{}] {}",
-            doc["error"]["reason"].as_str().unwrap_or_default(),
-            doc["error"]["message"].as_str().unwrap_or_default()
-        ),
-        _ => format!("job {job}: {}", output::assemble_text(doc)),
-    }
-}

@@ -16,9 +16,9 @@ use work::{backfill_cmd, run, run_source, work};
 use crate::args::{Cli, Command, DemoArgs, DlqCommand, InitArgs, PoolArgs, SampleArgs};
 use crate::backends::{self, Selection};
 use crate::ledger;
-use crate::output::{self, Out};
+use crate::output::Out;
+use crate::reports;
 use anyhow::Context;
-use serde_json::json;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tilegate_core::message::WindowMessage;
@@ -62,12 +62,12 @@ async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dlq(c) => dlq(&out, &backends::open(&sel).await?, c).await,
         Command::Demo(a) => demo(&out, &sel, a).await,
         Command::Recipes => {
-            let all = crate::recipes::catalogue();
-            out.emit(&json!({ "recipes": all }), || {
-                crate::recipes::catalogue_text(&all)
+            out.emit(&reports::RecipesReport {
+                recipes: crate::recipes::catalogue(),
             });
             Ok(ExitCode::SUCCESS)
         }
+        Command::Schema { name } => schema(name.as_deref()),
         Command::Regenerate(a) => ledger::regenerate(&out, &backends::open(&sel).await?, a).await,
         Command::Accept(a) => ledger::accept(&out, &backends::open(&sel).await?, a).await,
         Command::Attempts(a) => {
@@ -80,27 +80,27 @@ async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn init(out: &Out, sel: &Selection, a: InitArgs) -> anyhow::Result<ExitCode> {
-    let doc = backends::init(sel, a.create_bucket).await?;
-    out.emit(&doc, || {
-        let list = |k: &str| {
-            doc[k]
-                .as_array()
-                .map(|v| {
-                    v.iter()
-                        .filter_map(|x| x.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default()
-        };
-        format!(
-            "created: {}
-already there: {}",
-            list("created"),
-            list("existing")
+/// `schema [NAME]`: one document's JSON Schema, or the names.
+fn schema(name: Option<&str>) -> anyhow::Result<ExitCode> {
+    let all = reports::schemas();
+    let Some(name) = name else {
+        for (n, _) in &all {
+            println!("{n}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let (_, s) = all.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+        refused(
+            Reason::BadOption,
+            format!("no document `{name}` (`tilegate schema` lists them)"),
         )
-    });
+    })?;
+    println!("{}", serde_json::to_string_pretty(s)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn init(out: &Out, sel: &Selection, a: InitArgs) -> anyhow::Result<ExitCode> {
+    out.emit(&backends::init(sel, a.create_bucket).await?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -157,25 +157,14 @@ async fn sample_scene(out: &Out, a: SampleArgs) -> anyhow::Result<ExitCode> {
     let meta = tokio::task::spawn_blocking(move || tilegate_cog::sample_scene(&path, &opts))
         .await?
         .with_context(|| format!("write sample scene {}", a.out.display()))?;
-    let doc = json!({
-        "path": a.out,
-        "width": meta.width,
-        "height": meta.height,
-        "bands": meta.bands,
-        "dtype": meta.dtype,
-        "nodata": meta.nodata,
-        "elapsed_s": started.elapsed().as_secs_f64(),
-    });
-    out.emit(&doc, || {
-        format!(
-            "wrote {} ({}×{}, {} band(s) {}) in {:.2} s",
-            a.out.display(),
-            meta.width,
-            meta.height,
-            meta.bands,
-            meta.dtype,
-            started.elapsed().as_secs_f64()
-        )
+    out.emit(&reports::SampleReport {
+        path: a.out,
+        width: meta.width,
+        height: meta.height,
+        bands: meta.bands,
+        dtype: meta.dtype,
+        nodata: meta.nodata,
+        elapsed_s: started.elapsed().as_secs_f64(),
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -247,21 +236,22 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
             let rows: Vec<_> = dead
                 .iter()
                 .take(limit)
-                .map(|d| {
-                    let parsed = WindowMessage::decode(&d.body).ok();
-                    json!({
-                        "message_id": d.message_id,
-                        "reason": d.reason,
-                        "receive_count": d.receive_count,
-                        "dead_at_ms": d.dead_at,
-                        "job_id": dead_letter_job(&d.body),
-                        "window": parsed.map(|p| p.window.to_string()),
-                        "body_bytes": d.body.len(),
-                    })
+                .map(|d| reports::DeadLetterRow {
+                    message_id: d.message_id.clone(),
+                    reason: d.reason.clone(),
+                    receive_count: d.receive_count,
+                    dead_at_ms: d.dead_at,
+                    job_id: dead_letter_job(&d.body),
+                    window: WindowMessage::decode(&d.body)
+                        .ok()
+                        .map(|p| p.window.to_string()),
+                    body_bytes: d.body.len(),
                 })
                 .collect();
-            let doc = json!({ "dead_letters": rows, "count": rows.len() });
-            out.emit(&doc, || output::dlq_text(&rows));
+            out.emit(&reports::DlqList {
+                count: rows.len(),
+                dead_letters: rows,
+            });
         }
         DlqCommand::Redrive { ids, job } => {
             let moved = if let Some(j) = job {
@@ -281,10 +271,7 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
             } else {
                 b.queue.redrive(Some(&ids)).await?
             };
-            let doc = json!({ "redriven": moved });
-            out.emit(&doc, || {
-                format!("returned {moved} dead letter(s) to the work queue")
-            });
+            out.emit(&reports::DlqRedrive { redriven: moved });
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -295,7 +282,8 @@ async fn demo(out: &Out, sel: &Selection, a: DemoArgs) -> anyhow::Result<ExitCod
     std::fs::create_dir_all(&sel.data)?;
     let scene = sel.data.join(format!("sample-{}.tif", a.size));
     if !scene.exists() {
-        if !out.json {
+        // A word on a terminal while it is written (logs and scripts get the summary).
+        if !out.json && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             eprintln!(
                 "tilegate: writing a {0}×{0} UInt16 sample scene to {1}",
                 a.size,

@@ -1,14 +1,16 @@
 //! `work`, `run` and `backfill`: pools of workers over the queue, and the whole pipeline in one
 //! process through `tilegate_pipeline::run`.
 
-use super::assemble::{assemble_doc, assemble_options};
+use super::assemble::assemble_options;
 use super::{find_job, stop_on_signals, worker_config};
 use crate::args::{AssembleFlags, BackfillArgs, PoolArgs, RunArgs, WorkArgs};
 use crate::errors::refused;
 use crate::output::{self, Out};
 use crate::recipes::{Location, recipe_from};
+use crate::reports::{
+    AssembleSummary, BackfillReport, Item, NamedCopy, RasterBrief, RunBatch, RunReport, WorkSummary,
+};
 use anyhow::Context;
-use serde_json::json;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -47,33 +49,18 @@ pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result
     let report = worker.run(stop).await.context("work");
     progress.finish_and_clear();
     let report = report?;
-    let doc = json!({
-        "handled": report.handled,
-        "written": report.written,
-        "already_present": report.already_present,
-        "skipped": report.skipped,
-        "accepts_refused": report.accepts_refused,
-        "dead_lettered": report.dead_lettered,
-        "retried": report.retried,
-        "released": report.released,
-        "counters": counters.snapshot(),
-        // Requests charged to no job (receives and queue-depth checks come before a message
-        // names its job); every other request is in its job's counters.
-        "unattributed_requests": tilegate_retry::meter::unattributed(),
-        "elapsed_s": started.elapsed().as_secs_f64(),
-    });
-    out.emit(&doc, || {
-        format!(
-            "handled {} message(s): {} written, {} already present, {} skipped, {} accept(s) refused, {} dead-lettered, {} retried ({:.2} s)",
-            report.handled,
-            report.written,
-            report.already_present,
-            report.skipped,
-            report.accepts_refused,
-            report.dead_lettered,
-            report.retried,
-            started.elapsed().as_secs_f64()
-        )
+    out.emit(&WorkSummary {
+        handled: report.handled,
+        written: report.written,
+        already_present: report.already_present,
+        skipped: report.skipped,
+        accepts_refused: report.accepts_refused,
+        dead_lettered: report.dead_lettered,
+        retried: report.retried,
+        released: report.released,
+        counters: counters.snapshot(),
+        unattributed_requests: tilegate_retry::meter::unattributed(),
+        elapsed_s: started.elapsed().as_secs_f64(),
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -103,51 +90,48 @@ pub(super) async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<E
         if let Some(path) = &a.out_file
             && ran.complete
         {
-            let size = write_named_copy(b, &ran.job.job_id, path).await?;
-            ran.doc["out"] = json!({"path": path.display().to_string(), "size": size});
+            let size = write_named_copy(b, &ran.report.job_id, path).await?;
+            ran.report.out = Some(NamedCopy {
+                path: path.display().to_string(),
+                size,
+            });
         }
         return Ok(emit_run(out, &ran));
     };
     // One scene after another, each planned, worked and assembled before the next: a job
     // that cannot complete is reported and the list goes on.
     let sources = crate::batch::sources(list).await?;
-    let (mut docs, mut failed, mut incomplete) = (Vec::with_capacity(sources.len()), 0, 0);
+    let (mut jobs, mut failed, mut incomplete) = (Vec::with_capacity(sources.len()), 0, 0);
     for source in sources {
-        let doc = match run_one(source.clone()).await {
+        let item = match run_one(source.clone()).await {
             Ok(ran) => {
-                if !out.json {
-                    println!(
-                        "{}",
-                        tilegate_core::redact::redact(&output::run_text(out, &ran.doc, &ran.job))
-                    );
-                }
                 incomplete += usize::from(!ran.complete);
-                ran.doc
+                Item::Done(ran.report)
             }
             Err(e) => {
                 failed += 1;
-                let doc = json!({
-                    "source": tilegate_core::redact::redact(&source),
-                    "error": crate::errors::error_doc(&e),
-                });
-                if !out.json {
-                    println!(
-                        "error[{}] {}: {}",
-                        doc["error"]["reason"].as_str().unwrap_or_default(),
-                        doc["source"].as_str().unwrap_or_default(),
-                        doc["error"]["message"].as_str().unwrap_or_default()
-                    );
+                Item::Failed {
+                    source: tilegate_core::redact::redact(&source).into_owned(),
+                    error: crate::errors::error_doc(&e),
                 }
-                doc
             }
         };
-        docs.push(doc);
+        if !out.json {
+            println!("{}", tilegate_core::redact::redact(&item.line(out)));
+        }
+        jobs.push(item);
     }
     if out.json {
-        let n = docs.len();
-        let doc = json!({"jobs": docs, "complete": n - failed - incomplete,
-            "incomplete": incomplete, "failed": failed});
-        out.emit(&doc, String::new);
+        let complete = jobs.len() - failed - incomplete;
+        println!(
+            "{}",
+            tilegate_core::redact::redact(&out.json_of(&RunBatch {
+                jobs,
+                complete,
+                incomplete,
+                failed,
+            }))
+        );
     }
     Ok(if failed > 0 {
         Exit::Failed.into()
@@ -158,16 +142,15 @@ pub(super) async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<E
     })
 }
 
-/// One source run: its `run --json` document, its job, and whether the job completed.
+/// One source run: its `run --json` document and whether the job completed.
 pub(super) struct Ran {
-    doc: serde_json::Value,
-    job: JobRecord,
+    report: RunReport,
     complete: bool,
 }
 
 /// Print a run's document (or its text) and say how the process ends.
 pub(super) fn emit_run(out: &Out, ran: &Ran) -> ExitCode {
-    out.emit(&ran.doc, || output::run_text(out, &ran.doc, &ran.job));
+    out.emit(&ran.report);
     if ran.complete {
         ExitCode::SUCCESS
     } else {
@@ -207,49 +190,42 @@ pub(super) async fn run_source(
     })
     .await?;
     let complete = r.complete();
-    let mut doc = run_summary(
+    let report = run_summary(
         &r.plan.job,
-        r.plan.windows,
-        r.plan.already_recorded,
+        (r.plan.windows, r.plan.already_recorded, r.manifest_rows),
         &r.work,
         &counters,
-        r.manifest_rows,
+        r.scene.as_ref().map(|s| AssembleSummary::of(s, &counters)),
         started,
     );
-    doc["scene"] = r
-        .scene
-        .as_ref()
-        .map_or(serde_json::Value::Null, |s| assemble_doc(s, &counters));
-    Ok(Ran {
-        doc,
-        job: r.plan.job,
-        complete,
-    })
+    Ok(Ran { report, complete })
 }
 
 fn run_summary(
     job: &JobRecord,
-    windows: u64,
-    already_recorded: u64,
+    (windows, already_recorded, manifest_rows): (u64, u64, u64),
     report: &WorkReport,
     counters: &Counters,
-    manifest_rows: u64,
+    scene: Option<AssembleSummary>,
     started: Instant,
-) -> serde_json::Value {
-    json!({
-        "job_id": job.job_id,
-        "windows": windows,
-        "tiles_written": counters.get(m::TILES_WRITTEN),
-        "already_present": already_recorded + report.already_present + report.skipped,
-        "duplicate_encodes_skipped": counters.get(m::DUPLICATE_ENCODES_SKIPPED),
-        "manifest_rows": manifest_rows,
-        "dead_lettered": report.dead_lettered,
-        "retried": report.retried,
-        "complete": manifest_rows == windows,
-        "tiles_prefix": job.prefix.tiles_dir(&job.job_id),
-        "counters": counters.snapshot(),
-        "elapsed_s": started.elapsed().as_secs_f64(),
-    })
+) -> RunReport {
+    RunReport {
+        job_id: job.job_id.clone(),
+        output: RasterBrief::of(job),
+        windows,
+        tiles_written: counters.get(m::TILES_WRITTEN),
+        already_present: already_recorded + report.already_present + report.skipped,
+        duplicate_encodes_skipped: counters.get(m::DUPLICATE_ENCODES_SKIPPED),
+        manifest_rows,
+        dead_lettered: report.dead_lettered,
+        retried: report.retried,
+        complete: manifest_rows == windows,
+        tiles_prefix: job.prefix.tiles_dir(&job.job_id),
+        counters: counters.snapshot(),
+        elapsed_s: started.elapsed().as_secs_f64(),
+        scene,
+        out: None,
+    }
 }
 
 pub(super) async fn backfill_cmd(
@@ -259,13 +235,11 @@ pub(super) async fn backfill_cmd(
 ) -> anyhow::Result<ExitCode> {
     let job = find_job(b, Some(&a.job)).await?;
     let (enqueued, recorded) = tilegate_planner::enqueue_windows(b, &job, a.missing).await?;
-    let doc = json!({"job_id": job.job_id, "enqueued": enqueued, "already_recorded": recorded, "windows": job.grid.len()});
-    out.emit(&doc, || {
-        format!(
-            "enqueued {enqueued} window(s) of job {} ({recorded} of {} already recorded)",
-            job.job_id,
-            job.grid.len()
-        )
+    out.emit(&BackfillReport {
+        job_id: job.job_id,
+        enqueued,
+        already_recorded: recorded,
+        windows: job.grid.len(),
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -280,7 +254,6 @@ async fn write_named_copy(
 ) -> anyhow::Result<u64> {
     use std::io::Write as _;
     use tilegate_core::object::ObjectStoreExt as _;
-    const CHUNK: u64 = 16 << 20;
     let row = b
         .jobs
         .get_job(job)
@@ -310,23 +283,20 @@ async fn write_named_copy(
     ));
     let mut file =
         std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
-    let mut at = 0;
-    while at < scene.size {
-        let range = at..(at + CHUNK).min(scene.size);
-        let Some(part) = b
-            .objects
-            .get_range_of(&key, range.clone(), &scene.e_tag)
-            .await?
-        else {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(refused(
-                Reason::StorageRefused,
-                format!("{key} is no longer the version published ({})", scene.e_tag),
-            ));
-        };
-        file.write_all(&part)
-            .with_context(|| format!("write {}", tmp.display()))?;
-        at = range.end;
+    let same = b
+        .objects
+        .read_version_in_chunks(&key, (scene.size, &scene.e_tag), 16 << 20, &mut |part| {
+            file.write_all(part)
+        })
+        .await
+        .with_context(|| format!("write {}", tmp.display()));
+    if !matches!(same, Ok(true)) {
+        let _ = std::fs::remove_file(&tmp);
+        same?;
+        return Err(refused(
+            Reason::StorageRefused,
+            format!("{key} is no longer the version published ({})", scene.e_tag),
+        ));
     }
     file.sync_all()
         .with_context(|| format!("write {}", tmp.display()))?;

@@ -8,7 +8,9 @@ use crate::table::Versioned;
 use serde::{Deserialize, Serialize};
 
 /// Where an attempt stands in the order attempts were begun ([`AttemptRow::begun`]).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Begun {
     pub created_at: UnixMillis,
     pub attempt: AttemptId,
@@ -108,6 +110,9 @@ pub enum PublishOutcome {
     /// Asked by an order: an attempt begun after this one is (or was) published; the pointer
     /// does not move back. Nothing changed.
     Outdated { current: Option<Versioned<Pointer>> },
+    /// Asked explicitly: the pointer already names the attempt (whatever `seen` said);
+    /// nothing changed, and nothing needed to.
+    AlreadyCurrent { current: Versioned<Pointer> },
 }
 
 #[cfg(test)]

@@ -579,6 +579,13 @@ impl ObjectStore for LocalObjectStore {
         "local"
     }
 
+    /// The object's file as a `file://` URL. A directory grants no time-limited reads: the URL
+    /// carries no signature and never expires, and whoever can read the directory can read
+    /// the file (the ledger has still authorised the tenant against the row before asking).
+    async fn presign_get(&self, key: &ObjectKey, _expires: Duration) -> StoreResult<String> {
+        Ok(file_url(&self.path_of(key)))
+    }
+
     async fn head(&self, key: &ObjectKey) -> StoreResult<Option<ObjectMeta>> {
         let k = key.to_owned();
         self.run("head", key, move |l| l.head(&k)).await
@@ -678,3 +685,17 @@ impl ObjectStore for LocalObjectStore {
 
 #[cfg(test)]
 mod tests;
+
+/// `path` as a `file://` URL, every byte outside the unreserved set and `/` percent-encoded.
+fn file_url(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut url = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            url.push(char::from(b));
+        } else {
+            url.push_str(&format!("%{b:02X}"));
+        }
+    }
+    url
+}

@@ -1,0 +1,186 @@
+//! The reports of the commands that look: status, report, stac, dlq.
+
+use super::Report;
+use crate::output::Out;
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+use std::path::PathBuf;
+use tilegate_core::{JobId, UnixMillis};
+use tilegate_report::JobStatus;
+
+/// `status`: the job's status model, and without a job argument the recent jobs.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StatusReport {
+    #[serde(flatten)]
+    pub status: JobStatus,
+    /// The newest jobs (when no job was named).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recent_jobs: Option<Vec<RecentJob>>,
+    /// With `--cost`: the cost section is in `cost` either way; this says it was asked for.
+    #[serde(skip)]
+    pub show_cost: bool,
+}
+
+/// A recent job and its progress.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RecentJob {
+    pub job_id: String,
+    pub source: String,
+    pub recipe: String,
+    pub created_at: UnixMillis,
+    pub windows: u64,
+    pub recorded: u64,
+    pub assembled: bool,
+}
+
+impl Report for StatusReport {
+    fn text(&self, out: &Out) -> String {
+        let mut s = crate::output::status_text(&self.status, &out.objects_root);
+        if self.show_cost {
+            s.push('\n');
+            s.push_str(&crate::look::cost_text(&self.status));
+        }
+        if let Some(recent) = self.recent_jobs.as_ref().filter(|r| r.len() > 1) {
+            s.push_str("\n\nrecent jobs (newest first)\n");
+            for r in recent {
+                s.push_str(&format!(
+                    "  {}  {:>7}/{:<7} {:>5.1}%  {:<9} {}\n",
+                    r.job_id,
+                    r.recorded,
+                    r.windows,
+                    100.0 * r.recorded as f64 / r.windows.max(1) as f64,
+                    if r.assembled {
+                        "assembled"
+                    } else if r.recorded >= r.windows {
+                        "complete"
+                    } else {
+                        "running"
+                    },
+                    r.source
+                ));
+            }
+        }
+        s.trim_end().to_owned()
+    }
+}
+
+/// One frame of `status --watch --json` (a line each refresh).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct WatchFrame {
+    #[serde(flatten)]
+    pub status: JobStatus,
+    pub rate_windows_per_s: f64,
+    pub eta_s: Option<f64>,
+    /// Why the job is not moving, when it is not.
+    pub hint: Option<String>,
+}
+
+/// `report`: the HTML page written.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct PageReport {
+    pub job_id: JobId,
+    pub report: PathBuf,
+    pub bytes: usize,
+    pub windows: u64,
+    pub window_states: tilegate_report::status::StateCounts,
+    pub complete: bool,
+}
+
+impl Report for PageReport {
+    fn text(&self, _: &Out) -> String {
+        let s = &self.window_states;
+        format!(
+            "wrote {} ({} bytes): {} windows, {} written, {} already present, {} encode skipped, \
+             {} dead-lettered, {} missing",
+            self.report.display(),
+            self.bytes,
+            self.windows,
+            s.written,
+            s.already_present,
+            s.encode_skipped,
+            s.dead_lettered,
+            s.missing
+        )
+    }
+}
+
+/// `stac`: the scenes' STAC Items (each valid against STAC 1.1 and its extensions) and where
+/// they are.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StacReport {
+    /// STAC Items (<https://schemas.stacspec.org/v1.1.0/item-spec/json-schema/item.json>).
+    pub items: Vec<Value>,
+    pub hrefs: Vec<String>,
+    /// The Collection written with `--stac-collection`.
+    pub collection: Option<PathBuf>,
+}
+
+impl Report for StacReport {
+    fn text(&self, _: &Out) -> String {
+        let mut s = String::new();
+        for href in &self.hrefs {
+            s.push_str(&format!("{href}\n"));
+        }
+        if let Some(p) = &self.collection {
+            s.push_str(&format!("wrote the Collection {}", p.display()));
+        }
+        s.trim_end().to_owned()
+    }
+}
+
+/// `dlq list`: dead letters, newest first.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct DlqList {
+    pub dead_letters: Vec<DeadLetterRow>,
+    pub count: usize,
+}
+
+/// One dead letter.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct DeadLetterRow {
+    pub message_id: String,
+    /// Why it was dead-lettered: a reason code and its detail.
+    pub reason: String,
+    pub receive_count: u32,
+    pub dead_at_ms: UnixMillis,
+    pub job_id: Option<JobId>,
+    /// `ROW_COL`, as everywhere else.
+    pub window: Option<String>,
+    pub body_bytes: usize,
+}
+
+impl Report for DlqList {
+    fn text(&self, _: &Out) -> String {
+        if self.dead_letters.is_empty() {
+            return "no dead letters".to_owned();
+        }
+        let mut s = format!("{} dead letter(s)\n", self.dead_letters.len());
+        for r in &self.dead_letters {
+            s.push_str(&format!(
+                "  {}  job {}  window {}  received {}×  {}\n",
+                r.message_id,
+                r.job_id.as_ref().map_or("-", JobId::as_str),
+                r.window.as_deref().unwrap_or("-"),
+                r.receive_count,
+                r.reason
+            ));
+        }
+        s.trim_end().to_owned()
+    }
+}
+
+/// `dlq redrive`: how many dead letters went back to the work queue.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct DlqRedrive {
+    pub redriven: u64,
+}
+
+impl Report for DlqRedrive {
+    fn text(&self, _: &Out) -> String {
+        format!(
+            "returned {} dead letter(s) to the work queue",
+            self.redriven
+        )
+    }
+}
