@@ -335,6 +335,9 @@ fn status_says_where_the_scene_is_and_counts_agree() {
     );
     let doc = tg_json(&data, &["status", &job]);
     assert_eq!(doc["window_states"]["dead_lettered"], 4, "{doc}");
+    // A window is ROW_COL in --json as everywhere else, never {"row": …, "col": …}.
+    let window = doc["dead_letters"][0]["window"].as_str().unwrap();
+    assert!(tilegate_core::Window::parse(window).is_some(), "{doc}");
     let t = text(&job);
     assert!(
         t.contains("windows      0 of 4 recorded (4 not: 4 dead-lettered, 0 missing)"),
@@ -729,7 +732,8 @@ fn planning_recipes_and_help_say_what_they_do() {
 }
 
 /// A geostationary full disk (GOES-East's grid, whose corners look past the Earth) gets a STAC
-/// Item with a footprint, a bbox and its CRS as PROJJSON, valid for `stac-validator`.
+/// Item with a footprint, a bbox, its CRS as PROJJSON and its own time, valid for
+/// `stac-validator`.
 #[test]
 fn a_geostationary_scene_has_a_place_in_its_stac_item() {
     let tmp = tempdir();
@@ -743,6 +747,7 @@ fn a_geostationary_scene_has_a_place_in_its_stac_item() {
         .args(["-q", "-a_srs"])
         .arg("+proj=geos +h=35786023 +lon_0=-75 +sweep=x +ellps=GRS80 +units=m +no_defs")
         .args(["-a_ullr", &neg, half, half, &neg])
+        .args(["-mo", "time_coverage_start=2024-06-30T18:00:21.6Z"])
         .arg(&plain)
         .arg(&goes)
         .output()
@@ -767,6 +772,11 @@ fn a_geostationary_scene_has_a_place_in_its_stac_item() {
         "{bbox:?}"
     );
     assert!(item["properties"]["proj:projjson"].is_object(), "{item}");
+    // Its time is the scene's (CF/ACDD `time_coverage_start`), not the planning time.
+    assert_eq!(
+        item["properties"]["datetime"], "2024-06-30T18:00:21.6Z",
+        "{item}"
+    );
     let path = tmp.path().join("goes.json");
     std::fs::write(&path, serde_json::to_vec(item).unwrap()).unwrap();
     tilegate_tests::validate_stac(&path).unwrap();

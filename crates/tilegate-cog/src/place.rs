@@ -214,6 +214,33 @@ fn round9(v: f64) -> f64 {
     (v * 1e9).round() / 1e9
 }
 
+/// An RFC 3339 time in UTC (`2024-06-30T18:00:21.6Z`, fraction optional) as it is; `None` if
+/// it is not one (another zone, no zone, not a date).
+pub fn utc_rfc3339(t: &str) -> Option<String> {
+    let t = t.trim();
+    if !t.is_ascii() {
+        return None;
+    }
+    let (whole, rest) = (t.get(..19)?, t.get(19..)?);
+    let as_tiff = format!(
+        "{}:{}:{} {}",
+        &whole[0..4],
+        &whole[5..7],
+        &whole[8..10],
+        &whole[11..19]
+    );
+    let ok = whole.as_bytes()[4] == b'-'
+        && whole.as_bytes()[7] == b'-'
+        && whole.as_bytes()[10] == b'T'
+        && tiff_datetime_rfc3339(&as_tiff).is_some();
+    let zone = rest.strip_suffix('Z')?;
+    let fraction_ok = zone.is_empty()
+        || zone
+            .strip_prefix('.')
+            .is_some_and(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()));
+    (ok && fraction_ok).then(|| t.to_owned())
+}
+
 /// A TIFF `DateTime` (`YYYY:MM:DD HH:MM:SS`, local time of unknown zone, taken as UTC) as
 /// RFC 3339; `None` if it is not one.
 pub fn tiff_datetime_rfc3339(t: &str) -> Option<String> {
@@ -272,6 +299,19 @@ mod tests {
         );
         assert_eq!(tiff_datetime_rfc3339("    :  :     :  :  "), None);
         assert_eq!(tiff_datetime_rfc3339(""), None);
+        assert_eq!(
+            utc_rfc3339("2024-06-30T18:00:21.6Z").as_deref(),
+            Some("2024-06-30T18:00:21.6Z")
+        );
+        assert_eq!(
+            utc_rfc3339("2024-06-30T18:00:21Z").as_deref(),
+            Some("2024-06-30T18:00:21Z")
+        );
+        assert_eq!(utc_rfc3339("2024-06-30T18:00:21+02:00"), None);
+        assert_eq!(utc_rfc3339("2024-06-30 18:00:21Z"), None);
+        assert_eq!(utc_rfc3339("2024-13-30T18:00:21Z"), None);
+        assert_eq!(utc_rfc3339("2024-06-30T18:00:21.Z"), None);
+        assert_eq!(utc_rfc3339("é"), None);
     }
 
     #[test]

@@ -75,9 +75,17 @@ pub(crate) fn scene_meta_for(
     let nodata = band_nodata(ds, path)?.first().copied().flatten();
     let crs_wkt = ds.projection();
     let placement = crate::place::placement(&crs_wkt, &geotransform, width, height);
+    // When the scene was acquired: a TIFF DateTime, or the CF/ACDD `time_coverage_start` that
+    // GOES-R and other NetCDF products carry (kept as `NC_GLOBAL#…` by a conversion).
     let datetime = ds
         .metadata_item("TIFFTAG_DATETIME", "")
-        .and_then(|t| crate::place::tiff_datetime_rfc3339(&t));
+        .and_then(|t| crate::place::tiff_datetime_rfc3339(&t))
+        .or_else(|| {
+            ["time_coverage_start", "NC_GLOBAL#time_coverage_start"]
+                .iter()
+                .find_map(|k| ds.metadata_item(k, ""))
+                .and_then(|t| crate::place::utc_rfc3339(&t))
+        });
     Ok(SceneMeta {
         width,
         height,
