@@ -180,6 +180,10 @@ struct SimArgs {
     /// Assemblers racing to build the scene once the tiles are in (0: do not assemble).
     #[arg(long, default_value_t = 1)]
     assemblers: u32,
+    /// Every worker assembles the job when it records (or finds recorded) the last window, as
+    /// `tilegate work --assemble` does, instead of the racing assemblers after the workers.
+    #[arg(long)]
+    assemble_on_completion: bool,
     /// Scenes larger than this go up as multipart uploads.
     #[arg(long, default_value_t = 64 << 20)]
     multipart_threshold: u64,
@@ -220,6 +224,7 @@ fn simulate_cmd(a: SimArgs) -> anyhow::Result<()> {
         ramp_per_10s: a.ramp_per_10s,
         counter_flush_s: a.counter_flush_s,
         assemblers: a.assemblers,
+        assemble_on_completion: a.assemble_on_completion,
         multipart_threshold: a.multipart_threshold,
         part_size: a.part_size,
         model: simulate::model::ServiceModel {

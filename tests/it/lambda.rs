@@ -221,3 +221,66 @@ fn lambda_partial_batch_lists_exactly_the_throttled_record() {
     assert_eq!(docs[1]["reason"], "malformed-message");
     assert_eq!(docs[1]["dead_lettered_total"], 1);
 }
+
+/// The function with assembly on completion (`TILEGATE_ASSEMBLE=1`): SQS batches of a job's
+/// windows, one of them delivered twice, and the job's scene is published by the invocation
+/// that records the last window — nobody runs `assemble`. A size limit below the job's tiles
+/// leaves it `assembling` for `tilegate assemble --all`.
+#[test]
+fn lambda_assembles_the_job_whose_last_window_it_records() {
+    let Some(aws) = Aws::for_test("lambda_assembles_the_job_whose_last_window_it_records") else {
+        return;
+    };
+    let target = Target::Aws(aws.clone());
+    let tmp = tempdir();
+    let data = tmp.path();
+    target.json(data, &["init", "--create-bucket"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = rt.block_on(target.backends(data));
+    let handler = |max: u64| {
+        let opts = tilegate_assembler::AssembleOptions::new("lambda-test".into());
+        Handler::new(
+            b.clone(),
+            HandlerConfig {
+                visibility: Duration::from_secs(60),
+                on_complete: Some(Arc::new(
+                    tilegate_pipeline::complete::AssembleOnComplete::new(b.clone(), opts)
+                        .at_most(max),
+                )),
+                ..HandlerConfig::default()
+            },
+        )
+    };
+    for (seed, max) in [(31, u64::MAX), (32, 1)] {
+        let scene = data.join(format!("scene-{seed}.tif"));
+        sample(data, &scene, 1024, seed);
+        let plan = target.json(data, &["plan", scene.to_str().unwrap()]);
+        let job = plan["job_id"].as_str().unwrap().to_owned();
+        let mut planned = rt.block_on(receive_all(&b, 4));
+        assert_eq!(planned.len(), 4);
+        planned.sort_by_key(|m| window_of(&m.body));
+        let h = handler(max);
+        // Two batches; the second repeats the first batch's last record.
+        let first = rt.block_on(h.handle(event(&planned[..2])));
+        assert!(first.response.batch_item_failures.is_empty());
+        let mut second = planned[2..].to_vec();
+        second.push(planned[1].clone());
+        let result = rt.block_on(h.handle(event(&second)));
+        assert!(
+            result.response.batch_item_failures.is_empty(),
+            "{:?}",
+            result.outcomes
+        );
+        let st = target.json(data, &["status", &job]);
+        if max == u64::MAX {
+            assert_eq!(st["lifecycle"], "published", "{st}");
+            assert_eq!(st["counters"]["claims_won_total"], 1, "{st}");
+        } else {
+            assert_eq!(st["lifecycle"], "assembling", "{st}");
+            let all = target.json(data, &["assemble", "--all"]);
+            assert_eq!(all["jobs"][0]["outcome"], "written", "{all}");
+            let st = target.json(data, &["status", &job]);
+            assert_eq!(st["lifecycle"], "published", "{st}");
+        }
+    }
+}

@@ -8,6 +8,7 @@ mod chaos;
 mod cli;
 mod clouds;
 mod cog;
+mod completion;
 mod conformance;
 mod crash;
 mod fidelity;

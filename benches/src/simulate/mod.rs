@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 use tilegate_core::metrics::Counters;
-use tilegate_core::table::ManifestTable as _;
+use tilegate_core::table::{CounterTable as _, JobTable as _, ManifestTable as _};
 use tilegate_core::{Backends, Prefix, Recipe, Tenant};
 use tilegate_memory::{MemoryBackend, TokioClock};
 use tilegate_planner::PlanOptions;
@@ -60,6 +60,9 @@ pub struct SimConfig {
     pub restart_s: u64,
     /// Assemblers racing to build the scene (0: no assembly).
     pub assemblers: u32,
+    /// Workers assemble the job when they record its last window (`work --assemble`); the
+    /// racing assemblers are then not started.
+    pub assemble_on_completion: bool,
     pub multipart_threshold: u64,
     pub part_size: u64,
     pub model: ServiceModel,
@@ -90,6 +93,7 @@ impl Default for SimConfig {
             counter_flush_s: 1.0,
             restart_s: 1,
             assemblers: 1,
+            assemble_on_completion: false,
             multipart_threshold: 64 << 20,
             part_size: 16 << 20,
             model: ServiceModel::default(),
@@ -110,6 +114,10 @@ pub struct Report {
     pub workers_done_s: f64,
     /// Simulated seconds the assembly took (its CPU is not modelled, only its requests).
     pub assemble_s: Option<f64>,
+    /// With assembly on completion: simulated seconds until the scene was published (seen on
+    /// the job row, checked four times a second), and how long after the last row that was.
+    pub published_s: Option<f64>,
+    pub assembled_after_last_row_s: Option<f64>,
     pub manifest_rows: u64,
     pub written: u64,
     /// Encodes whose create-if-absent write was refused (a duplicate had written the tile).
@@ -220,6 +228,7 @@ fn worker_config(cfg: &SimConfig) -> WorkerConfig {
         counter_flush: Duration::from_secs_f64(cfg.counter_flush_s),
         stand_in: None,
         sources: Arc::default(),
+        on_complete: None,
     }
 }
 
@@ -254,6 +263,12 @@ async fn slot(
     loop {
         let crash = Arc::new(Notify::new());
         let mut wc = worker_config(&cfg);
+        if cfg.assemble_on_completion {
+            let opts = assemble_options(&cfg, format!("simulated-worker-{index}"));
+            wc.on_complete = Some(Arc::new(
+                tilegate_pipeline::complete::AssembleOnComplete::new(b.clone(), opts),
+            ));
+        }
         wc.stand_in = Some(Arc::new(StandIn {
             tiles: Arc::clone(&tiles),
             seed: cfg.seed,
@@ -384,9 +399,26 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
         );
         tokio::spawn(async move {
             let mut done_at = None;
+            let mut published_at = None;
             let mut backfill = None;
-            while !stopped.load(Ordering::Relaxed) && done_at.is_none() {
+            let watch_scene = cfg.assemble_on_completion;
+            while !stopped.load(Ordering::Relaxed)
+                && (done_at.is_none() || (watch_scene && published_at.is_none()))
+            {
                 tokio::time::sleep(Duration::from_millis(250)).await;
+                if watch_scene
+                    && published_at.is_none()
+                    && mem
+                        .tables
+                        .get_job(&job.job_id)
+                        .await?
+                        .is_some_and(|j| j.row.scene_output.is_some())
+                {
+                    published_at = Some(clock.elapsed().as_secs_f64());
+                }
+                if done_at.is_some() {
+                    continue;
+                }
                 let rows = mem.tables.count_entries(&job.job_id).await?;
                 if let Some(f) = cfg.backfill_at
                     && backfill.is_none()
@@ -399,7 +431,7 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
                     done_at = Some(clock.elapsed().as_secs_f64());
                 }
             }
-            anyhow::Ok((done_at, backfill))
+            anyhow::Ok((done_at, published_at, backfill))
         })
     };
     let mut crashes = 0;
@@ -413,11 +445,11 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
     }
     let workers_done_s = clock.elapsed().as_secs_f64();
     stopped.store(true, Ordering::Relaxed);
-    let (tiles_done_s, backfill_enqueued) = watcher.await??;
+    let (tiles_done_s, published_s, backfill_enqueued) = watcher.await??;
 
     let mut assemble_s = None;
     let (mut scene_uploads, mut scene_bytes_uploaded, mut scene_size) = (0, 0, None);
-    if cfg.assemblers > 0 {
+    if cfg.assemblers > 0 && !cfg.assemble_on_completion {
         let started = clock.elapsed();
         let mut racers = tokio::task::JoinSet::new();
         for i in 0..cfg.assemblers {
@@ -446,6 +478,23 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
         assemble_s = Some((clock.elapsed() - started).as_secs_f64());
     }
 
+    if cfg.assemble_on_completion {
+        // Each won claim is an upload; the losers stopped at the gate.
+        scene_uploads = mem
+            .tables
+            .get_counters(&job.job_id)
+            .await?
+            .get(tilegate_core::metrics::CLAIMS_WON)
+            .copied()
+            .unwrap_or(0);
+        scene_size = mem
+            .tables
+            .get_job(&job.job_id)
+            .await?
+            .and_then(|j| j.row.scene_output)
+            .map(|o| o.size);
+        scene_bytes_uploaded = scene_size.unwrap_or(0) * scene_uploads;
+    }
     let tally = model.tally();
     let manifest_rows = mem.tables.count_entries(&job.job_id).await?;
     use tilegate_core::metrics as m;
@@ -472,6 +521,8 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
         tiles_done_s,
         workers_done_s,
         assemble_s,
+        published_s,
+        assembled_after_last_row_s: published_s.zip(tiles_done_s).map(|(p, t)| p - t),
         manifest_rows,
         written: counters.get(m::TILES_WRITTEN),
         wasted_encodes: counters.get(m::PRECONDITION_FAILED),
@@ -525,6 +576,17 @@ pub fn render(r: &Report) -> String {
             .map(|a| format!(", assembly {a:.1} s"))
             .unwrap_or_default()
     ));
+    if c.assemble_on_completion {
+        out.push_str(&format!(
+            "  assembled on completion: scene published at {} s, {} after the last row, {} \
+             claim(s) won\n",
+            r.published_s
+                .map_or_else(|| "never".to_owned(), |t| format!("{t:.1}")),
+            r.assembled_after_last_row_s
+                .map_or_else(|| "-".to_owned(), |t| format!("{t:.1} s")),
+            r.scene_uploads
+        ));
+    }
     out.push_str(&format!(
         "  windows: {} rows, {} written, {} encodes ({} refused after encoding), {} skipped, \
          {} retried, {} dead letters; {} crashes, {} duplicate deliveries{}\n",

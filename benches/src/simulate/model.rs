@@ -652,6 +652,16 @@ impl ManifestTable for Modelled {
         self.inner.manifest.list_entries(job).await
     }
 
+    async fn count_partition(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
+        // One partition's count: one query of its rows, as DynamoDB bills it.
+        let counts = self.inner.manifest.count_partitions(job).await?;
+        let Some((pk, rows)) = counts.get(shard as usize) else {
+            return Ok(0);
+        };
+        self.model.query(pk, *rows).await?;
+        Ok(*rows)
+    }
+
     async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>> {
         let counts = self.inner.manifest.count_partitions(job).await?;
         for (pk, rows) in &counts {

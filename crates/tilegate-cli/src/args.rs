@@ -305,6 +305,14 @@ pub struct WorkArgs {
     /// this process handled) on this address, e.g. 0.0.0.0:9464.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Assemble each job's scene when this pool records its last window, exactly as
+    /// `tilegate assemble` would (the claim gate lets one of many racing pools through): the
+    /// unattended pipeline. One extra count request per window; every partition is counted
+    /// only when a window fills its own (plan large jobs with --manifest-shards).
+    #[arg(long)]
+    pub assemble: bool,
+    #[command(flatten)]
+    pub assemble_flags: AssembleFlags,
 }
 
 #[derive(Debug, Args)]

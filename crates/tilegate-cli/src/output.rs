@@ -137,8 +137,13 @@ pub fn status_text(st: &JobStatus, objects_root: &str) -> String {
     let states = &st.window_states;
     let unrecorded = st.missing_windows;
     let mut s = format!(
-        "job {}\n  source       {} {}\n  windows      {} of {} recorded",
-        st.job_id, st.source, st.source_etag, st.manifest_rows, st.windows,
+        "job {}\n  state        {}\n  source       {} {}\n  windows      {} of {} recorded",
+        st.job_id,
+        st.lifecycle.as_str(),
+        st.source,
+        st.source_etag,
+        st.manifest_rows,
+        st.windows,
     );
     if unrecorded > 0 {
         // Every window without a row is dead-lettered or still missing: the same two counts

@@ -159,6 +159,9 @@ reasons! {
     ManifestEtagMismatch = "manifest-etag-mismatch",
     /// The scene the store published is not the one laid out (withdrawn, not recorded).
     PublishedSceneMismatch = "published-scene-mismatch",
+    /// The assembler's claim lapsed and another took it over mid-upload; the upload was aborted
+    /// (assembly on completion tries again).
+    LeaseLost = "lease-lost",
     /// A tile is not a TIFF.
     TileNotATiff = "tile-not-a-tiff",
     /// A tile's structure is not one the assembler can copy blocks from.

@@ -110,6 +110,16 @@ pub fn manifest_partitions(job: &JobId, shards: u32) -> Vec<String> {
     (0..shards).map(|n| format!("{job}#{n:02}")).collect()
 }
 
+/// How many of `grid`'s windows each of `shards` manifest partitions holds
+/// ([`manifest_shard`]): a partition is complete when its row count reaches its size.
+pub fn shard_sizes(grid: &Grid, shards: u32) -> Vec<u64> {
+    let mut sizes = vec![0u64; shards.max(1) as usize];
+    for w in grid.windows() {
+        sizes[manifest_shard(w, shards) as usize] += 1;
+    }
+    sizes
+}
+
 /// Each job's manifest shard count, read from its job row once per process: the count never
 /// changes after the row is created. A job without a row counts as unsharded and is not kept
 /// (its row may come later).
@@ -346,6 +356,16 @@ pub trait ManifestTable: Send + Sync + std::fmt::Debug {
     /// Number of rows of a job in each of its manifest partitions ([`manifest_partitions`]
     /// order): one count request per partition, as the backends store them.
     async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>>;
+    /// Number of rows in one manifest partition of a job (`shard`, 0-based, of
+    /// [`manifest_partitions`]): one count request, strongly consistent — the cheap half of a
+    /// completion check ([`shard_sizes`]).
+    async fn count_partition(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
+        Ok(self
+            .count_partitions(job)
+            .await?
+            .get(shard as usize)
+            .map_or(0, |(_, n)| *n))
+    }
     /// Number of rows of a job, across its partitions.
     async fn count_entries(&self, job: &JobId) -> StoreResult<u64> {
         Ok(self

@@ -48,6 +48,10 @@ pub struct HandlerConfig {
     /// What each job may read, by its tenant (`TILEGATE_SOURCE_POLICY`, a file in the
     /// function's package; the default policy without it).
     pub sources: Arc<tilegate_source::Policies>,
+    /// What to do with a job whose last window the function records (`TILEGATE_ASSEMBLE=1`:
+    /// assemble it, up to `TILEGATE_ASSEMBLE_MAX_BYTES`; see
+    /// [`tilegate_pipeline::complete::AssembleOnComplete`]).
+    pub on_complete: Option<Arc<dyn tilegate_worker::OnComplete>>,
 }
 
 impl Default for HandlerConfig {
@@ -59,6 +63,7 @@ impl Default for HandlerConfig {
             visibility: Duration::from_secs(720),
             function: "tilegate-worker".to_owned(),
             sources: Arc::default(),
+            on_complete: None,
         }
     }
 }
@@ -94,6 +99,7 @@ impl Handler {
             skip_existing: false,
             stop: StopWhen::Signal,
             sources: Arc::clone(&cfg.sources),
+            on_complete: cfg.on_complete.clone(),
             ..WorkerConfig::default()
         };
         Self {

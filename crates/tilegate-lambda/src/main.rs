@@ -2,7 +2,11 @@
 //! by its environment, as deploy/aws/template.yaml sets it: `TILEGATE_OBJECTS`
 //! (`s3://bucket/prefix`), `TILEGATE_TABLES` (`dynamodb://prefix`), `TILEGATE_QUEUE_URL`,
 //! `TILEGATE_DLQ_URL`, and optionally `TILEGATE_VISIBILITY_S` (the queue's visibility timeout,
-//! default 720) and `TILEGATE_CONCURRENCY`.
+//! default 720) and `TILEGATE_CONCURRENCY`. With `TILEGATE_ASSEMBLE=1` the function assembles
+//! each job whose last window it records, when the job's tiles total at most
+//! `TILEGATE_ASSEMBLE_MAX_BYTES` (default 4 GiB: a 10 GiB function assembling within its 15
+//! minutes); a larger job is left `assembling` for the `tilegate assemble --all` CronJob of
+//! deploy/k8s.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use std::sync::Arc;
@@ -50,6 +54,19 @@ async fn main() -> Result<(), Error> {
         .and_then(|s| s.parse().ok())
     {
         cfg.concurrency = n;
+    }
+    if std::env::var("TILEGATE_ASSEMBLE").is_ok_and(|v| v == "1") {
+        let max = std::env::var("TILEGATE_ASSEMBLE_MAX_BYTES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(tilegate_pipeline::complete::LAMBDA_ASSEMBLE_MAX_BYTES);
+        let opts = tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner(
+            "lambda-assemble",
+        ));
+        cfg.on_complete = Some(Arc::new(
+            tilegate_pipeline::complete::AssembleOnComplete::new(backends.clone(), opts)
+                .at_most(max),
+        ));
     }
     let handler = Arc::new(Handler::new(backends, cfg));
     lambda_runtime::run(service_fn(

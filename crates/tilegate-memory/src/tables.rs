@@ -180,6 +180,16 @@ impl ManifestTable for MemoryTables {
         Ok(out)
     }
 
+    async fn count_partition(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
+        let st = self.lock();
+        let pk = manifest_partitions(job, st.shards(job))
+            .into_iter()
+            .nth(shard as usize);
+        Ok(pk
+            .and_then(|pk| st.manifest.get(&pk))
+            .map_or(0, |r| r.len() as u64))
+    }
+
     async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>> {
         let st = self.lock();
         Ok(manifest_partitions(job, st.shards(job))

@@ -103,6 +103,11 @@ pub fn render(g: &Gathered, st: &JobStatus, extras: &Extras) -> String {
         "<p class=\"verdict {}\" id=\"verdict\">{}: {} of {} windows recorded — {}</p></header>",
         verdict.0, verdict.0, st.manifest_rows, st.windows, verdict.1
     );
+    let _ = writeln!(
+        h,
+        "<p class=\"lifecycle\" id=\"lifecycle\">state: {}</p>",
+        st.lifecycle.as_str()
+    );
     identity(&mut h, st, extras);
     grid(&mut h, g, st);
     outcomes(&mut h, st);

@@ -313,8 +313,15 @@ impl Gathered {
         let manifest_rows = self.rows.len() as u64;
         let first = self.rows.iter().map(|r| r.recorded_at).min();
         let last = self.rows.iter().map(|r| r.recorded_at).max();
+        let published = job.scene_output.is_some() || self.scene_pointer.is_some();
         JobStatus {
             job_id: job.job_id.clone(),
+            lifecycle: Lifecycle::of(
+                published,
+                manifest_rows == windows_total,
+                manifest_rows,
+                &states,
+            ),
             tenant: job.tenant.to_string(),
             source: redact(&job.source.uri).into_owned(),
             source_etag: job.source.etag.to_string(),
@@ -389,6 +396,51 @@ pub struct QueueBrief {
     pub dead: u64,
 }
 
+/// Where a job is in its life: planned → running → assembling → published, or incomplete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Lifecycle {
+    /// Planned, no window recorded or dead-lettered yet.
+    Planned,
+    /// Windows are being recorded; some are still to do.
+    Running,
+    /// Every window is recorded and the scene is not published yet: `tilegate assemble`, or a
+    /// pool with `--assemble`, publishes it.
+    Assembling,
+    /// The scene is published.
+    Published,
+    /// Nothing is left to do but dead-lettered windows: fix their cause, then `tilegate dlq
+    /// redrive` resumes the job.
+    Incomplete,
+}
+
+impl Lifecycle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Planned => "planned",
+            Self::Running => "running",
+            Self::Assembling => "assembling",
+            Self::Published => "published",
+            Self::Incomplete => "incomplete",
+        }
+    }
+
+    /// A job's state from its counts.
+    pub fn of(published: bool, complete: bool, rows: u64, states: &StateCounts) -> Self {
+        if published {
+            Self::Published
+        } else if complete {
+            Self::Assembling
+        } else if states.missing == 0 && states.dead_lettered > 0 {
+            Self::Incomplete
+        } else if rows == 0 && states.dead_lettered == 0 {
+            Self::Planned
+        } else {
+            Self::Running
+        }
+    }
+}
+
 /// The scene a reader gets, and the attempt that made it (none: the assembled scene).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct PublishedScene {
@@ -401,6 +453,8 @@ pub struct PublishedScene {
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct JobStatus {
     pub job_id: JobId,
+    /// Where the job is: planned, running, assembling, published or incomplete.
+    pub lifecycle: Lifecycle,
     pub tenant: String,
     pub source: String,
     pub source_etag: String,

@@ -55,27 +55,27 @@ impl WindowOutcome {
 }
 
 /// A fault of one message, permanent or retryable: its reason code and detail.
-struct Fault {
+pub(crate) struct Fault {
     code: Reason,
     detail: String,
 }
 
 /// Why a message did not complete. Both kinds carry a named reason: a retryable fault that is
 /// still there on the message's last receive is dead-lettered under its own name.
-enum Failure {
+pub(crate) enum Failure {
     Permanent(Fault),
     Retryable(Fault),
 }
 
 impl Failure {
-    fn permanent(code: Reason, detail: impl Into<String>) -> Self {
+    pub(crate) fn permanent(code: Reason, detail: impl Into<String>) -> Self {
         Self::Permanent(Fault {
             code,
             detail: detail.into(),
         })
     }
 
-    fn retryable(code: Reason, detail: impl Into<String>) -> Self {
+    pub(crate) fn retryable(code: Reason, detail: impl Into<String>) -> Self {
         Self::Retryable(Fault {
             code,
             detail: detail.into(),
@@ -661,5 +661,5 @@ async fn record(
         }
     }
     fault::point("after-manifest", attempt);
-    Ok(())
+    crate::completion::after_record(shared, job, window).await
 }

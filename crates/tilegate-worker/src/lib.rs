@@ -5,11 +5,13 @@
 //! only saves work; it is never the guard.
 
 mod acks;
+pub mod completion;
 pub mod fault;
 mod handle;
 pub mod pool;
 pub mod regenerate;
 pub mod repair;
 
+pub use completion::{CompletionError, OnComplete};
 pub use handle::WindowOutcome;
 pub use pool::{StandInEncoder, StopWhen, WorkReport, Worker, WorkerConfig, worker_name};

@@ -80,6 +80,9 @@ pub struct WorkerConfig {
     pub stand_in: Option<Arc<dyn StandInEncoder>>,
     /// What each job may read, by its tenant: checked again whenever a window opens its source.
     pub sources: Arc<Policies>,
+    /// What to do with a job when this pool records (or finds recorded) its last window:
+    /// `None` leaves it to `tilegate assemble` ([`crate::completion`]).
+    pub on_complete: Option<Arc<dyn crate::completion::OnComplete>>,
 }
 
 /// An encoder that stands in for GDAL's: a window's tile bytes after the time it models. The
@@ -111,6 +114,7 @@ impl Default for WorkerConfig {
             counter_flush: COUNTER_FLUSH_PERIOD,
             stand_in: None,
             sources: Arc::default(),
+            on_complete: None,
         }
     }
 }
@@ -335,6 +339,8 @@ pub(crate) struct Shared {
     /// This process's name on the manifest rows it records (`host:pid`).
     pub(crate) worker_name: String,
     jobs: Mutex<HashMap<JobId, Arc<JobRecord>>>,
+    /// Each job's windows per manifest partition, for the completion check.
+    shard_sizes: std::sync::Mutex<HashMap<JobId, Arc<Vec<u64>>>>,
 }
 
 /// Per-job counter deltas not yet added to the counter table. Flushed about once a second and
@@ -390,6 +396,16 @@ async fn flush_counters(shared: &Shared) {
 }
 
 impl Shared {
+    /// `job`'s windows per manifest partition, computed once per pool.
+    pub(crate) fn shard_sizes(
+        &self,
+        job: &JobRecord,
+        compute: impl FnOnce() -> Arc<Vec<u64>>,
+    ) -> Arc<Vec<u64>> {
+        let mut sizes = self.shard_sizes.lock().expect("shard sizes");
+        Arc::clone(sizes.entry(job.job_id.clone()).or_insert_with(compute))
+    }
+
     /// The job row, cached for the life of the pool (job rows are immutable for workers).
     /// The cache stays locked while a row is read, so the first windows of a job, arriving
     /// together, read its row once rather than once each.
@@ -445,6 +461,7 @@ impl Worker {
                 acks: PendingAcks::default(),
                 worker_name: worker_name(),
                 jobs: Mutex::new(HashMap::new()),
+                shard_sizes: std::sync::Mutex::default(),
             }),
         }
     }

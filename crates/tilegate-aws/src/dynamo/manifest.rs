@@ -139,6 +139,22 @@ impl ManifestTable for DynamoTables {
         Ok(out)
     }
 
+    async fn count_partition(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
+        let Some(pk) = manifest_partitions(job, self.manifest_shards(job).await?)
+            .into_iter()
+            .nth(shard as usize)
+        else {
+            return Ok(0);
+        };
+        let mut total = 0u64;
+        self.query_partition(&pk, true, &mut |count, _| {
+            total += u64::try_from(count).unwrap_or(0);
+            Ok(())
+        })
+        .await?;
+        Ok(total)
+    }
+
     async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>> {
         let mut out = Vec::new();
         for pk in manifest_partitions(job, self.manifest_shards(job).await?) {

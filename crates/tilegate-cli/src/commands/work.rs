@@ -18,6 +18,7 @@ use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Recipe};
 use tilegate_core::{Exit, Reason};
+use tilegate_pipeline::complete::AssembleOnComplete;
 use tilegate_pipeline::run::REDUCED_WINDOWS_BUDGET;
 use tilegate_pipeline::{RunOptions, Until};
 use tilegate_planner::PlanOptions;
@@ -30,7 +31,14 @@ pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result
         StopWhen::Signal
     };
     let counters = Arc::new(Counters::new());
-    let worker = Worker::new(b.clone(), worker_config(&a.pool, stop), counters.clone());
+    let mut cfg = worker_config(&a.pool, stop);
+    if a.assemble {
+        cfg.on_complete = Some(Arc::new(AssembleOnComplete::new(
+            b.clone(),
+            assemble_options(&a.assemble_flags)?,
+        )));
+    }
+    let worker = Worker::new(b.clone(), cfg, counters.clone());
     let stop = stop_on_signals();
     if let Some(addr) = a.metrics_addr {
         let listener = tokio::net::TcpListener::bind(addr)

@@ -239,6 +239,19 @@ impl ManifestTable for SqliteBackend {
         .await
     }
 
+    async fn count_partition(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
+        let job = job.to_string();
+        self.with_conn("count manifest entries", &job.clone(), move |c| {
+            let n: i64 = c.row(
+                "SELECT COUNT(*) FROM manifest WHERE job_id = ?1 AND shard = ?2",
+                params![&job, shard],
+                |r| r.get(0),
+            )?;
+            to_u64("manifest count", &job, n)
+        })
+        .await
+    }
+
     async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>> {
         let id = job.clone();
         let job = job.to_string();

@@ -1,0 +1,104 @@
+//! Assembly on completion: the [`OnComplete`] a worker pool calls when it records a job's last
+//! window — `tilegate work --assemble`. It assembles exactly as `tilegate assemble` does
+//! (manifest count, claim gate, copy, publish once); the duplicate triggers that at-least-once
+//! delivery and racing workers make find the claim held or the scene published.
+
+use tilegate_assembler::{AssembleOptions, AssembleOutcome};
+use tilegate_core::metrics::{self as m, Counters};
+use tilegate_core::table::JobRecord;
+use tilegate_core::{Backends, Reason};
+use tilegate_worker::{CompletionError, OnComplete};
+
+/// The largest job (its tiles' bytes) the Lambda function assembles by default: 4 GiB, which a
+/// 10 GiB function lays out and uploads well within its 15 minutes.
+pub const LAMBDA_ASSEMBLE_MAX_BYTES: u64 = 4 << 30;
+
+/// Assemble a completed job in the worker that noticed.
+#[derive(Debug)]
+pub struct AssembleOnComplete {
+    b: Backends,
+    opts: AssembleOptions,
+    max_bytes: Option<u64>,
+}
+
+impl AssembleOnComplete {
+    pub fn new(b: Backends, opts: AssembleOptions) -> Self {
+        Self {
+            b,
+            opts,
+            max_bytes: None,
+        }
+    }
+
+    /// Assemble only jobs whose tiles total at most `bytes`; a larger one is left
+    /// `assembling` for a host that can take it (`tilegate assemble --all`, run on a schedule
+    /// by deploy/k8s's CronJob).
+    pub fn at_most(mut self, bytes: u64) -> Self {
+        self.max_bytes = Some(bytes);
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl OnComplete for AssembleOnComplete {
+    async fn job_complete(&self, job: &JobRecord) -> Result<(), CompletionError> {
+        if job.scene_output.is_some() {
+            return Ok(());
+        }
+        if let Some(max) = self.max_bytes {
+            let rows = self
+                .b
+                .manifest
+                .list_entries(&job.job_id)
+                .await
+                .map_err(|e| CompletionError {
+                    reason: Reason::storage(e.is_retryable()),
+                    retryable: e.is_retryable(),
+                    detail: tilegate_core::error::chain(&e),
+                })?;
+            let bytes: u64 = rows.iter().map(|r| r.row.size).sum();
+            if bytes > max {
+                tracing::warn!(job_id = %job.job_id, bytes, max, "job too large to assemble here: left for `tilegate assemble --all`");
+                return Ok(());
+            }
+        }
+        let counters = Counters::new();
+        let assembled =
+            tilegate_assembler::assemble(&self.b, &job.job_id, &self.opts, &counters).await;
+        // The assembler's own counts, which no worker flushes (its requests are already
+        // charged to the job by the worker's meter).
+        let claims: Vec<(&str, u64)> = [m::CLAIMS_WON, m::CLAIMS_LOST, m::MULTIPART_BYTES_UPLOADED]
+            .into_iter()
+            .map(|n| (n, counters.get(n)))
+            .filter(|(_, v)| *v > 0)
+            .collect();
+        if !claims.is_empty()
+            && let Err(e) = self.b.counters.add_counters(&job.job_id, &claims).await
+        {
+            tracing::warn!(job_id = %job.job_id, error = %tilegate_core::error::chain(&e), "counting the assembly failed");
+        }
+        match assembled {
+            Ok(r) => {
+                tracing::info!(job_id = %job.job_id, outcome = r.outcome.as_str(), scene = %r.scene_key, "assembled on completion");
+                match r.outcome {
+                    // Published here or before, or being published by the claim's holder
+                    // (whose own trigger is not acknowledged until it is done).
+                    AssembleOutcome::Written
+                    | AssembleOutcome::AlreadyDone
+                    | AssembleOutcome::AlreadyPresent
+                    | AssembleOutcome::HeldBy { .. } => Ok(()),
+                    AssembleOutcome::LeaseLost => Err(CompletionError {
+                        reason: Reason::LeaseLost,
+                        retryable: true,
+                        detail: "the claim's lease was taken over mid-upload".to_owned(),
+                    }),
+                }
+            }
+            Err(e) => Err(CompletionError {
+                reason: e.reason_code(),
+                retryable: e.is_retryable(),
+                detail: tilegate_core::error::chain(&e),
+            }),
+        }
+    }
+}
