@@ -111,6 +111,11 @@ fn every_commands_json_validates() {
     );
     c.run("init", &["init"], 0);
     c.run("recipes", &["recipes"], 0);
+    c.run(
+        "plan-estimate",
+        &["plan", s, "--window", "128", "--estimate"],
+        0,
+    );
     // A job planned but not worked: assemble says it is incomplete (exit 4).
     let o = other.to_str().unwrap();
     let planned = c.run("plan", &["plan", o, "--window", "64"], 0);

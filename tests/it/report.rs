@@ -757,3 +757,111 @@ fn an_item_names_a_crs_without_an_epsg_code_in_projjson() {
     let bbox: Vec<f64> = serde_json::from_value(item["bbox"].clone()).unwrap();
     assert!(bbox[1] > 60.0 && bbox[3] < 90.0, "a polar scene: {bbox:?}");
 }
+
+/// Within `pct` percent of `actual`.
+fn near(estimated: f64, actual: f64, pct: f64) -> bool {
+    (estimated - actual).abs() <= actual.abs() * pct / 100.0
+}
+
+/// `plan --estimate` before a job runs on the AWS emulator agrees with `status --cost` of the
+/// same job afterwards: the total and the request count within 10 %, the PUTs (most of the
+/// cost) exactly; and the estimate planned nothing (no job row, no message enqueued).
+#[test]
+fn plan_estimate_agrees_with_status_cost_of_the_run() {
+    let test = "plan_estimate_agrees_with_status_cost_of_the_run";
+    let Some(aws) = Aws::for_test(test) else {
+        return;
+    };
+    let tmp = tempdir();
+    let data = tmp.path();
+    aws.json(data, &["init", "--create-bucket"]);
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 2048, 9);
+    let s = scene.to_str().unwrap();
+    let est = aws.json(data, &["plan", s, "--window", "256", "--estimate"]);
+    assert_eq!(est["windows"], 64, "{est}");
+    assert_eq!(est["already_planned"], false);
+    assert_eq!(est["sampled_windows"], 4);
+    assert_eq!(
+        est["billed_services"],
+        serde_json::json!(["s3", "dynamodb", "sqs"])
+    );
+
+    // Nothing was planned: no job row, nothing on the queue.
+    let status = aws.run(data, &["--json", "status"], &[]);
+    assert!(!status.status.success());
+    let err: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(err["error"]["reason"], "no-job", "{err}");
+    let idle = aws.json(data, &["work", "--until-empty"]);
+    assert_eq!(idle["handled"], 0, "the estimate enqueued nothing: {idle}");
+
+    let run = aws.json(data, &["run", s, "--window", "256"]);
+    assert_eq!(
+        run["job_id"], est["job_id"],
+        "the estimate names the job run gives"
+    );
+    assert_eq!(run["complete"], true);
+    let cost = &aws.json(data, &["status", run["job_id"].as_str().unwrap(), "--cost"])["cost"];
+    let e = &est["cost"];
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    assert!(
+        near(f(e, "total_usd"), f(cost, "total_usd"), 10.0),
+        "estimated {} USD, counted {} USD",
+        e["total_usd"],
+        cost["total_usd"]
+    );
+    assert!(
+        near(f(e, "requests"), f(cost, "requests"), 10.0),
+        "estimated {} requests, counted {}",
+        e["requests"],
+        cost["requests"]
+    );
+    let requests = |c: &Value, op: &str| -> u64 {
+        c["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["service"] == "s3" && l["op"] == op)
+            .map(|l| l["requests"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(requests(e, "PutObject"), requests(cost, "PutObject"));
+    assert_eq!(requests(e, "GetObject"), requests(cost, "GetObject"));
+    // The tiles' bytes, predicted from four encoded windows, within a quarter.
+    assert!(
+        near(f(e, "stored_bytes"), f(cost, "stored_bytes"), 25.0),
+        "estimated {} bytes stored, counted {}",
+        e["stored_bytes"],
+        cost["stored_bytes"]
+    );
+}
+
+/// On the embedded backend an estimate prices nothing (its stores are local) and still says
+/// the windows and the bytes the job would write; it plans nothing.
+#[test]
+fn plan_estimate_on_the_embedded_backend_bills_nothing_and_plans_nothing() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 512, 3);
+    let s = scene.to_str().unwrap();
+    let est = tg_json(data, &["plan", s, "--window", "128", "--estimate"]);
+    assert_eq!(est["windows"], 16);
+    assert_eq!(est["billed_services"], serde_json::json!([]));
+    assert_eq!(est["cost"]["requests"], 0);
+    assert_eq!(est["cost"]["total_usd"], 0.0);
+    assert!(est["tile_bytes"].as_u64().unwrap() > 0, "{est}");
+    let text =
+        String::from_utf8(tg(data, &["plan", s, "--window", "128", "--estimate"], &[]).stdout)
+            .unwrap();
+    assert!(text.contains("nothing planned"), "{text}");
+    assert!(text.contains("no billed requests"), "{text}");
+    let planned = tg_json(data, &["plan", s, "--window", "128"]);
+    assert_eq!(planned["job_id"], est["job_id"]);
+    assert_eq!(
+        planned["newly_planned"], true,
+        "the estimate wrote no job row"
+    );
+    let again = tg_json(data, &["plan", s, "--window", "128", "--estimate"]);
+    assert_eq!(again["already_planned"], true);
+}

@@ -35,6 +35,8 @@ use tilegate_core::{Backends, ETag, JobId, UnixMillis};
 
 /// Default size above which the scene goes up as a multipart upload.
 pub const DEFAULT_MULTIPART_THRESHOLD: u64 = 64 * 1024 * 1024;
+/// Default size of each part of a multipart scene upload.
+pub const DEFAULT_PART_SIZE: u64 = 16 * 1024 * 1024;
 /// Hard ceiling of a single PUT (S3's limit).
 pub const SINGLE_PUT_CEILING: u64 = 5 * 1024 * 1024 * 1024;
 

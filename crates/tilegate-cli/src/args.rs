@@ -266,6 +266,21 @@ pub struct PlanArgs {
     /// The default since planning skips recorded windows; kept for scripts that pass it.
     #[arg(long, hide = true, conflicts_with = "all_windows")]
     pub resume: bool,
+    /// Say what the job would cost and plan nothing: the windows, the bytes its tiles and
+    /// scene will take (a few windows are encoded here to learn their size) and the requests a
+    /// run sends to each billed service, priced as `status --cost` prices a finished job's
+    /// counted requests. Writes no job row and enqueues nothing.
+    #[arg(long, conflicts_with_all = ["from", "all_windows"])]
+    pub estimate: bool,
+    /// With --estimate: the price table (TOML); default: the built-in table
+    /// (`tilegate status --print-prices`).
+    #[arg(
+        long,
+        env = "TILEGATE_PRICES",
+        value_name = "FILE",
+        requires = "estimate"
+    )]
+    pub prices: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -346,10 +361,10 @@ pub struct RunArgs {
 #[derive(Debug, Args, Clone)]
 pub struct AssembleFlags {
     /// Scenes larger than this many bytes go up as multipart uploads.
-    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    #[arg(long, default_value_t = tilegate_assembler::DEFAULT_MULTIPART_THRESHOLD)]
     pub multipart_threshold: u64,
     /// Multipart part size in bytes (at least 5 MiB).
-    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    #[arg(long, default_value_t = tilegate_assembler::DEFAULT_PART_SIZE)]
     pub part_size: u64,
     /// Claim lease time-to-live in milliseconds (renewed every third of it while working).
     #[arg(long, default_value_t = 60_000)]

@@ -81,6 +81,19 @@ impl Selection {
     }
 }
 
+impl Selection {
+    /// The services a run on this selection sends billed requests to, as the stores name them.
+    pub fn billed_services(&self, b: &Backends) -> tilegate_pipeline::estimate::Services {
+        let scheme =
+            |url: &Option<String>, s: &str| url.as_deref().is_some_and(|u| u.starts_with(s));
+        tilegate_pipeline::estimate::Services {
+            objects: b.objects.name(),
+            dynamodb: scheme(&self.tables, "dynamodb://"),
+            sqs: scheme(&self.queue, "sqs://"),
+        }
+    }
+}
+
 /// Open every role of `sel` (see `tilegate-backends` for the schemes).
 pub async fn open(sel: &Selection) -> anyhow::Result<Backends> {
     tilegate_backends::open(&sel.urls()).await

@@ -18,11 +18,11 @@ use tilegate_core::Backends;
 use tilegate_core::object::ObjectStoreExt as _;
 use tilegate_core::{Exit, Reason};
 use tilegate_report::html::{self, Extras};
-use tilegate_report::{JobStatus, PriceTable, status};
+use tilegate_report::{PriceTable, status};
 use tilegate_stac as stac;
 
 /// The price table the flags name (the built-in one by default).
-fn prices(a: &PriceArgs) -> anyhow::Result<PriceTable> {
+pub(crate) fn prices(a: &PriceArgs) -> anyhow::Result<PriceTable> {
     match &a.prices {
         None => Ok(PriceTable::default()),
         Some(path) => {
@@ -90,8 +90,7 @@ async fn recent_jobs(b: &Backends) -> anyhow::Result<Vec<RecentJob>> {
 }
 
 /// The cost section of `status --cost`.
-pub(crate) fn cost_text(st: &JobStatus) -> String {
-    let c = &st.cost;
+pub(crate) fn cost_text(c: &tilegate_report::cost::CostEstimate) -> String {
     let mut s = format!(
         "cost (prices of {}, {})\n  {:<10} {:<28} {:>10} {:>14}\n",
         c.price_table_date, c.currency, "service", "operation", "requests", "estimate"
@@ -106,7 +105,7 @@ pub(crate) fn cost_text(st: &JobStatus) -> String {
         ));
     }
     if c.lines.is_empty() {
-        s.push_str("  no billed requests counted (the embedded backend's stores are local)\n");
+        s.push_str("  no billed requests (the embedded backend's stores are local)\n");
     }
     s.push_str(&format!(
         "  {} requests, {} bytes sent, {} bytes received\n  total {:.6} {cur} ({:.8} {cur} per window), storage {:.6} {cur} per month for {} bytes",

@@ -7,5 +7,5 @@
 
 pub mod plan;
 
-pub use plan::{Plan, PlanError, PlanOptions, PlanTimings, enqueue_windows, plan};
+pub use plan::{Plan, PlanError, PlanOptions, PlanTimings, derive, enqueue_windows, plan};
 pub use tilegate_source::{SourceError, SourcePolicy};

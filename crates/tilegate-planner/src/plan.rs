@@ -115,6 +115,36 @@ const SEND_CHUNK: usize = 1000;
 
 /// Plan a job for `source` and enqueue its windows.
 pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    let (record, mut timings) = derive(b, source, opts).await?;
+    let mut clock = std::time::Instant::now();
+    let (job, newly_planned) = match b.jobs.create_job(&record).await? {
+        CreateOutcome::Created => (record, true),
+        CreateOutcome::AlreadyExists(existing) => (existing.row, false),
+    };
+    tracing::info!(job_id = %job.job_id, windows = job.grid.len(), newly_planned, "job planned");
+    timings.job_row_s = clock.elapsed().as_secs_f64();
+    clock = std::time::Instant::now();
+
+    let (enqueued, already_recorded) = enqueue_windows(b, &job, opts.resume).await?;
+    timings.enqueue_s = clock.elapsed().as_secs_f64();
+    Ok(Plan {
+        windows: job.grid.len(),
+        already_recorded,
+        job,
+        newly_planned,
+        enqueued,
+        timings,
+    })
+}
+
+/// The job `plan` would write for `source`, without writing anything: the source pinned and
+/// probed, the recipe checked against it, the grid and the job's ID derived. `plan` writes
+/// this row; `plan --estimate` prices it.
+pub async fn derive(
+    b: &Backends,
+    source: &str,
+    opts: &PlanOptions,
+) -> Result<(JobRecord, PlanTimings), PlanError> {
     let mut timings = PlanTimings::default();
     let mut clock = std::time::Instant::now();
     let mut lap = || {
@@ -146,7 +176,7 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
     let root = opts.tenant.root(&opts.prefix)?;
     let job_id = JobId::of(&resolved.info, &recipe, &root, &opts.tenant);
     let record = JobRecord {
-        job_id: job_id.clone(),
+        job_id,
         source: resolved.info,
         recipe,
         grid,
@@ -157,23 +187,7 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
         scene_output: None,
         manifest_shards: opts.manifest_shards.clamp(1, MAX_MANIFEST_SHARDS),
     };
-    let (job, newly_planned) = match b.jobs.create_job(&record).await? {
-        CreateOutcome::Created => (record, true),
-        CreateOutcome::AlreadyExists(existing) => (existing.row, false),
-    };
-    tracing::info!(job_id = %job.job_id, windows = grid.len(), newly_planned, "job planned");
-    timings.job_row_s = lap();
-
-    let (enqueued, already_recorded) = enqueue_windows(b, &job, opts.resume).await?;
-    timings.enqueue_s = lap();
-    Ok(Plan {
-        windows: job.grid.len(),
-        already_recorded,
-        job,
-        newly_planned,
-        enqueued,
-        timings,
-    })
+    Ok((record, timings))
 }
 
 /// The recipe as the job row keeps it, checked against the scene: an expression's bands must

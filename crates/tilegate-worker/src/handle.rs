@@ -601,10 +601,7 @@ async fn encode(
 }
 
 /// What the encoder needs for one window of a job.
-pub(crate) fn encode_request(
-    job: &JobRecord,
-    window: Window,
-) -> Result<EncodeRequest, SourceError> {
+pub fn encode_request(job: &JobRecord, window: Window) -> Result<EncodeRequest, SourceError> {
     let rect = job
         .grid
         .rect(window)

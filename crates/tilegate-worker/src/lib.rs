@@ -13,5 +13,5 @@ pub mod regenerate;
 pub mod repair;
 
 pub use completion::{CompletionError, OnComplete};
-pub use handle::WindowOutcome;
+pub use handle::{WindowOutcome, encode_request};
 pub use pool::{StandInEncoder, StopWhen, WorkReport, Worker, WorkerConfig, worker_name};

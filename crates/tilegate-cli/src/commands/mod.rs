@@ -40,7 +40,7 @@ async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::SampleScene(a) => sample_scene(&out, a).await,
         Command::Init(a) => init(&out, &sel, a).await,
-        Command::Plan(a) => plan_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::Plan(a) => plan_cmd(&out, &sel, &backends::open(&sel).await?, a).await,
         Command::Work(a) => work(&out, &backends::open(&sel).await?, a).await,
         Command::Run(a) => run(&out, &backends::open(&sel).await?, a).await,
         Command::Assemble(a) => assemble_cmd(&out, &backends::open(&sel).await?, a).await,

@@ -1,18 +1,26 @@
 //! `plan`: one job per source, printed as it is planned.
 
 use crate::args::PlanArgs;
+use crate::backends::Selection;
 use crate::output::Out;
 use crate::recipes::recipe_from;
-use crate::reports::{Item, PlanBatch, PlanReport, PlanTimings};
+use crate::reports::{Item, PlanBatch, PlanEstimate, PlanReport, PlanTimings};
 use anyhow::Context;
 use std::process::ExitCode;
 use std::time::Instant;
 use tilegate_core::Backends;
 use tilegate_core::Exit;
 use tilegate_core::metrics::Counters;
+use tilegate_pipeline::estimate::Upload;
 use tilegate_planner::{PlanOptions, plan};
+use tilegate_report::PriceTable;
 
-pub(super) async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn plan_cmd(
+    out: &Out,
+    sel: &Selection,
+    b: &Backends,
+    a: PlanArgs,
+) -> anyhow::Result<ExitCode> {
     let (recipe, (prefix, tenant)) = recipe_from(&a.recipe)?;
     let opts = PlanOptions {
         recipe,
@@ -28,6 +36,14 @@ pub(super) async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Re
             .source
             .as_deref()
             .expect("clap requires a source or --from");
+        if a.estimate {
+            let prices = crate::look::prices(&crate::args::PriceArgs {
+                prices: a.prices.clone(),
+                print_prices: false,
+            })?;
+            out.emit(&estimate(sel, b, source, &opts, &prices).await?);
+            return Ok(ExitCode::SUCCESS);
+        }
         out.emit(&plan_one(b, source, &opts).await?);
         return Ok(ExitCode::SUCCESS);
     };
@@ -65,6 +81,39 @@ pub(super) async fn plan_cmd(out: &Out, b: &Backends, a: PlanArgs) -> anyhow::Re
         ExitCode::SUCCESS
     } else {
         Exit::Failed.into()
+    })
+}
+
+/// `plan --estimate`: the job priced, nothing written.
+async fn estimate(
+    sel: &Selection,
+    b: &Backends,
+    source: &str,
+    opts: &PlanOptions,
+    prices: &PriceTable,
+) -> anyhow::Result<PlanEstimate> {
+    let services = sel.billed_services(b);
+    let upload = Upload {
+        multipart_threshold: tilegate_assembler::DEFAULT_MULTIPART_THRESHOLD,
+        part_size: tilegate_assembler::DEFAULT_PART_SIZE,
+    };
+    let e = tilegate_pipeline::estimate::estimate(b, source, opts, services, upload)
+        .await
+        .with_context(|| format!("estimate {source}"))?;
+    let windows = e.job.grid.len();
+    Ok(PlanEstimate {
+        job_id: e.job.job_id.clone(),
+        already_planned: e.already_planned,
+        source: e.job.source.uri.clone(),
+        source_bytes: e.job.source.size,
+        windows,
+        window_px: e.job.recipe.window,
+        sampled_windows: e.sampled_windows as u64,
+        mean_tile_bytes: e.mean_tile_bytes,
+        tile_bytes: e.tile_bytes,
+        scene_bytes: e.scene_bytes,
+        billed_services: services.billed(),
+        cost: tilegate_report::cost::estimate(&e.counters, e.stored_bytes(), windows, prices),
     })
 }
 

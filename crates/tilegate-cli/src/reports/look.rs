@@ -39,7 +39,7 @@ impl Report for StatusReport {
         let mut s = crate::output::status_text(&self.status, &out.objects_root);
         if self.show_cost {
             s.push('\n');
-            s.push_str(&crate::look::cost_text(&self.status));
+            s.push_str(&crate::look::cost_text(&self.status.cost));
         }
         if let Some(recent) = self.recent_jobs.as_ref().filter(|r| r.len() > 1) {
             s.push_str("\n\nrecent jobs (newest first)\n");

@@ -75,6 +75,7 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         ("recipes", schema_for!(RecipesReport)),
         ("plan", schema_for!(PlanReport)),
         ("plan-from", schema_for!(PlanBatch)),
+        ("plan-estimate", schema_for!(PlanEstimate)),
         ("backfill", schema_for!(BackfillReport)),
         ("work", schema_for!(WorkSummary)),
         ("run", schema_for!(RunReport)),

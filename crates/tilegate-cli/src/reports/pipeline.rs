@@ -108,6 +108,63 @@ impl Report for PlanReport {
     }
 }
 
+/// `plan --estimate`: what the job would cost; nothing is planned.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct PlanEstimate {
+    /// The job's ID if it were planned (the same as `plan` would give).
+    pub job_id: JobId,
+    /// A job row with this ID exists already: the source was planned before.
+    pub already_planned: bool,
+    pub source: String,
+    /// Bytes of the source (each window reads its part of it; not priced: a source's reads
+    /// are not counted by the stores).
+    pub source_bytes: u64,
+    pub windows: u64,
+    pub window_px: u32,
+    /// Windows encoded here to learn the tiles' size, and their mean size.
+    pub sampled_windows: u64,
+    pub mean_tile_bytes: u64,
+    /// Predicted bytes of all tiles, and of the scene COG.
+    pub tile_bytes: u64,
+    pub scene_bytes: u64,
+    /// The services the run sends billed requests to (none on the embedded backend).
+    pub billed_services: Vec<String>,
+    /// The predicted requests, priced as `status --cost` prices a job's counted ones.
+    pub cost: tilegate_report::cost::CostEstimate,
+}
+
+impl Report for PlanEstimate {
+    fn text(&self, _: &Out) -> String {
+        let mb = |b: u64| match b {
+            0..1_000_000 => format!("{:.0} kB", b as f64 / 1e3),
+            _ => format!("{:.1} MB", b as f64 / 1e6),
+        };
+        format!(
+            "job {} {}: nothing planned, nothing written\n  source       {} ({})\n  windows      {}, {} px square\n  tiles        {} ({} a tile, from {} encoded here)\n  scene        {}\n  billed       {}\n{}",
+            self.job_id,
+            if self.already_planned {
+                "was planned before"
+            } else {
+                "would be planned"
+            },
+            self.source,
+            mb(self.source_bytes),
+            self.windows,
+            self.window_px,
+            mb(self.tile_bytes),
+            mb(self.mean_tile_bytes),
+            counted(self.sampled_windows, "window"),
+            mb(self.scene_bytes),
+            if self.billed_services.is_empty() {
+                "nothing (local stores)".to_owned()
+            } else {
+                self.billed_services.join(", ")
+            },
+            crate::look::cost_text(&self.cost),
+        )
+    }
+}
+
 /// `plan --from LIST`: a job per source, or its failure.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct PlanBatch {
