@@ -530,20 +530,33 @@ fn s3_method(op: &str) -> &'static str {
     }
 }
 
+/// The AWS emulator's names for `test` with its bucket, tables and queue made, and a sample
+/// scene of `size`² in the test's data directory; `None` without an emulator outside CI.
+fn aws_with_scene(
+    test: &str,
+    size: u32,
+    seed: u64,
+) -> Option<(Aws, tempfile::TempDir, std::path::PathBuf)> {
+    let aws = Aws::for_test(test)?;
+    let tmp = tempdir();
+    let data = tmp.path();
+    aws.json(data, &["init", "--create-bucket"]);
+    let scene = data.join("scene.tif");
+    sample(data, &scene, size, seed);
+    Some((aws, tmp, scene))
+}
+
 /// `status --cost` after a run on the AWS emulator reports, operation by operation, exactly
 /// the requests that reached the emulator (counted by a proxy in front of it), and prices them
 /// from the default table.
 #[test]
 fn status_cost_equals_the_requests_the_emulator_saw() {
-    let test = "status_cost_equals_the_requests_the_emulator_saw";
-    let Some(aws) = Aws::for_test(test) else {
+    let Some((aws, tmp, scene)) =
+        aws_with_scene("status_cost_equals_the_requests_the_emulator_saw", 1024, 6)
+    else {
         return;
     };
-    let tmp = tempdir();
     let data = tmp.path();
-    aws.json(data, &["init", "--create-bucket"]);
-    let scene = data.join("scene.tif");
-    sample(data, &scene, 1024, 6);
     let (run, seen) = counted_by_the_emulator(
         &aws,
         data,
@@ -600,15 +613,14 @@ fn status_cost_equals_the_requests_the_emulator_saw() {
 /// acknowledgements ten to a `DeleteMessageBatch`, and receives in batches.
 #[test]
 fn a_clean_aws_work_stage_sends_a_put_a_row_and_a_tenth_of_an_ack_per_window() {
-    let test = "a_clean_aws_work_stage_sends_a_put_a_row_and_a_tenth_of_an_ack_per_window";
-    let Some(aws) = Aws::for_test(test) else {
+    let Some((aws, tmp, scene)) = aws_with_scene(
+        "a_clean_aws_work_stage_sends_a_put_a_row_and_a_tenth_of_an_ack_per_window",
+        2048,
+        8,
+    ) else {
         return;
     };
-    let tmp = tempdir();
     let data = tmp.path();
-    aws.json(data, &["init", "--create-bucket"]);
-    let scene = data.join("scene.tif");
-    sample(data, &scene, 2048, 8);
     let plan = aws.json(data, &["plan", scene.to_str().unwrap(), "--window", "256"]);
     assert_eq!(plan["windows"], 64);
     let job = plan["job_id"].as_str().unwrap().to_owned();
@@ -687,11 +699,7 @@ fn gcs_and_azure_requests_are_counted_for_the_job() {
         assert_eq!(run["windows"], 16);
         let status = target.json(data, &["status", run["job_id"].as_str().unwrap(), "--cost"]);
         let lines = status["cost"]["lines"].as_array().unwrap();
-        let uploads: u64 = lines
-            .iter()
-            .filter(|l| l["service"] == service && l["op"] == upload)
-            .map(|l| l["requests"].as_u64().unwrap())
-            .sum();
+        let uploads = cost_requests(&status["cost"], service, upload);
         // 16 tiles, the scene and its Item, each one single-request upload.
         assert!(
             uploads >= 18,
@@ -758,6 +766,18 @@ fn an_item_names_a_crs_without_an_epsg_code_in_projjson() {
     assert!(bbox[1] > 60.0 && bbox[3] < 90.0, "a polar scene: {bbox:?}");
 }
 
+/// The requests a `cost` section (of `status --cost` or `plan --estimate`) has for one
+/// service's operation.
+fn cost_requests(cost: &Value, service: &str, op: &str) -> u64 {
+    cost["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["service"] == service && l["op"] == op)
+        .map(|l| l["requests"].as_u64().unwrap())
+        .sum()
+}
+
 /// Within `pct` percent of `actual`.
 fn near(estimated: f64, actual: f64, pct: f64) -> bool {
     (estimated - actual).abs() <= actual.abs() * pct / 100.0
@@ -768,15 +788,12 @@ fn near(estimated: f64, actual: f64, pct: f64) -> bool {
 /// cost) exactly; and the estimate planned nothing (no job row, no message enqueued).
 #[test]
 fn plan_estimate_agrees_with_status_cost_of_the_run() {
-    let test = "plan_estimate_agrees_with_status_cost_of_the_run";
-    let Some(aws) = Aws::for_test(test) else {
+    let Some((aws, tmp, scene)) =
+        aws_with_scene("plan_estimate_agrees_with_status_cost_of_the_run", 2048, 9)
+    else {
         return;
     };
-    let tmp = tempdir();
     let data = tmp.path();
-    aws.json(data, &["init", "--create-bucket"]);
-    let scene = data.join("scene.tif");
-    sample(data, &scene, 2048, 9);
     let s = scene.to_str().unwrap();
     let est = aws.json(data, &["plan", s, "--window", "256", "--estimate"]);
     assert_eq!(est["windows"], 64, "{est}");
@@ -816,17 +833,13 @@ fn plan_estimate_agrees_with_status_cost_of_the_run() {
         e["requests"],
         cost["requests"]
     );
-    let requests = |c: &Value, op: &str| -> u64 {
-        c["lines"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|l| l["service"] == "s3" && l["op"] == op)
-            .map(|l| l["requests"].as_u64().unwrap())
-            .sum()
-    };
-    assert_eq!(requests(e, "PutObject"), requests(cost, "PutObject"));
-    assert_eq!(requests(e, "GetObject"), requests(cost, "GetObject"));
+    for op in ["PutObject", "GetObject"] {
+        assert_eq!(
+            cost_requests(e, "s3", op),
+            cost_requests(cost, "s3", op),
+            "{op}"
+        );
+    }
     // The tiles' bytes, predicted from four encoded windows, within a quarter.
     assert!(
         near(f(e, "stored_bytes"), f(cost, "stored_bytes"), 25.0),

@@ -22,8 +22,8 @@ use tilegate_report::{PriceTable, status};
 use tilegate_stac as stac;
 
 /// The price table the flags name (the built-in one by default).
-pub(crate) fn prices(a: &PriceArgs) -> anyhow::Result<PriceTable> {
-    match &a.prices {
+pub(crate) fn prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
+    match path {
         None => Ok(PriceTable::default()),
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -45,7 +45,7 @@ pub async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<Ex
     if let Some(code) = printed_prices(&a.prices) {
         return Ok(code);
     }
-    let prices = prices(&a.prices)?;
+    let prices = prices(a.prices.prices.as_deref())?;
     let job = find_job(b, a.job.as_deref()).await?;
     if a.watch {
         return watch(out, b, job, &prices, a.interval).await;
@@ -253,7 +253,7 @@ pub async fn report(
     if let Some(code) = printed_prices(&a.prices) {
         return Ok(code);
     }
-    let prices = prices(&a.prices)?;
+    let prices = prices(a.prices.prices.as_deref())?;
     let job = find_job(b, a.job.as_deref()).await?;
     let now = tilegate_core::now_millis();
     let g = status::gather(b, job, now).await?;

@@ -34,9 +34,14 @@ pub struct Services {
 }
 
 impl Services {
+    /// Whether the object store bills per request (a cloud store, not a local one).
+    fn objects_billed(&self) -> bool {
+        matches!(self.objects, "s3" | "gcs" | "azure")
+    }
+
     /// The services billed per request, by name.
     pub fn billed(&self) -> Vec<String> {
-        let objects = matches!(self.objects, "s3" | "gcs" | "azure").then_some(self.objects);
+        let objects = self.objects_billed().then_some(self.objects);
         [
             objects,
             self.dynamodb.then_some("dynamodb"),
@@ -69,18 +74,25 @@ pub struct Estimate {
     /// Windows encoded here to measure tile sizes, and their mean size in bytes.
     pub sampled_windows: usize,
     pub mean_tile_bytes: u64,
-    /// Predicted bytes of all tiles, and of the scene COG (tiles plus overviews).
-    pub tile_bytes: u64,
-    pub scene_bytes: u64,
     /// The predicted counters, named as a job's counters are (`requests_total{…}`,
     /// `bytes_sent_total{…}`, `bytes_received_total{…}`).
     pub counters: BTreeMap<String, u64>,
 }
 
 impl Estimate {
+    /// Predicted bytes of all tiles.
+    pub fn tile_bytes(&self) -> u64 {
+        self.mean_tile_bytes * self.job.grid.len()
+    }
+
+    /// Predicted bytes of the scene COG (tiles plus overviews).
+    pub fn scene_bytes(&self) -> u64 {
+        scene_bytes(self.tile_bytes())
+    }
+
     /// Bytes the job will keep: its tiles and its scene.
     pub fn stored_bytes(&self) -> u64 {
-        self.tile_bytes + self.scene_bytes
+        self.tile_bytes() + self.scene_bytes()
     }
 }
 
@@ -137,19 +149,21 @@ pub async fn estimate(
     } else {
         encoded.iter().sum::<u64>() / encoded.len() as u64
     };
-    let windows = job.grid.len();
-    let tile_bytes = mean_tile_bytes * windows;
-    let scene_bytes = scene_bytes(tile_bytes);
-    let counters = predicted(windows, tile_bytes, scene_bytes, services, upload);
-    Ok(Estimate {
+    let mut e = Estimate {
         job,
         already_planned,
         sampled_windows: encoded.len(),
         mean_tile_bytes,
-        tile_bytes,
-        scene_bytes,
-        counters,
-    })
+        counters: BTreeMap::new(),
+    };
+    e.counters = predicted(
+        e.job.grid.len(),
+        e.tile_bytes(),
+        e.scene_bytes(),
+        services,
+        upload,
+    );
+    Ok(e)
 }
 
 /// Up to `n` windows spread evenly over the grid (row-major order), so that a scene whose
@@ -208,7 +222,7 @@ pub fn predicted(
     let parts = scene_bytes.div_ceil(upload.part_size.max(1));
     // Tiles, the STAC Item, and the scene when it goes up in one request.
     let single_puts = windows + 1 + u64::from(!multipart);
-    let object_billed = match services.objects {
+    match services.objects {
         "s3" => {
             add("s3", "PutObject", single_puts);
             add("s3", "GetObject", windows);
@@ -219,7 +233,6 @@ pub fn predicted(
                 add("s3", "UploadPart", parts);
                 add("s3", "CompleteMultipartUpload", 1);
             }
-            true
         }
         "gcs" => {
             add("gcs", "insert", single_puts);
@@ -228,7 +241,6 @@ pub fn predicted(
                 add("gcs", "resumable", 1);
                 add("gcs", "upload_chunk", parts);
             }
-            true
         }
         "azure" => {
             add("azure", "PutBlob", single_puts);
@@ -237,10 +249,9 @@ pub fn predicted(
                 add("azure", "PutBlock", parts);
                 add("azure", "PutBlockList", 1);
             }
-            true
         }
-        _ => false,
-    };
+        _ => {}
+    }
     if services.dynamodb {
         add("dynamodb", "PutItem", windows + per_job::DYNAMO_PUTS);
         add("dynamodb", "GetItem", per_job::DYNAMO_GETS);
@@ -266,7 +277,7 @@ pub fn predicted(
         add("sqs", "GetQueueUrl", per_job::SQS_URLS);
         add("sqs", "GetQueueAttributes", per_job::SQS_DEPTHS);
     }
-    if object_billed {
+    if services.objects_billed() {
         let service = services.objects;
         // Tiles and the scene go up; the assembler reads the tiles back.
         c.insert(m::bytes_sent_by(service), tile_bytes + scene_bytes);

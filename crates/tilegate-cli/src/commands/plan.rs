@@ -37,10 +37,7 @@ pub(super) async fn plan_cmd(
             .as_deref()
             .expect("clap requires a source or --from");
         if a.estimate {
-            let prices = crate::look::prices(&crate::args::PriceArgs {
-                prices: a.prices.clone(),
-                print_prices: false,
-            })?;
+            let prices = crate::look::prices(a.prices.as_deref())?;
             out.emit(&estimate(sel, b, source, &opts, &prices).await?);
             return Ok(ExitCode::SUCCESS);
         }
@@ -110,8 +107,8 @@ async fn estimate(
         window_px: e.job.recipe.window,
         sampled_windows: e.sampled_windows as u64,
         mean_tile_bytes: e.mean_tile_bytes,
-        tile_bytes: e.tile_bytes,
-        scene_bytes: e.scene_bytes,
+        tile_bytes: e.tile_bytes(),
+        scene_bytes: e.scene_bytes(),
         billed_services: services.billed(),
         cost: tilegate_report::cost::estimate(&e.counters, e.stored_bytes(), windows, prices),
     })
