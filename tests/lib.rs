@@ -5,6 +5,7 @@
 
 pub mod lossy;
 pub mod responder;
+pub mod webhook;
 
 mod support {
     pub mod aws;

@@ -57,6 +57,8 @@ fn synthetic_job(windows: u32) -> JobRecord {
         created_at: 0,
         scene_output: None,
         manifest_shards: 1,
+        redrives: 0,
+        outbox: Vec::new(),
     }
 }
 

@@ -130,38 +130,153 @@ fn a_worker_killed_after_the_last_row_still_gets_its_job_assembled() {
     assert_scene_matches_source(&scene_path(&data, &st), &scene);
 }
 
-/// A job whose windows are dead-lettered ends `incomplete`, named with its reasons; once the
-/// cause is fixed, `dlq redrive` and the running pool publish it with no other command.
+/// A job whose windows are dead-lettered ends `incomplete`, named with its reasons and
+/// announced once to a signed webhook; once the cause is fixed, `dlq redrive` and the running
+/// pool publish it with no other command, and the published scene is announced once with its
+/// STAC Item — the first delivery refused (503) and retried, a later `announce` sending nothing
+/// again.
 #[test]
 fn an_incomplete_job_is_said_and_a_redrive_publishes_it() {
     let tmp = tempdir();
     let data = tmp.path().join("data");
     let scene = tmp.path().join("scene.tif");
     sample(&data, &scene, 128, 13);
+    let hook = tilegate_tests::webhook::WebhookReceiver::start();
+    let env = [
+        ("TILEGATE_WEBHOOK_SECRET", "s3cret"),
+        ("TILEGATE_TEST_WEBHOOK_BACKOFF_MS", "20"),
+    ];
+    let work = [
+        "work",
+        "--until-empty",
+        "--assemble",
+        "--announce",
+        hook.url.as_str(),
+    ];
     let p = tg_json(&data, &["plan", scene.to_str().unwrap(), "--window", "64"]);
     let job = p["job_id"].as_str().unwrap().to_owned();
     // The source changes under the job: every window is refused as `source-changed`.
     sample(&data, &scene, 128, 14);
-    assert!(
-        tg(&data, &["work", "--until-empty", "--assemble"], &[])
-            .status
-            .success()
-    );
+    assert!(tg(&data, &work, &env).status.success());
     let st = status(&data, &job);
     assert_eq!(st["lifecycle"], "incomplete", "{st}");
     assert_eq!(st["dead_letters_by_reason"]["source-changed"], 4, "{st}");
     let text = String::from_utf8_lossy(&tg(&data, &["status", &job], &[]).stdout).into_owned();
     assert!(text.contains("  state        incomplete\n"), "{text}");
+    // Four dead letters, one announcement: the job's first generation.
+    let got = hook.received();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let incomplete = got[0].json();
+    assert_eq!(incomplete["type"], "tilegate.job.incomplete");
+    assert_eq!(incomplete["idempotency_key"], format!("{job}:incomplete:0"));
+    assert_eq!(incomplete["reason"], "source-changed");
+    assert_eq!(
+        st["announcements"][0]["delivered"][0], "webhook:127.0.0.1/hook",
+        "{st}"
+    );
 
     // The fix: the source as it was planned (the same bytes again).
     sample(&data, &scene, 128, 13);
     tg_json(&data, &["dlq", "redrive", "--job", &job]);
+    hook.fail_next(1);
+    assert!(tg(&data, &work, &env).status.success());
+    let st = status(&data, &job);
+    assert_eq!(st["lifecycle"], "published", "{st}");
+    assert_scene_matches_source(&scene_path(&data, &st), &scene);
+
+    let got = hook.received();
+    assert_eq!(
+        got.len(),
+        3,
+        "the incomplete one, a refused and a retried published one"
+    );
+    let (refused, published) = (&got[1], &got[2]);
+    assert_eq!(
+        refused.body, published.body,
+        "a retry sends the same message"
+    );
+    let body = published.json();
+    let etag = st["scene_output"]["e_tag"]
+        .as_str()
+        .unwrap()
+        .trim_matches('"');
+    assert_eq!(body["type"], "tilegate.job.published");
+    assert_eq!(body["idempotency_key"], format!("{job}:published:{etag}"));
+    assert_eq!(
+        published.header("idempotency-key"),
+        body["idempotency_key"].as_str()
+    );
+    assert_eq!(body["item"]["id"], job.as_str());
+    let item = tmp.path().join("announced-item.json");
+    std::fs::write(&item, serde_json::to_vec(&body["item"]).unwrap()).unwrap();
+    tilegate_tests::validate_stac(&item).unwrap();
+    // The signature: HMAC-SHA256 of "t.body" under the secret.
+    let sig = published.header("x-tilegate-signature").unwrap();
+    let t: u64 = sig
+        .strip_prefix("t=")
+        .and_then(|s| s.split(',').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        sig,
+        tilegate_webhook::signature(b"s3cret", t, &published.body)
+    );
+
+    // Nothing is pending: another delivery sends nothing.
+    let again = tg_json(&data, &["announce", &job, "--announce", hook.url.as_str()]);
+    assert_eq!(again["delivered"], 0, "{again}");
+    assert_eq!(again["pending"], 0, "{again}");
+    assert_eq!(hook.received().len(), 3);
+}
+
+/// A sink that refuses every delivery leaves the published scene's announcement pending on the
+/// job row — nothing lost — and `tilegate announce` delivers it once the sink is back.
+#[test]
+fn a_refused_announcement_stays_pending_until_announce_delivers_it() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 128, 15);
+    let hook = tilegate_tests::webhook::WebhookReceiver::start();
+    hook.set_failing(true);
+    let p = tg_json(&data, &["plan", scene.to_str().unwrap(), "--window", "64"]);
+    let job = p["job_id"].as_str().unwrap().to_owned();
+    let env = [
+        ("TILEGATE_ANNOUNCE", hook.url.as_str()),
+        ("TILEGATE_TEST_WEBHOOK_BACKOFF_MS", "20"),
+    ];
     assert!(
-        tg(&data, &["work", "--until-empty", "--assemble"], &[])
+        tg(&data, &["work", "--until-empty", "--assemble"], &env)
             .status
             .success()
     );
     let st = status(&data, &job);
     assert_eq!(st["lifecycle"], "published", "{st}");
-    assert_scene_matches_source(&scene_path(&data, &st), &scene);
+    assert_eq!(st["announcements"][0]["outcome"], "published", "{st}");
+    assert!(st["announcements"][0]["delivered"].is_null(), "{st}");
+    let refused = hook.received().len();
+    assert!(refused >= 6, "retried: {refused}");
+    let text = String::from_utf8_lossy(&tg(&data, &["status", &job], &[]).stdout).into_owned();
+    assert!(text.contains("pending: no sink has taken it yet"), "{text}");
+
+    hook.set_failing(false);
+    let d = tg_json(&data, &["announce", "--announce", hook.url.as_str()]);
+    assert_eq!(d["delivered"], 1, "{d}");
+    assert_eq!(d["pending"], 0, "{d}");
+    let st = status(&data, &job);
+    assert_eq!(
+        st["announcements"][0]["delivered"][0], "webhook:127.0.0.1/hook",
+        "{st}"
+    );
+    let keys: std::collections::BTreeSet<String> = hook
+        .received()
+        .iter()
+        .map(|d| d.json()["idempotency_key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        keys.len(),
+        1,
+        "one announcement, however often sent: {keys:?}"
+    );
 }

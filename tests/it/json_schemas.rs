@@ -206,6 +206,15 @@ fn every_commands_json_validates() {
     sample(&data, &changing, 128, 6);
     c.run("work", &["work", "--until-empty"], 0);
     c.run("status", &["status", &dead_job], 0);
+    // The job's `incomplete` announcement, delivered to a webhook.
+    let hook = tilegate_tests::webhook::WebhookReceiver::start();
+    c.run(
+        "announce",
+        &["announce", &dead_job, "--announce", hook.url.as_str()],
+        0,
+    );
+    assert_eq!(hook.received().len(), 1);
+    c.run("status", &["status", &dead_job], 0);
     c.run("dlq-list", &["dlq", "list"], 0);
     c.run("dlq-list", &["dlq", "list", "--job", &dead_job], 0);
     c.run("dlq-redrive", &["dlq", "redrive", "--job", &dead_job], 0);

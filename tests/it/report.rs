@@ -607,7 +607,8 @@ fn status_cost_equals_the_requests_the_emulator_saw() {
 }
 
 /// What a clean run's windows cost on AWS, as the emulator saw it (a proxy counting every
-/// request in front of it): one PUT of the tile and one manifest row per window, no HEAD at all
+/// request in front of it): one PUT of the tile and one manifest row per window (a transaction
+/// with its partition's row counter, and nothing else on DynamoDB per window), no HEAD at all
 /// (a first delivery of a window planned without a row goes straight to the create-if-absent
 /// PUT, whose answer has the ETag the row records; a local source is pinned by its stat), the
 /// acknowledgements ten to a `DeleteMessageBatch`, and receives in batches.
@@ -638,9 +639,13 @@ fn a_clean_aws_work_stage_sends_a_put_a_row_and_a_tenth_of_an_ack_per_window() {
     );
     assert_eq!(n("s3", "HEAD"), 0, "no HEAD on a clean run: {seen:?}");
     assert_eq!(
-        n("dynamodb", "PutItem"),
+        n("dynamodb", "TransactWriteItems"),
         64,
-        "one manifest row per window: {seen:?}"
+        "one manifest row and its count per window: {seen:?}"
+    );
+    assert!(
+        n("dynamodb", "PutItem") + n("dynamodb", "GetItem") < 64,
+        "no other DynamoDB request per window: {seen:?}"
     );
     assert_eq!(
         n("sqs", "DeleteMessage"),
@@ -823,7 +828,7 @@ fn plan_estimate_agrees_with_status_cost_of_the_run() {
     let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
     assert!(
         near(f(e, "total_usd"), f(cost, "total_usd"), 10.0),
-        "estimated {} USD, counted {} USD",
+        "estimated {} USD, counted {} USD: {e:#} {cost:#}",
         e["total_usd"],
         cost["total_usd"]
     );

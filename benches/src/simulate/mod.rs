@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 use tilegate_core::metrics::Counters;
-use tilegate_core::table::{CounterTable as _, JobTable as _, ManifestTable as _};
+use tilegate_core::table::{ClaimTable as _, CounterTable as _, JobTable as _, ManifestTable as _};
 use tilegate_core::{Backends, Prefix, Recipe, Tenant};
 use tilegate_memory::{MemoryBackend, TokioClock};
 use tilegate_planner::PlanOptions;
@@ -118,6 +118,9 @@ pub struct Report {
     /// the job row, checked four times a second), and how long after the last row that was.
     pub published_s: Option<f64>,
     pub assembled_after_last_row_s: Option<f64>,
+    /// When the scene's claim was first held (the assembly began), after the last row; both
+    /// are seen by a watcher polling every 250 ms.
+    pub assembly_started_after_last_row_s: Option<f64>,
     pub manifest_rows: u64,
     pub written: u64,
     /// Encodes whose create-if-absent write was refused (a duplicate had written the tile).
@@ -400,12 +403,20 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
         tokio::spawn(async move {
             let mut done_at = None;
             let mut published_at = None;
+            let mut claimed_at = None;
             let mut backfill = None;
             let watch_scene = cfg.assemble_on_completion;
+            let scene_key = job.prefix.scene_key(&job.job_id).to_string();
             while !stopped.load(Ordering::Relaxed)
                 && (done_at.is_none() || (watch_scene && published_at.is_none()))
             {
                 tokio::time::sleep(Duration::from_millis(250)).await;
+                if watch_scene
+                    && claimed_at.is_none()
+                    && mem.tables.get_claim(&scene_key).await?.is_some()
+                {
+                    claimed_at = Some(clock.elapsed().as_secs_f64());
+                }
                 if watch_scene
                     && published_at.is_none()
                     && mem
@@ -431,7 +442,7 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
                     done_at = Some(clock.elapsed().as_secs_f64());
                 }
             }
-            anyhow::Ok((done_at, published_at, backfill))
+            anyhow::Ok((done_at, published_at, claimed_at, backfill))
         })
     };
     let mut crashes = 0;
@@ -445,7 +456,7 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
     }
     let workers_done_s = clock.elapsed().as_secs_f64();
     stopped.store(true, Ordering::Relaxed);
-    let (tiles_done_s, published_s, backfill_enqueued) = watcher.await??;
+    let (tiles_done_s, published_s, claimed_s, backfill_enqueued) = watcher.await??;
 
     let mut assemble_s = None;
     let (mut scene_uploads, mut scene_bytes_uploaded, mut scene_size) = (0, 0, None);
@@ -523,6 +534,7 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
         assemble_s,
         published_s,
         assembled_after_last_row_s: published_s.zip(tiles_done_s).map(|(p, t)| p - t),
+        assembly_started_after_last_row_s: claimed_s.zip(tiles_done_s).map(|(c, t)| c - t),
         manifest_rows,
         written: counters.get(m::TILES_WRITTEN),
         wasted_encodes: counters.get(m::PRECONDITION_FAILED),
@@ -578,8 +590,10 @@ pub fn render(r: &Report) -> String {
     ));
     if c.assemble_on_completion {
         out.push_str(&format!(
-            "  assembled on completion: scene published at {} s, {} after the last row, {} \
-             claim(s) won\n",
+            "  assembled on completion: started {} after the last row, scene published at {} \
+             s, {} after the last row, {} claim(s) won\n",
+            r.assembly_started_after_last_row_s
+                .map_or_else(|| "-".to_owned(), |t| format!("{:.1} s", t.max(0.0))),
             r.published_s
                 .map_or_else(|| "never".to_owned(), |t| format!("{t:.1}")),
             r.assembled_after_last_row_s

@@ -208,8 +208,9 @@ impl Budget {
 struct Req<'a> {
     service: &'static str,
     op: &'static str,
-    /// The partition it lands on and what it uses there (None: no partition limit).
-    partition: Option<(&'a str, Budget, f64)>,
+    /// The partitions it lands on and what it uses on each (none: no partition limit; a
+    /// transaction or a batch read lands on several, and is refused when any is over budget).
+    partitions: &'a [(&'a str, Budget, f64)],
 }
 
 #[derive(Debug)]
@@ -279,38 +280,43 @@ impl Model {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let (throttled, delay) = {
+            let (refused_by, delay) = {
                 let mut st = self.state.lock().expect("model lock");
-                let mut throttled = false;
-                if self.cfg.enforce
-                    && let Some((partition, budget, units)) = r.partition
-                {
+                // The first partition over its budget, which refuses the whole request.
+                let mut over: Option<(&str, Budget)> = None;
+                if self.cfg.enforce && !r.partitions.is_empty() {
                     let second = self.start.elapsed().as_secs();
-                    let limit = self.limit(budget);
-                    let slot = st
-                        .buckets
-                        .entry((budget as u8, partition.to_owned()))
-                        .or_insert((second, 0.0));
-                    if slot.0 != second {
-                        *slot = (second, 0.0);
-                    }
-                    if slot.1 + units > limit {
-                        throttled = true;
-                    } else {
-                        slot.1 += units;
-                        let used = slot.1;
-                        let peak = st
-                            .tally
-                            .peak_units_per_s
-                            .entry(format!("{} {}", r.service, budget.name()))
-                            .or_default();
-                        *peak = peak.max(used);
+                    over = r.partitions.iter().find_map(|&(partition, budget, units)| {
+                        let slot = st
+                            .buckets
+                            .entry((budget as u8, partition.to_owned()))
+                            .or_insert((second, 0.0));
+                        if slot.0 != second {
+                            *slot = (second, 0.0);
+                        }
+                        (slot.1 + units > self.limit(budget)).then_some((partition, budget))
+                    });
+                    if over.is_none() {
+                        for &(partition, budget, units) in r.partitions {
+                            let slot = st
+                                .buckets
+                                .get_mut(&(budget as u8, partition.to_owned()))
+                                .expect("entered above");
+                            slot.1 += units;
+                            let used = slot.1;
+                            let peak = st
+                                .tally
+                                .peak_units_per_s
+                                .entry(format!("{} {}", r.service, budget.name()))
+                                .or_default();
+                            *peak = peak.max(used);
+                        }
                     }
                 }
-                if throttled {
+                let throttled = over.is_some();
+                if let Some((p, budget)) = over {
                     *st.tally.throttled.entry(r.service.to_owned()).or_default() += 1;
-                    let p = r.partition.map_or("", |p| p.0);
-                    let kind = r.partition.map_or("", |p| p.1.name());
+                    let kind = budget.name();
                     *st.tally
                         .throttled_partitions
                         .entry(format!("{} {kind} {p}", r.service))
@@ -341,14 +347,14 @@ impl Model {
                 } else {
                     Duration::ZERO
                 };
-                (throttled, delay)
+                (over.map(|(p, _)| p.to_owned()), delay)
             };
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            if !throttled {
+            let Some(partition) = refused_by else {
                 return Ok(());
-            }
+            };
             if attempt >= self.cfg.retry_attempts {
                 let code = if r.service == "s3" {
                     "SlowDown"
@@ -357,12 +363,12 @@ impl Model {
                 };
                 return Err(StoreError::backend(
                     r.op,
-                    r.partition.map_or("", |p| p.0),
+                    &partition,
                     Retry::Retryable,
                     Throttled {
                         service: r.service,
                         code,
-                        partition: r.partition.map_or(String::new(), |p| p.0.to_owned()),
+                        partition: partition.clone(),
                         attempts: attempt,
                     },
                 ));
@@ -380,7 +386,7 @@ impl Model {
         self.send(Req {
             service: "s3",
             op,
-            partition: Some((prefix, budget, 1.0)),
+            partitions: &[(prefix, budget, 1.0)],
         })
         .await
     }
@@ -395,7 +401,21 @@ impl Model {
         self.send(Req {
             service: "dynamodb",
             op,
-            partition: Some((pk, budget, units)),
+            partitions: &[(pk, budget, units)],
+        })
+        .await
+    }
+
+    /// One DynamoDB request landing on several partitions (a transaction, a batch read).
+    async fn dynamo_across(
+        &self,
+        op: &'static str,
+        partitions: &[(&str, Budget, f64)],
+    ) -> StoreResult<()> {
+        self.send(Req {
+            service: "dynamodb",
+            op,
+            partitions,
         })
         .await
     }
@@ -404,7 +424,7 @@ impl Model {
         self.send(Req {
             service: "sqs",
             op,
-            partition: None,
+            partitions: &[],
         })
         .await
     }
@@ -421,6 +441,11 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// The partition key of manifest partition `pk`'s row counter item (as `tilegate-aws` keys it).
+fn rows_counter(pk: &str) -> String {
+    format!("{pk}#rows")
 }
 
 /// [`Backends`] behind the model. The ledger and remote sources are passed through unmodelled
@@ -614,9 +639,18 @@ impl JobTable for Modelled {
 #[async_trait]
 impl ManifestTable for Modelled {
     async fn put_entry(&self, e: &ManifestEntry) -> StoreResult<CreateOutcome<ManifestEntry>> {
+        // One TransactWriteItems: the row and its partition's counter item, each billed two
+        // write units (a transaction's price).
         let pk = self.manifest_pk(&e.job_id, e.window).await?;
+        let counter = rows_counter(&pk);
         self.model
-            .dynamo("PutItem", &pk, Budget::DynamoWrite, 1.0)
+            .dynamo_across(
+                "TransactWriteItems",
+                &[
+                    (&pk, Budget::DynamoWrite, 2.0),
+                    (&counter, Budget::DynamoWrite, 2.0),
+                ],
+            )
             .await?;
         self.inner.manifest.put_entry(e).await
     }
@@ -652,14 +686,28 @@ impl ManifestTable for Modelled {
         self.inner.manifest.list_entries(job).await
     }
 
-    async fn count_partition(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
-        // One partition's count: one query of its rows, as DynamoDB bills it.
+    async fn recorded(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
+        // One GetItem of the partition's counter item, strongly consistent.
         let counts = self.inner.manifest.count_partitions(job).await?;
         let Some((pk, rows)) = counts.get(shard as usize) else {
             return Ok(0);
         };
-        self.model.query(pk, *rows).await?;
+        self.model
+            .dynamo("GetItem", &rows_counter(pk), Budget::DynamoRead, 1.0)
+            .await?;
         Ok(*rows)
+    }
+
+    async fn recorded_all(&self, job: &JobId) -> StoreResult<Vec<u64>> {
+        // One BatchGetItem of every partition's counter item.
+        let counts = self.inner.manifest.count_partitions(job).await?;
+        let counters: Vec<String> = counts.iter().map(|(pk, _)| rows_counter(pk)).collect();
+        let reads: Vec<(&str, Budget, f64)> = counters
+            .iter()
+            .map(|c| (c.as_str(), Budget::DynamoRead, 1.0))
+            .collect();
+        self.model.dynamo_across("BatchGetItem", &reads).await?;
+        Ok(counts.into_iter().map(|(_, n)| n).collect())
     }
 
     async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>> {

@@ -4,6 +4,7 @@
 use crate::AssembleError;
 use bytes::Bytes;
 use tilegate_core::ObjectKey;
+use tilegate_core::announce::Announcement;
 use tilegate_core::object::{ObjectStoreExt, PutOutcome};
 use tilegate_core::table::{JobRecord, OutputRef, UpdateOutcome};
 use tilegate_core::{Backends, StoreError};
@@ -71,7 +72,9 @@ pub async fn checksum_of(b: &Backends, scene: &OutputRef) -> Result<String, Asse
 }
 
 /// Publish the scene's Item, then record the scene on the job row under the row's version
-/// guard (re-read on a race): a row that names its scene implies the Item is in place.
+/// guard (re-read on a race): a row that names its scene implies the Item is in place. The
+/// same write puts the scene's announcement in the row's outbox ([`tilegate_core::announce`]),
+/// so a published scene is never left unannounced.
 pub(crate) async fn record_scene(
     b: &Backends,
     job_row: &JobRecord,
@@ -89,6 +92,11 @@ pub(crate) async fn record_scene(
         }
         let mut next = row.row.clone();
         next.scene_output = Some(output.clone());
+        next.record_announcement(Announcement::published(
+            job,
+            &output,
+            tilegate_core::now_millis(),
+        ));
         match b.jobs.update_job(&next, row.version).await? {
             UpdateOutcome::Updated { .. } => return Ok(()),
             UpdateOutcome::Superseded(_) => continue,

@@ -52,3 +52,21 @@ pub fn sqs_client(sdk: &SdkConfig) -> aws_sdk_sqs::Client {
             .build(),
     )
 }
+
+/// An SNS client (announcements).
+pub fn sns_client(sdk: &SdkConfig) -> aws_sdk_sns::Client {
+    aws_sdk_sns::Client::from_conf(
+        aws_sdk_sns::config::Builder::from(sdk)
+            .interceptor(RequestMeter::new("sns"))
+            .build(),
+    )
+}
+
+/// An EventBridge client (announcements).
+pub fn eventbridge_client(sdk: &SdkConfig) -> aws_sdk_eventbridge::Client {
+    aws_sdk_eventbridge::Client::from_conf(
+        aws_sdk_eventbridge::config::Builder::from(sdk)
+            .interceptor(RequestMeter::new("eventbridge"))
+            .build(),
+    )
+}

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod announce;
 pub mod config;
 pub mod dynamo;
 pub mod error;
@@ -11,7 +12,7 @@ pub mod sqs;
 pub mod url;
 
 /// The SDK crates, for callers that build their own clients without a version skew.
-pub use {aws_config, aws_sdk_dynamodb, aws_sdk_s3, aws_sdk_sqs};
+pub use {aws_config, aws_sdk_dynamodb, aws_sdk_eventbridge, aws_sdk_s3, aws_sdk_sns, aws_sdk_sqs};
 
 pub use dynamo::DynamoTables;
 pub use error::{Answer, AwsError, classify};

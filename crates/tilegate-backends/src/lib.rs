@@ -468,3 +468,60 @@ async fn init_aws(
 ) -> anyhow::Result<()> {
     Err(UnknownUrl::error("--tables", tables, "sqlite://FILE"))
 }
+
+/// The announcement sinks `specs` name ([`tilegate_core::announce::SinkSpec`]): SNS topics and
+/// EventBridge buses on AWS (this build's `aws` feature), webhooks signed with
+/// `TILEGATE_WEBHOOK_SECRET` (read from the environment, never from a command line).
+pub async fn open_sinks(
+    specs: &[tilegate_core::announce::SinkSpec],
+) -> anyhow::Result<Vec<Arc<dyn tilegate_core::announce::Sink>>> {
+    use tilegate_core::announce::SinkSpec;
+    let secret = std::env::var("TILEGATE_WEBHOOK_SECRET")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let mut out: Vec<Arc<dyn tilegate_core::announce::Sink>> = Vec::new();
+    #[cfg(feature = "aws")]
+    let mut sdk = None;
+    for spec in specs {
+        match spec {
+            SinkSpec::Webhook(url) => {
+                let mut hook =
+                    tilegate_webhook::Webhook::new(url, secret.as_deref().map(str::as_bytes))?;
+                // Test hook: a shorter first backoff (milliseconds), so that a refused delivery
+                // is retried quickly.
+                if let Some(ms) = std::env::var("TILEGATE_TEST_WEBHOOK_BACKOFF_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                {
+                    hook = hook.with_retry(tilegate_retry::RetryPolicy {
+                        max_attempts: 6,
+                        base: std::time::Duration::from_millis(ms),
+                        cap: std::time::Duration::from_millis(ms * 16),
+                    });
+                }
+                out.push(Arc::new(hook));
+            }
+            #[cfg(feature = "aws")]
+            SinkSpec::Sns(arn) => {
+                if sdk.is_none() {
+                    sdk = Some(tilegate_aws::config::load_sdk_config().await);
+                }
+                let sdk = sdk.as_ref().expect("loaded above");
+                out.push(Arc::new(tilegate_aws::announce::SnsTopic::new(sdk, arn)));
+            }
+            #[cfg(feature = "aws")]
+            SinkSpec::EventBridge(bus) => {
+                if sdk.is_none() {
+                    sdk = Some(tilegate_aws::config::load_sdk_config().await);
+                }
+                let sdk = sdk.as_ref().expect("loaded above");
+                out.push(Arc::new(tilegate_aws::announce::EventBus::new(sdk, bus)));
+            }
+            #[cfg(not(feature = "aws"))]
+            SinkSpec::Sns(_) | SinkSpec::EventBridge(_) => {
+                anyhow::bail!("{spec:?}: this build has no AWS support (the `aws` feature)")
+            }
+        }
+    }
+    Ok(out)
+}

@@ -116,6 +116,10 @@ pub enum Command {
     /// Print the STAC Items of jobs' assembled scenes (published beside each scene as
     /// `scenes/JOB.json`), and with --stac-collection write a STAC Collection over them.
     Stac(StacArgs),
+    /// Deliver jobs' pending announcements (published scenes, jobs left incomplete) to the
+    /// sinks named by --announce: one job, or every recent job with something pending. Run it
+    /// on a schedule beside pools that announce, to deliver what a sink refused earlier.
+    Announce(AnnounceArgs),
     /// List or redrive dead letters.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -374,6 +378,18 @@ pub struct AssembleFlags {
     /// nearest: an average of class indices is a class that does not exist.
     #[arg(long, default_value = "average")]
     pub resampling: String,
+    /// Announce each published scene (and each job a dead letter leaves incomplete) to SINK:
+    /// `sns:TOPIC_ARN`, `eventbridge:BUS`, or an `https://` webhook (each POST signed with
+    /// HMAC-SHA256 of TILEGATE_WEBHOOK_SECRET). Repeat it, or list them comma-separated in
+    /// TILEGATE_ANNOUNCE. What a sink does not take stays pending on the job row for the next
+    /// delivery (`tilegate announce`).
+    #[arg(
+        long = "announce",
+        value_name = "SINK",
+        env = "TILEGATE_ANNOUNCE",
+        value_delimiter = ','
+    )]
+    pub announce: Vec<tilegate_core::announce::SinkSpec>,
     /// Test hook: stop renewing the lease after this many uploaded parts.
     #[arg(long, hide = true)]
     pub test_pause_renewals_after_parts: Option<u32>,
@@ -392,6 +408,25 @@ pub struct AssembleArgs {
     pub all: bool,
     #[command(flatten)]
     pub flags: AssembleFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct AnnounceArgs {
+    /// Job ID, or a unique prefix of one (default: every recent job with pending
+    /// announcements).
+    pub job: Option<String>,
+    /// Where to: as for `work --announce` (TILEGATE_ANNOUNCE).
+    #[arg(
+        long = "announce",
+        value_name = "SINK",
+        env = "TILEGATE_ANNOUNCE",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub announce: Vec<tilegate_core::announce::SinkSpec>,
+    /// How many of the newest jobs to look at without a JOB.
+    #[arg(long, default_value_t = 1000)]
+    pub limit: usize,
 }
 
 #[derive(Debug, Args)]

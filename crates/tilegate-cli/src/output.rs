@@ -170,6 +170,21 @@ pub fn status_text(st: &JobStatus, objects_root: &str) -> String {
     for (reason, count) in &st.dead_letters_by_reason {
         s.push_str(&format!("  dead letters {reason}: {count}\n"));
     }
+    for a in &st.announcements {
+        let to = if a.delivered.is_empty() {
+            "pending: no sink has taken it yet".to_owned()
+        } else {
+            format!(
+                "delivered to {}",
+                a.delivered.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        };
+        s.push_str(&format!(
+            "  announced    {} ({}), {to}\n",
+            a.outcome.as_str(),
+            a.key
+        ));
+    }
     for w in &st.workers {
         s.push_str(&format!(
             "  worker       {} recorded {} window(s)\n",

@@ -3,6 +3,7 @@
 //! Architecture invariant: this crate does no I/O and knows no provider type. Stages depend on
 //! the traits here; backends implement them.
 
+pub mod announce;
 pub mod backends;
 pub mod error;
 pub mod etag;

@@ -60,6 +60,14 @@ pub struct JobRecord {
     /// [`manifest_partition`]); 1, the default, keeps them in one partition keyed by the job ID.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub manifest_shards: u32,
+    /// How often `tilegate dlq redrive` has resumed the job's dead-lettered windows: the
+    /// generation an `incomplete` announcement belongs to.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub redrives: u32,
+    /// The job's announcements, recorded with the changes they announce and marked as each
+    /// sink acknowledges them ([`crate::announce`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outbox: Vec<crate::announce::Announcement>,
 }
 
 fn one() -> u32 {
@@ -338,7 +346,9 @@ pub trait JobTable: Send + Sync + std::fmt::Debug {
 /// The manifest: one row per committed window; the assembler counts these, never objects.
 #[async_trait]
 pub trait ManifestTable: Send + Sync + std::fmt::Debug {
-    /// Create if absent.
+    /// Create if absent, and count the row in its partition's counter in the same atomic step
+    /// (a transaction, or the row's own presence where a count of it is as cheap): a row is
+    /// counted exactly once however often it is put.
     async fn put_entry(&self, e: &ManifestEntry) -> StoreResult<CreateOutcome<ManifestEntry>>;
     /// Replace only if at `expected` version.
     async fn update_entry(
@@ -354,17 +364,25 @@ pub trait ManifestTable: Send + Sync + std::fmt::Debug {
     /// Every row of a job, ordered by window.
     async fn list_entries(&self, job: &JobId) -> StoreResult<Vec<Versioned<ManifestEntry>>>;
     /// Number of rows of a job in each of its manifest partitions ([`manifest_partitions`]
-    /// order): one count request per partition, as the backends store them.
+    /// order): the rows themselves counted, one count request per partition, as the backends
+    /// store them — what the assembler checks before it mosaics.
     async fn count_partitions(&self, job: &JobId) -> StoreResult<Vec<(String, u64)>>;
-    /// Number of rows in one manifest partition of a job (`shard`, 0-based, of
-    /// [`manifest_partitions`]): one count request, strongly consistent — the cheap half of a
-    /// completion check ([`shard_sizes`]).
-    async fn count_partition(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
+    /// Rows recorded in one manifest partition of a job (`shard`, 0-based, of
+    /// [`manifest_partitions`]), read from the partition's row counter, which
+    /// [`put_entry`](Self::put_entry) advances in the same atomic step as the row it creates:
+    /// one small strongly consistent read however many rows the partition holds — the cheap
+    /// half of a completion check ([`shard_sizes`]).
+    async fn recorded(&self, job: &JobId, shard: u32) -> StoreResult<u64>;
+    /// Every partition's row counter ([`recorded`](Self::recorded)), in
+    /// [`manifest_partitions`] order: one request where the table batches reads. By default
+    /// the rows counted, for tables whose count of a partition is its counter.
+    async fn recorded_all(&self, job: &JobId) -> StoreResult<Vec<u64>> {
         Ok(self
             .count_partitions(job)
             .await?
-            .get(shard as usize)
-            .map_or(0, |(_, n)| *n))
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect())
     }
     /// Number of rows of a job, across its partitions.
     async fn count_entries(&self, job: &JobId) -> StoreResult<u64> {

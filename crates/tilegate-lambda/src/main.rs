@@ -6,7 +6,9 @@
 //! each job whose last window it records, when the job's tiles total at most
 //! `TILEGATE_ASSEMBLE_MAX_BYTES` (default 4 GiB: a 10 GiB function assembling within its 15
 //! minutes); a larger job is left `assembling` for the `tilegate assemble --all` CronJob of
-//! deploy/k8s.
+//! deploy/k8s. `TILEGATE_ANNOUNCE` (`sns:TOPIC_ARN`, `eventbridge:BUS`, `https://` webhooks,
+//! comma-separated; webhooks signed with `TILEGATE_WEBHOOK_SECRET`) announces each scene the
+//! function publishes and each job it leaves incomplete.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use std::sync::Arc;
@@ -63,10 +65,20 @@ async fn main() -> Result<(), Error> {
         let opts = tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner(
             "lambda-assemble",
         ));
-        cfg.on_complete = Some(Arc::new(
-            tilegate_pipeline::complete::AssembleOnComplete::new(backends.clone(), opts)
-                .at_most(max),
-        ));
+        let mut hook = tilegate_pipeline::complete::AssembleOnComplete::new(backends.clone(), opts)
+            .at_most(max);
+        // TILEGATE_ANNOUNCE: where published scenes and incomplete jobs are announced.
+        let specs = tilegate_core::announce::sink_specs(
+            &std::env::var("TILEGATE_ANNOUNCE").unwrap_or_default(),
+        )?;
+        if !specs.is_empty() {
+            let sinks = tilegate_backends::open_sinks(&specs).await?;
+            hook = hook.announcing(tilegate_pipeline::announce::Announcer::new(
+                backends.clone(),
+                sinks,
+            ));
+        }
+        cfg.on_complete = Some(Arc::new(hook));
     }
     let handler = Arc::new(Handler::new(backends, cfg));
     lambda_runtime::run(service_fn(

@@ -180,7 +180,8 @@ impl ManifestTable for MemoryTables {
         Ok(out)
     }
 
-    async fn count_partition(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
+    /// The partition's rows, counted under the lock that created them: the same atomic step.
+    async fn recorded(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
         let st = self.lock();
         let pk = manifest_partitions(job, st.shards(job))
             .into_iter()

@@ -1,9 +1,13 @@
 //! Assembly on completion: the [`OnComplete`] a worker pool calls when it records a job's last
 //! window — `tilegate work --assemble`. It assembles exactly as `tilegate assemble` does
 //! (manifest count, claim gate, copy, publish once); the duplicate triggers that at-least-once
-//! delivery and racing workers make find the claim held or the scene published.
+//! delivery and racing workers make find the claim held or the scene published. Then it
+//! delivers the job's announcements ([`crate::announce`]): the one the assembly recorded, or
+//! one a crashed predecessor left pending — a duplicate trigger delivers it.
 
+use crate::announce::Announcer;
 use tilegate_assembler::{AssembleOptions, AssembleOutcome};
+use tilegate_core::id::JobId;
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Reason};
@@ -19,6 +23,7 @@ pub struct AssembleOnComplete {
     b: Backends,
     opts: AssembleOptions,
     max_bytes: Option<u64>,
+    announcer: Option<Announcer>,
 }
 
 impl AssembleOnComplete {
@@ -27,6 +32,23 @@ impl AssembleOnComplete {
             b,
             opts,
             max_bytes: None,
+            announcer: None,
+        }
+    }
+
+    /// Deliver the job's announcements with `announcer` once it is published (or incomplete).
+    pub fn announcing(mut self, announcer: Announcer) -> Self {
+        self.announcer = Some(announcer);
+        self
+    }
+
+    /// Deliver what `job`'s outbox holds; a sink's failure leaves it pending (logged by the
+    /// announcer), a store's failure is logged: delivery never fails a window.
+    async fn announce(&self, job: &JobId) {
+        if let Some(a) = &self.announcer
+            && let Err(e) = a.deliver(job).await
+        {
+            tracing::warn!(job_id = %job, error = %tilegate_core::error::chain(&e), "announcing: the job row could not be read or marked; left pending");
         }
     }
 
@@ -41,8 +63,13 @@ impl AssembleOnComplete {
 
 #[async_trait::async_trait]
 impl OnComplete for AssembleOnComplete {
+    async fn job_incomplete(&self, job: &JobId) {
+        self.announce(job).await;
+    }
+
     async fn job_complete(&self, job: &JobRecord) -> Result<(), CompletionError> {
         if job.scene_output.is_some() {
+            self.announce(&job.job_id).await;
             return Ok(());
         }
         if let Some(max) = self.max_bytes {
@@ -85,8 +112,11 @@ impl OnComplete for AssembleOnComplete {
                     // (whose own trigger is not acknowledged until it is done).
                     AssembleOutcome::Written
                     | AssembleOutcome::AlreadyDone
-                    | AssembleOutcome::AlreadyPresent
-                    | AssembleOutcome::HeldBy { .. } => Ok(()),
+                    | AssembleOutcome::AlreadyPresent => {
+                        self.announce(&job.job_id).await;
+                        Ok(())
+                    }
+                    AssembleOutcome::HeldBy { .. } => Ok(()),
                     AssembleOutcome::LeaseLost => Err(CompletionError {
                         reason: Reason::LeaseLost,
                         retryable: true,

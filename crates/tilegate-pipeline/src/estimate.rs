@@ -186,7 +186,7 @@ fn scene_bytes(tile_bytes: u64) -> u64 {
 mod per_job {
     /// S3: HEADs of the scene before the claim, after the upload, and of the Item.
     pub const S3_HEADS: u64 = 3;
-    /// DynamoDB: the job row and the claim (PutItem beside the rows), the reads of the job
+    /// DynamoDB: the job row and the claim (PutItems beside the rows' transactions), the reads of the job
     /// row and the claim, the counter flushes, and the manifest counts of the pool's
     /// completion checks and the assembler's.
     pub const DYNAMO_PUTS: u64 = 2;
@@ -253,7 +253,9 @@ pub fn predicted(
         _ => {}
     }
     if services.dynamodb {
-        add("dynamodb", "PutItem", windows + per_job::DYNAMO_PUTS);
+        // Each manifest row is created in one transaction with its partition's row counter.
+        add("dynamodb", "TransactWriteItems", windows);
+        add("dynamodb", "PutItem", per_job::DYNAMO_PUTS);
         add("dynamodb", "GetItem", per_job::DYNAMO_GETS);
         add("dynamodb", "UpdateItem", per_job::DYNAMO_UPDATES);
         add("dynamodb", "Query", per_job::DYNAMO_QUERIES);
@@ -313,7 +315,12 @@ mod tests {
             "tiles, the Item, the scene"
         );
         assert_eq!(n(&c, "s3", "GetObject"), 64);
-        assert_eq!(n(&c, "dynamodb", "PutItem"), 66);
+        assert_eq!(
+            n(&c, "dynamodb", "TransactWriteItems"),
+            64,
+            "a row and its count"
+        );
+        assert_eq!(n(&c, "dynamodb", "PutItem"), 2, "the job row and the claim");
         assert_eq!(n(&c, "sqs", "SendMessageBatch"), 7);
         assert_eq!(n(&c, "sqs", "DeleteMessageBatch"), 7);
         assert_eq!(n(&c, "s3", "UploadPart"), 0, "the scene fits one PUT");

@@ -186,6 +186,8 @@ pub async fn derive(
         created_at: now_millis(),
         scene_output: None,
         manifest_shards: opts.manifest_shards.clamp(1, MAX_MANIFEST_SHARDS),
+        redrives: 0,
+        outbox: Vec::new(),
     };
     Ok((record, timings))
 }

@@ -363,6 +363,7 @@ impl Gathered {
             dead_letters_for_job: self.dead.len() as u64,
             dead_letters_by_reason: by_reason,
             dead_letters: self.dead.iter().take(50).cloned().collect(),
+            announcements: job.outbox.clone(),
             workers: workers.into_values().collect(),
             first_recorded_at: first,
             last_recorded_at: last,
@@ -486,6 +487,9 @@ pub struct JobStatus {
     pub dead_letters_by_reason: BTreeMap<String, u64>,
     /// The first 50 of the job's dead letters.
     pub dead_letters: Vec<JobDeadLetter>,
+    /// The job's outbox: each announcement (published, incomplete) with the sinks that
+    /// acknowledged it.
+    pub announcements: Vec<tilegate_core::announce::Announcement>,
     pub workers: Vec<WorkerActivity>,
     pub first_recorded_at: Option<UnixMillis>,
     pub last_recorded_at: Option<UnixMillis>,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tilegate_cog::{CogError, EncodeRequest, ReducedWindow, StepTimes};
 use tilegate_core::ObjectKey;
 use tilegate_core::Reason;
+use tilegate_core::announce::Announcement;
 use tilegate_core::error::chain;
 use tilegate_core::ledger::{AttemptOrder, AttemptState, Subject};
 use tilegate_core::message::{MessageError, WindowMessage};
@@ -196,10 +197,43 @@ async fn dead_letter(
     let reason =
         tilegate_core::redact::redact(&format!("{}: {}", fault.code, fault.detail)).into_owned();
     tracing::warn!(message_id = %msg.message_id, reason = %reason, "dead-lettering message");
+    // The job's `incomplete` announcement goes in its outbox before the message leaves the
+    // queue: a crash in between redelivers the message, and recording again is a no-op.
+    // A regeneration's window leaves the published job as it was; and a message is input: it
+    // speaks for a job only if it is one of that job's windows.
+    let job = WindowMessage::decode(&msg.body)
+        .ok()
+        .filter(|wm| wm.attempt.is_none());
+    if let Some(wm) = &job {
+        let code = fault.code.as_str();
+        let recorded = tilegate_core::announce::record(&*shared.b.jobs, &wm.job_id, |row| {
+            (row.source == wm.source && row.grid == wm.grid && row.scene_output.is_none()).then(
+                || {
+                    Announcement::incomplete(
+                        &row.job_id,
+                        row.redrives,
+                        code,
+                        wm.window,
+                        now_millis(),
+                    )
+                },
+            )
+        })
+        .await;
+        if let Err(e) = recorded {
+            return WindowOutcome::Retry(format!(
+                "recording the job's incomplete announcement failed: {}",
+                chain(&e)
+            ));
+        }
+    }
     match shared.b.queue.dead_letter(msg, &reason).await {
         Ok(()) => {
             shared.counters.dead_lettered(fault.code.as_str());
             deltas.0.push((m::DEAD_LETTERED, 1));
+            if let (Some(hook), Some(wm)) = (&shared.cfg.on_complete, &job) {
+                hook.job_incomplete(&wm.job_id).await;
+            }
             WindowOutcome::DeadLettered(reason)
         }
         Err(e) => WindowOutcome::Retry(format!("dead-letter failed: {}", chain(&e))),

@@ -246,3 +246,62 @@ mod deployment {
         assert!(!err.is_retryable(), "{err:?}");
     }
 }
+
+/// A manifest row whose transaction's answer is lost: the resend is cancelled by the row the
+/// first send created, which is recognised as its own, and the partition's counter — in the
+/// same transaction as the row — counts it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_row_whose_answer_is_lost_is_created_and_counted_once() {
+    use crate::conformance::tables::{entry, new_job};
+    use tilegate_core::grid::Window;
+    use tilegate_core::table::CreateOutcome;
+    if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
+        no_emulator();
+    }
+    let upstream = std::env::var("AWS_ENDPOINT_URL").expect("the emulator's endpoint");
+    let proxy = tilegate_tests::lossy::LossyProxy::start(&upstream).await;
+    let sdk = config::load_sdk_config().await;
+    let client = tilegate_aws::aws_sdk_dynamodb::Client::from_conf(
+        tilegate_aws::aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .endpoint_url(&proxy.url)
+            .build(),
+    );
+    let tables = DynamoTables::new(client, &unique("tg"));
+    tables.ensure_tables().await.expect("tables");
+    let job = new_job("manifest-lost");
+    tables.create_job(&job).await.unwrap();
+    let row = entry(&job.job_id, Window::new(1, 2), 5);
+    // Also reads (and keeps) the job's shard count, so that the next POST is the transaction.
+    assert_eq!(tables.recorded(&job.job_id, 0).await.unwrap(), 0);
+
+    proxy.lose_next_writes(1);
+    assert_eq!(
+        tables.put_entry(&row).await.unwrap(),
+        CreateOutcome::Created,
+        "the resend finds its own row"
+    );
+    assert_eq!(proxy.lost(), 1, "the first answer was lost");
+    assert_eq!(tables.recorded(&job.job_id, 0).await.unwrap(), 1);
+    assert!(matches!(
+        tables.put_entry(&row).await.unwrap(),
+        CreateOutcome::AlreadyExists(_)
+    ));
+    assert_eq!(
+        tables.recorded(&job.job_id, 0).await.unwrap(),
+        1,
+        "counted once after a lost answer and a duplicate"
+    );
+    let transactions = proxy
+        .requests()
+        .iter()
+        .filter(|(_, target)| {
+            target
+                .as_deref()
+                .is_some_and(|t| t.ends_with("TransactWriteItems"))
+        })
+        .count();
+    assert_eq!(
+        transactions, 3,
+        "the lost one, its resend and the duplicate"
+    );
+}

@@ -51,6 +51,8 @@ fn job(source: &str, created_at: i64) -> JobRecord {
         created_at,
         scene_output: None,
         manifest_shards: 1,
+        redrives: 0,
+        outbox: Vec::new(),
     }
 }
 
@@ -58,7 +60,7 @@ pub(super) fn new_job(tag: &str) -> JobRecord {
     job(&format!("file:///{}.tif", unique(tag)), now_millis())
 }
 
-fn entry(job: &JobId, w: Window, size: u64) -> ManifestEntry {
+pub(super) fn entry(job: &JobId, w: Window, size: u64) -> ManifestEntry {
     ManifestEntry {
         job_id: job.clone(),
         window: w,
@@ -271,6 +273,17 @@ pub async fn manifest_sharded(h: &dyn Harness) {
     assert_eq!(names, manifest_partitions(&id, SHARDS));
     let got: Vec<u64> = counts.iter().map(|(_, n)| *n).collect();
     assert_eq!(got, expected, "rows per partition");
+    // Each partition's row counter moved with its rows, once per row (the duplicate above
+    // counted nothing), read one partition at a time or all at once.
+    assert_eq!(m.recorded_all(&id).await.unwrap(), expected, "row counters");
+    for (shard, n) in expected.iter().enumerate() {
+        assert_eq!(
+            m.recorded(&id, shard as u32).await.unwrap(),
+            *n,
+            "shard {shard}"
+        );
+    }
+    assert_eq!(m.recorded(&id, SHARDS).await.unwrap(), 0, "no such shard");
     assert!(
         got.iter().all(|n| *n > 0),
         "40 windows over 4 shards leave none empty: {got:?}"
@@ -309,6 +322,13 @@ pub async fn manifest_sharded(h: &dyn Harness) {
         m.count_partitions(&plain.job_id).await.unwrap(),
         vec![(plain.job_id.to_string(), 1)]
     );
+    assert_eq!(m.recorded(&plain.job_id, 0).await.unwrap(), 1);
+    assert_eq!(m.recorded_all(&plain.job_id).await.unwrap(), vec![1]);
+    // A job with no rows yet has counters of nothing.
+    let empty = new_job("manifest-empty");
+    h.jobs().create_job(&empty).await.unwrap();
+    assert_eq!(m.recorded(&empty.job_id, 0).await.unwrap(), 0);
+    assert_eq!(m.recorded_all(&empty.job_id).await.unwrap(), vec![0]);
 }
 
 pub async fn manifest_update_versions(h: &dyn Harness) {
@@ -332,6 +352,11 @@ pub async fn manifest_update_versions(h: &dyn Harness) {
     let got = m.get_entry(&id, w).await.unwrap().unwrap();
     assert_eq!((got.version, got.row.size), (2, 20));
     assert_eq!(m.count_entries(&id).await.unwrap(), 1);
+    assert_eq!(
+        m.recorded(&id, 0).await.unwrap(),
+        1,
+        "an update counts nothing"
+    );
 }
 
 /// 16 concurrent puts of distinct windows all land; 16 concurrent puts of one window create
@@ -352,6 +377,11 @@ pub async fn manifest_concurrent_puts(h: &dyn Harness) {
         assert_eq!(t.await.unwrap(), CreateOutcome::Created);
     }
     assert_eq!(m.count_entries(&id).await.unwrap(), 16);
+    assert_eq!(
+        m.recorded(&id, 0).await.unwrap(),
+        16,
+        "16 racing creates on one partition's counter, each counted once"
+    );
 
     let same = new_job("manifest-race-same").job_id;
     let mut tasks = Vec::new();
@@ -371,6 +401,11 @@ pub async fn manifest_concurrent_puts(h: &dyn Harness) {
     }
     assert_eq!(created, 1);
     assert_eq!(m.count_entries(&same).await.unwrap(), 1);
+    assert_eq!(
+        m.recorded(&same, 0).await.unwrap(),
+        1,
+        "one row, counted once"
+    );
 }
 
 pub async fn claim_lifecycle(h: &dyn Harness) {

@@ -18,11 +18,8 @@
 
 use super::model::{corrupt, decode_body, encode_body, get_n, n, names, s};
 use super::versioned::CondWrite;
-use super::{DynamoTables, Item, SERVICE};
-use crate::error::{Failure, FailureOf as _};
-use crate::retry::{self, Idempotency};
+use super::{DynamoTables, Item};
 use async_trait::async_trait;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 use std::collections::HashMap;
 use tilegate_core::id::JobId;
@@ -126,34 +123,6 @@ fn row_put(table: &str, row: &AttemptRow, read_at: u64) -> StoreResult<TransactW
 }
 
 impl DynamoTables {
-    async fn transact(&self, shown: &str, items: Vec<TransactWriteItem>) -> StoreResult<bool> {
-        retry::run(
-            &self.retry,
-            Idempotency::Idempotent,
-            "transact write",
-            shown,
-            |_| {
-                let req = self
-                    .client
-                    .transact_write_items()
-                    .set_transact_items(Some(items.clone()));
-                async move {
-                    match req.send().await {
-                        Ok(_) => Ok(true),
-                        Err(e) => match e.as_service_error() {
-                            Some(TransactWriteItemsError::TransactionCanceledException(_)) => {
-                                Ok(false)
-                            }
-                            _ => Err(Failure::from_sdk(SERVICE, e)),
-                        },
-                    }
-                }
-            },
-        )
-        .await
-        .map_err(|f| f.into_store("transact write", shown))
-    }
-
     /// Every item of a job with `sk` beginning `prefix`, over all its partitions.
     async fn query_job(&self, job: &JobId, prefix: &str) -> StoreResult<Vec<Item>> {
         let mut out = Vec::new();
@@ -382,7 +351,7 @@ impl LedgerTable for DynamoTables {
                     prev.version,
                 )?);
             }
-            if self.transact(&shown, items).await? {
+            if self.transact(&shown, items).await?.1 {
                 debug!(store = "dynamodb", row = %shown, outcome = "published", "publish");
                 return Ok(PublishOutcome::Published {
                     previous: p.seen.clone(),
@@ -424,7 +393,7 @@ impl LedgerTable for DynamoTables {
             row_put(&self.ledger, &r.marked(now), row.version)?,
             TransactWriteItem::builder().delete(withdraw).build(),
         ];
-        if self.transact(&shown, items).await? {
+        if self.transact(&shown, items).await?.1 {
             return Ok(UpdateOutcome::Updated {
                 version: row.version + 1,
             });

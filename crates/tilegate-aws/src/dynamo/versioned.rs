@@ -8,8 +8,11 @@ use super::{DynamoTables, Item, SERVICE};
 use crate::error::{Failure, FailureOf as _};
 use crate::retry::{self, Idempotency};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
 use std::collections::HashMap;
 use std::future::Future;
 use tilegate_core::StoreResult;
@@ -83,6 +86,41 @@ impl DynamoTables {
         )
         .await
         .map_err(|f| f.into_store(w.operation, w.shown))
+    }
+
+    /// One `TransactWriteItems`: whether it applied (`false`: cancelled — a condition failed
+    /// or another transaction held an item; the caller reads to tell which), and the attempt
+    /// that answered, for the lost-answer rule.
+    pub(super) async fn transact(
+        &self,
+        shown: &str,
+        items: Vec<TransactWriteItem>,
+    ) -> StoreResult<(u32, bool)> {
+        retry::run(
+            &self.retry,
+            Idempotency::Idempotent,
+            "transact write",
+            shown,
+            |attempt| {
+                let req = self
+                    .client
+                    .transact_write_items()
+                    .set_transact_items(Some(items.clone()));
+                async move {
+                    match req.send().await {
+                        Ok(_) => Ok((attempt, true)),
+                        Err(e) => match e.as_service_error() {
+                            Some(TransactWriteItemsError::TransactionCanceledException(_)) => {
+                                Ok((attempt, false))
+                            }
+                            _ => Err(Failure::from_sdk(SERVICE, e)),
+                        },
+                    }
+                }
+            },
+        )
+        .await
+        .map_err(|f| f.into_store("transact write", shown))
     }
 
     /// A conditional `PutItem` returning `ALL_OLD` on refusal, and the attempt that answered.

@@ -1,6 +1,7 @@
 //! `assemble`, `repair` and `cleanup-uploads`: the commands that write or withdraw outputs
 //! after the windows are done.
 
+use super::announce::{announcer, deliver_after};
 use super::find_job;
 use crate::args::{AssembleArgs, AssembleFlags, CleanupArgs, RepairArgs};
 use crate::errors::refused;
@@ -52,6 +53,7 @@ pub(super) async fn assemble_cmd(
     let (assembled, counters) = assemble_job(b, &job.job_id, &assemble_options(&a.flags)?).await;
     match assembled {
         Ok(r) => {
+            deliver_after(announcer(b, &a.flags.announce).await?.as_ref(), &job.job_id).await;
             let mut summary = AssembleSummary::of(&r, &counters);
             summary.elapsed_s = Some(started.elapsed().as_secs_f64());
             out.emit(&AssembleResult::Assembled(summary));

@@ -2,11 +2,13 @@
 //! `plan`, `work`/`run`/`backfill` and `assemble`/`repair`/`cleanup-uploads` in their own
 //! modules; the ledger's commands are in `crate::ledger`, the read-only ones in `crate::look`.
 
+mod announce;
 mod assemble;
 mod plan;
 mod work;
 
 use crate::errors::refused;
+use announce::announce_cmd;
 pub(crate) use assemble::assemble_options;
 use assemble::{assemble_cmd, cleanup_uploads, repair_cmd};
 use plan::plan_cmd;
@@ -60,6 +62,7 @@ async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
             dlq(&out, &backends::open_read_only(&sel).await?, c).await
         }
         Command::Dlq(c) => dlq(&out, &backends::open(&sel).await?, c).await,
+        Command::Announce(a) => announce_cmd(&out, &backends::open(&sel).await?, a).await,
         Command::Demo(a) => demo(&out, &sel, a).await,
         Command::Recipes => {
             out.emit(&reports::RecipesReport {
@@ -254,6 +257,8 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
             });
         }
         DlqCommand::Redrive { ids, job } => {
+            // Each job whose windows go back starts a new generation first, so that if they
+            // are dead-lettered again the job is announced incomplete again.
             let moved = if let Some(j) = job {
                 let job = find_job(b, Some(&j)).await?.job_id;
                 let ids: Vec<String> = job_dead_letters(b, &job)
@@ -264,12 +269,26 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
                 if ids.is_empty() {
                     0
                 } else {
+                    tilegate_pipeline::announce::new_generation(b, &job).await?;
                     b.queue.redrive(Some(&ids)).await?
                 }
-            } else if ids.is_empty() {
-                b.queue.redrive(None).await?
             } else {
-                b.queue.redrive(Some(&ids)).await?
+                let mut jobs = std::collections::BTreeSet::new();
+                for d in b.queue.list_dead_letters(DLQ_SCAN).await? {
+                    if (ids.is_empty() || ids.contains(&d.message_id))
+                        && let Some(job) = dead_letter_job(&d.body)
+                    {
+                        jobs.insert(job);
+                    }
+                }
+                for job in &jobs {
+                    tilegate_pipeline::announce::new_generation(b, job).await?;
+                }
+                if ids.is_empty() {
+                    b.queue.redrive(None).await?
+                } else {
+                    b.queue.redrive(Some(&ids)).await?
+                }
             };
             out.emit(&reports::DlqRedrive { redriven: moved });
         }

@@ -1,6 +1,7 @@
 //! `work`, `run` and `backfill`: pools of workers over the queue, and the whole pipeline in one
 //! process through `tilegate_pipeline::run`.
 
+use super::announce::{announcer, deliver_after};
 use super::assemble::assemble_options;
 use super::{find_job, stop_on_signals, worker_config};
 use crate::args::{AssembleFlags, BackfillArgs, PoolArgs, RunArgs, WorkArgs};
@@ -24,6 +25,9 @@ use tilegate_pipeline::{RunOptions, Until};
 use tilegate_planner::PlanOptions;
 use tilegate_worker::{StopWhen, WorkReport, Worker};
 
+/// How many of the newest jobs a pool looks at for pending announcements as it exits.
+const ANNOUNCE_SWEEP_JOBS: usize = 100;
+
 pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> {
     let stop = if a.until_empty {
         StopWhen::QueueDrained
@@ -32,11 +36,13 @@ pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result
     };
     let counters = Arc::new(Counters::new());
     let mut cfg = worker_config(&a.pool, stop);
+    let announcer = announcer(b, &a.assemble_flags.announce).await?;
     if a.assemble {
-        cfg.on_complete = Some(Arc::new(AssembleOnComplete::new(
-            b.clone(),
-            assemble_options(&a.assemble_flags)?,
-        )));
+        let mut hook = AssembleOnComplete::new(b.clone(), assemble_options(&a.assemble_flags)?);
+        if let Some(an) = &announcer {
+            hook = hook.announcing(an.clone());
+        }
+        cfg.on_complete = Some(Arc::new(hook));
     }
     let worker = Worker::new(b.clone(), cfg, counters.clone());
     let stop = stop_on_signals();
@@ -57,6 +63,22 @@ pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result
     let report = worker.run(stop).await.context("work");
     progress.finish_and_clear();
     let report = report?;
+    // What a sink refused while the pool ran, or what a pool without --assemble recorded
+    // (jobs left incomplete): one more delivery before exiting.
+    if let Some(an) = &announcer {
+        match an.sweep(ANNOUNCE_SWEEP_JOBS).await {
+            Ok(d) if d.pending > 0 => {
+                tracing::warn!(
+                    pending = d.pending,
+                    "announcements left pending: `tilegate announce` delivers them later"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %tilegate_core::error::chain(&e), "announcing at exit failed")
+            }
+        }
+    }
     out.emit(&WorkSummary {
         handled: report.handled,
         written: report.written,
@@ -198,6 +220,13 @@ pub(super) async fn run_source(
     })
     .await?;
     let complete = r.complete();
+    if let Some(flags) = assemble {
+        deliver_after(
+            announcer(b, &flags.announce).await?.as_ref(),
+            &r.plan.job.job_id,
+        )
+        .await;
+    }
     let report = run_summary(
         &r.plan.job,
         (r.plan.windows, r.plan.already_recorded, r.manifest_rows),

@@ -91,6 +91,7 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         ("stac", schema_for!(StacReport)),
         ("dlq-list", schema_for!(DlqList)),
         ("dlq-redrive", schema_for!(DlqRedrive)),
+        ("announce", schema_for!(AnnounceReport)),
         ("regenerate", schema_for!(RegenerateReport)),
         ("accept", schema_for!(AcceptReport)),
         ("attempts", schema_for!(AttemptsReport)),

@@ -601,3 +601,33 @@ impl Report for CleanupReport {
         t
     }
 }
+
+/// `announce`: what was delivered to the sinks and what is still pending.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AnnounceReport {
+    /// The job asked for (none: every recent job with pending announcements).
+    pub job_id: Option<JobId>,
+    /// The sinks, by the names recorded on job rows when they acknowledge.
+    pub sinks: Vec<String>,
+    /// Messages a sink acknowledged in this run.
+    pub delivered: u64,
+    /// (announcement, sink) pairs still unacknowledged: delivered by a later run.
+    pub pending: u64,
+    /// Why each pending one was not taken.
+    pub failures: Vec<String>,
+}
+
+impl Report for AnnounceReport {
+    fn text(&self, _: &Out) -> String {
+        let mut s = format!(
+            "delivered {} announcement(s) to {}; {} pending",
+            self.delivered,
+            self.sinks.join(", "),
+            self.pending
+        );
+        for f in &self.failures {
+            s.push_str(&format!("\n  not delivered: {f}"));
+        }
+        s
+    }
+}

@@ -239,7 +239,9 @@ impl ManifestTable for SqliteBackend {
         .await
     }
 
-    async fn count_partition(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
+    /// The partition's rows counted on the `(job_id, shard)` index, in the database that
+    /// commits them: a row and its count are one transaction's by construction.
+    async fn recorded(&self, job: &JobId, shard: u32) -> StoreResult<u64> {
         let job = job.to_string();
         self.with_conn("count manifest entries", &job.clone(), move |c| {
             let n: i64 = c.row(
