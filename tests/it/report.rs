@@ -883,3 +883,185 @@ fn plan_estimate_on_the_embedded_backend_bills_nothing_and_plans_nothing() {
     let again = tg_json(data, &["plan", s, "--window", "128", "--estimate"]);
     assert_eq!(again["already_planned"], true);
 }
+
+/// A scene published on the AWS emulator is announced once on an SNS topic (read through an
+/// SQS subscription) and once on an EventBridge bus (read through a rule targeting a queue),
+/// each message carrying the job's idempotency key and the scene's STAC Item, which passes
+/// `stac-validator`. moto serves SNS and EventBridge on the SQS server, where the queues live.
+#[test]
+fn a_published_scene_is_announced_on_sns_and_eventbridge() {
+    use tilegate_aws::{aws_sdk_eventbridge as eb, aws_sdk_sns as sns};
+    let Some((aws, tmp, scene)) = aws_with_scene(
+        "a_published_scene_is_announced_on_sns_and_eventbridge",
+        512,
+        4,
+    ) else {
+        return;
+    };
+    let data = tmp.path();
+    let sqs_url = std::env::var("AWS_ENDPOINT_URL_SQS")
+        .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tag = format!(
+        "ann{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    );
+    let (topic, sns_queue, eb_queue, sqs) = rt.block_on(async {
+        let sdk = tilegate_aws::config::load_sdk_config().await;
+        let sqs = tilegate_aws::config::sqs_client(&sdk);
+        let sns = sns::Client::from_conf(
+            sns::config::Builder::from(&sdk)
+                .endpoint_url(&sqs_url)
+                .build(),
+        );
+        let events = eb::Client::from_conf(
+            eb::config::Builder::from(&sdk)
+                .endpoint_url(&sqs_url)
+                .build(),
+        );
+        let mut queues = Vec::new();
+        for name in [format!("{tag}-sns"), format!("{tag}-eb")] {
+            let url = sqs
+                .create_queue()
+                .queue_name(&name)
+                .send()
+                .await
+                .unwrap()
+                .queue_url
+                .unwrap();
+            let arn = sqs
+                .get_queue_attributes()
+                .queue_url(&url)
+                .attribute_names(tilegate_aws::aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .send()
+                .await
+                .unwrap()
+                .attributes
+                .unwrap()
+                .values()
+                .next()
+                .unwrap()
+                .clone();
+            queues.push((url, arn));
+        }
+        let topic = sns
+            .create_topic()
+            .name(format!("{tag}-scenes"))
+            .send()
+            .await
+            .unwrap()
+            .topic_arn
+            .unwrap();
+        sns.subscribe()
+            .topic_arn(&topic)
+            .protocol("sqs")
+            .endpoint(&queues[0].1)
+            .send()
+            .await
+            .unwrap();
+        events
+            .put_rule()
+            .name(format!("{tag}-rule"))
+            .event_pattern(r#"{"source":["tilegate"]}"#)
+            .send()
+            .await
+            .unwrap();
+        events
+            .put_targets()
+            .rule(format!("{tag}-rule"))
+            .targets(
+                eb::types::Target::builder()
+                    .id("q")
+                    .arn(&queues[1].1)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        (topic, queues[0].0.clone(), queues[1].0.clone(), sqs)
+    });
+    let sinks = format!("sns:{topic},eventbridge:default");
+    let out = aws.run(
+        data,
+        &[
+            "--json",
+            "run",
+            scene.to_str().unwrap(),
+            "--window",
+            "256",
+            "--announce",
+            &sinks,
+        ],
+        &[
+            ("AWS_ENDPOINT_URL_SNS", &sqs_url),
+            ("AWS_ENDPOINT_URL_EVENTBRIDGE", &sqs_url),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let job = run["job_id"].as_str().unwrap().to_owned();
+    let st = aws.json(data, &["status", &job]);
+    let delivered = &st["announcements"][0]["delivered"];
+    assert_eq!(
+        delivered,
+        &serde_json::json!(["eventbridge:default", format!("sns:{topic}")]),
+        "{st}"
+    );
+    let receive = |url: &str| -> Vec<String> {
+        rt.block_on(async {
+            let mut bodies = Vec::new();
+            for _ in 0..3 {
+                let got = sqs
+                    .receive_message()
+                    .queue_url(url)
+                    .max_number_of_messages(10)
+                    .wait_time_seconds(1)
+                    .send()
+                    .await
+                    .unwrap();
+                bodies.extend(
+                    got.messages
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|m| m.body),
+                );
+            }
+            bodies
+        })
+    };
+    let via_sns = receive(&sns_queue);
+    assert_eq!(via_sns.len(), 1, "{via_sns:?}");
+    let envelope: Value = serde_json::from_str(&via_sns[0]).unwrap();
+    let from_sns: Value = serde_json::from_str(envelope["Message"].as_str().unwrap()).unwrap();
+    let via_eb = receive(&eb_queue);
+    assert_eq!(via_eb.len(), 1, "{via_eb:?}");
+    let event: Value = serde_json::from_str(&via_eb[0]).unwrap();
+    assert_eq!(event["source"], "tilegate");
+    assert_eq!(event["detail-type"], "tilegate.job.published");
+    let from_eb = &event["detail"];
+    for m in [&from_sns, from_eb] {
+        assert_eq!(m["type"], "tilegate.job.published", "{m}");
+        assert!(
+            m["idempotency_key"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{job}:published:")),
+            "{m}"
+        );
+        assert_eq!(m["item"]["id"], job.as_str());
+    }
+    assert_eq!(from_sns["idempotency_key"], from_eb["idempotency_key"]);
+    let item = data.join("announced.json");
+    std::fs::write(&item, serde_json::to_vec(&from_sns["item"]).unwrap()).unwrap();
+    validate_stac(&item).unwrap();
+}
