@@ -480,8 +480,16 @@ pub async fn open_sinks(
         .ok()
         .filter(|s| !s.is_empty());
     let mut out: Vec<Arc<dyn tilegate_core::announce::Sink>> = Vec::new();
+    // One SDK configuration for every AWS sink, loaded only when there is one.
     #[cfg(feature = "aws")]
-    let mut sdk = None;
+    let sdk = if specs
+        .iter()
+        .any(|s| matches!(s, SinkSpec::Sns(_) | SinkSpec::EventBridge(_)))
+    {
+        Some(tilegate_aws::config::load_sdk_config().await)
+    } else {
+        None
+    };
     for spec in specs {
         match spec {
             SinkSpec::Webhook(url) => {
@@ -503,18 +511,12 @@ pub async fn open_sinks(
             }
             #[cfg(feature = "aws")]
             SinkSpec::Sns(arn) => {
-                if sdk.is_none() {
-                    sdk = Some(tilegate_aws::config::load_sdk_config().await);
-                }
-                let sdk = sdk.as_ref().expect("loaded above");
+                let sdk = sdk.as_ref().expect("loaded for AWS sinks");
                 out.push(Arc::new(tilegate_aws::announce::SnsTopic::new(sdk, arn)));
             }
             #[cfg(feature = "aws")]
             SinkSpec::EventBridge(bus) => {
-                if sdk.is_none() {
-                    sdk = Some(tilegate_aws::config::load_sdk_config().await);
-                }
-                let sdk = sdk.as_ref().expect("loaded above");
+                let sdk = sdk.as_ref().expect("loaded for AWS sinks");
                 out.push(Arc::new(tilegate_aws::announce::EventBus::new(sdk, bus)));
             }
             #[cfg(not(feature = "aws"))]

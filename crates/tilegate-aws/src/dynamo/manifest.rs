@@ -29,6 +29,16 @@ const ROWS_ATTR: &str = "rows";
 /// existing row) is tried again.
 const CREATE_TRIES: u32 = 8;
 
+/// A retryable failure after `attempts` tries that kept meeting other writers.
+fn contended(operation: &'static str, shown: &str, what: String, attempts: u32) -> StoreError {
+    StoreError::backend(
+        operation,
+        shown,
+        Retry::Retryable,
+        crate::error::AwsError::Contended { what, attempts },
+    )
+}
+
 /// The key of manifest partition `partition`'s row counter in the counters table.
 fn rows_counter_key(partition: &str) -> Item {
     HashMap::from([("job_id".to_owned(), s(format!("{partition}#rows")))])
@@ -135,14 +145,11 @@ impl ManifestTable for DynamoTables {
                 return Ok(CreateOutcome::AlreadyExists(existing));
             }
         }
-        Err(StoreError::backend(
+        Err(contended(
             "put manifest entry",
             &shown,
-            Retry::Retryable,
-            crate::error::AwsError::Contended {
-                what: format!("manifest row {shown}"),
-                attempts: CREATE_TRIES,
-            },
+            format!("manifest row {shown}"),
+            CREATE_TRIES,
         ))
     }
 
@@ -259,14 +266,11 @@ impl ManifestTable for DynamoTables {
                 .unwrap_or_default();
         }
         if !wanted.is_empty() {
-            return Err(StoreError::backend(
+            return Err(contended(
                 "get manifest row counters",
                 &shown,
-                Retry::Retryable,
-                crate::error::AwsError::Contended {
-                    what: format!("manifest row counters of {shown}"),
-                    attempts: CREATE_TRIES,
-                },
+                format!("manifest row counters of {shown}"),
+                CREATE_TRIES,
             ));
         }
         Ok(partitions
