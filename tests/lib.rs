@@ -20,6 +20,12 @@ mod support {
 }
 
 pub use support::aws::Aws;
+/// The AWS emulator's SNS/EventBridge wiring for announcement tests.
+pub mod aws {
+    pub use crate::support::aws::{
+        drain, queue_with_arn, sns_clients, sns_endpoint, topic_with_queue,
+    };
+}
 pub use support::bin::{
     ONE_AT_A_TIME, child_bin, json_of, tg, tg_json, tilegate_bin, work_one_at_a_time,
     work_until_fault,

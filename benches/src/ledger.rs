@@ -59,6 +59,7 @@ fn synthetic_job(windows: u32) -> JobRecord {
         manifest_shards: 1,
         redrives: 0,
         outbox: Vec::new(),
+        windows_enqueued: false,
     }
 }
 

@@ -160,6 +160,30 @@ fn every_commands_json_validates() {
     );
     c.run("stac", &["stac", &job], 0);
     c.run("stac", &["stac"], 0);
+    // A watched directory: a scene planned, a file the filter leaves out.
+    let inbox = dir.join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    sample(&data, &inbox.join("arrived.tif"), 128, 7);
+    std::fs::write(inbox.join("readme.txt"), "not a scene").unwrap();
+    let ingested = c.run(
+        "ingest",
+        &[
+            "ingest",
+            "--watch",
+            inbox.to_str().unwrap(),
+            "--key-suffix",
+            ".tif",
+            "--window",
+            "64",
+            "--until-idle",
+            "--poll-s",
+            "0.1",
+        ],
+        0,
+    );
+    assert_eq!(ingested["planned"], 1, "{ingested}");
+    assert_eq!(ingested["skipped"], 1, "{ingested}");
+    c.run("work", &["work", "--until-empty"], 0);
 
     // The ledger: a regenerated window, accepted, held, listed, collected; a URL of it.
     let regen = c.run(

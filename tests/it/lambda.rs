@@ -36,7 +36,7 @@ impl StoreScript for Throttled {
 }
 
 /// The SQS event fixture with one record per received message.
-fn event(messages: &[Received]) -> SqsEvent {
+pub(crate) fn event(messages: &[Received]) -> SqsEvent {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/fixtures/lambda/sqs-batch.json"
@@ -58,7 +58,7 @@ fn event(messages: &[Received]) -> SqsEvent {
 }
 
 /// Receive everything visible, with real receipt handles.
-async fn receive_all(b: &tilegate_core::Backends, want: usize) -> Vec<Received> {
+pub(crate) async fn receive_all(b: &tilegate_core::Backends, want: usize) -> Vec<Received> {
     let mut got = Vec::new();
     for _ in 0..20 {
         let opts = ReceiveOptions {

@@ -14,6 +14,7 @@ mod crash;
 mod fidelity;
 mod fuzz_inputs;
 mod hardening;
+mod ingest;
 mod json_schemas;
 mod lambda;
 mod layering;

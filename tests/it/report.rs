@@ -890,7 +890,7 @@ fn plan_estimate_on_the_embedded_backend_bills_nothing_and_plans_nothing() {
 /// `stac-validator`. moto serves SNS and EventBridge on the SQS server, where the queues live.
 #[test]
 fn a_published_scene_is_announced_on_sns_and_eventbridge() {
-    use tilegate_aws::{aws_sdk_eventbridge as eb, aws_sdk_sns as sns};
+    use tilegate_aws::aws_sdk_eventbridge as eb;
     let Some((aws, tmp, scene)) = aws_with_scene(
         "a_published_scene_is_announced_on_sns_and_eventbridge",
         512,
@@ -899,9 +899,7 @@ fn a_published_scene_is_announced_on_sns_and_eventbridge() {
         return;
     };
     let data = tmp.path();
-    let sqs_url = std::env::var("AWS_ENDPOINT_URL_SQS")
-        .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
-        .unwrap();
+    let sqs_url = tilegate_tests::aws::sns_endpoint();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let tag = format!(
         "ann{}-{}",
@@ -912,58 +910,12 @@ fn a_published_scene_is_announced_on_sns_and_eventbridge() {
             .subsec_nanos()
     );
     let (topic, sns_queue, eb_queue, sqs) = rt.block_on(async {
+        use tilegate_tests::aws::{queue_with_arn, sns_clients, topic_with_queue};
         let sdk = tilegate_aws::config::load_sdk_config().await;
         let sqs = tilegate_aws::config::sqs_client(&sdk);
-        let sns = sns::Client::from_conf(
-            sns::config::Builder::from(&sdk)
-                .endpoint_url(&sqs_url)
-                .build(),
-        );
-        let events = eb::Client::from_conf(
-            eb::config::Builder::from(&sdk)
-                .endpoint_url(&sqs_url)
-                .build(),
-        );
-        let mut queues = Vec::new();
-        for name in [format!("{tag}-sns"), format!("{tag}-eb")] {
-            let url = sqs
-                .create_queue()
-                .queue_name(&name)
-                .send()
-                .await
-                .unwrap()
-                .queue_url
-                .unwrap();
-            let arn = sqs
-                .get_queue_attributes()
-                .queue_url(&url)
-                .attribute_names(tilegate_aws::aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-                .send()
-                .await
-                .unwrap()
-                .attributes
-                .unwrap()
-                .values()
-                .next()
-                .unwrap()
-                .clone();
-            queues.push((url, arn));
-        }
-        let topic = sns
-            .create_topic()
-            .name(format!("{tag}-scenes"))
-            .send()
-            .await
-            .unwrap()
-            .topic_arn
-            .unwrap();
-        sns.subscribe()
-            .topic_arn(&topic)
-            .protocol("sqs")
-            .endpoint(&queues[0].1)
-            .send()
-            .await
-            .unwrap();
+        let (_, events) = sns_clients(&sdk);
+        let (topic, sns_queue) = topic_with_queue(&sdk, &format!("{tag}-scenes")).await;
+        let (eb_queue, eb_arn) = queue_with_arn(&sqs, &format!("{tag}-eb")).await;
         events
             .put_rule()
             .name(format!("{tag}-rule"))
@@ -977,14 +929,14 @@ fn a_published_scene_is_announced_on_sns_and_eventbridge() {
             .targets(
                 eb::types::Target::builder()
                     .id("q")
-                    .arn(&queues[1].1)
+                    .arn(&eb_arn)
                     .build()
                     .unwrap(),
             )
             .send()
             .await
             .unwrap();
-        (topic, queues[0].0.clone(), queues[1].0.clone(), sqs)
+        (topic, sns_queue, eb_queue, sqs)
     });
     let sinks = format!("sns:{topic},eventbridge:default");
     let out = aws.run(
@@ -1017,28 +969,7 @@ fn a_published_scene_is_announced_on_sns_and_eventbridge() {
         &serde_json::json!(["eventbridge:default", format!("sns:{topic}")]),
         "{st}"
     );
-    let receive = |url: &str| -> Vec<String> {
-        rt.block_on(async {
-            let mut bodies = Vec::new();
-            for _ in 0..3 {
-                let got = sqs
-                    .receive_message()
-                    .queue_url(url)
-                    .max_number_of_messages(10)
-                    .wait_time_seconds(1)
-                    .send()
-                    .await
-                    .unwrap();
-                bodies.extend(
-                    got.messages
-                        .unwrap_or_default()
-                        .into_iter()
-                        .filter_map(|m| m.body),
-                );
-            }
-            bodies
-        })
-    };
+    let receive = |url: &str| -> Vec<String> { rt.block_on(tilegate_tests::aws::drain(&sqs, url)) };
     let via_sns = receive(&sns_queue);
     assert_eq!(via_sns.len(), 1, "{via_sns:?}");
     let envelope: Value = serde_json::from_str(&via_sns[0]).unwrap();

@@ -98,3 +98,104 @@ impl Aws {
             .collect()
     }
 }
+
+/// The emulator's SNS and EventBridge endpoint: moto serves them on the SQS server, where the
+/// queues they deliver to live.
+pub fn sns_endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL_SQS")
+        .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
+        .expect("the emulator's endpoint")
+}
+
+/// SNS and EventBridge clients that reach the emulator's (a client's own endpoint: the
+/// environment's AWS_ENDPOINT_URL, S3's server, would win over one set on the SDK config).
+pub fn sns_clients(
+    sdk: &tilegate_aws::aws_config::SdkConfig,
+) -> (
+    tilegate_aws::aws_sdk_sns::Client,
+    tilegate_aws::aws_sdk_eventbridge::Client,
+) {
+    use tilegate_aws::{aws_sdk_eventbridge as eb, aws_sdk_sns as sns};
+    let url = sns_endpoint();
+    (
+        sns::Client::from_conf(sns::config::Builder::from(sdk).endpoint_url(&url).build()),
+        eb::Client::from_conf(eb::config::Builder::from(sdk).endpoint_url(&url).build()),
+    )
+}
+
+/// Create the SQS queue `name`: its URL and ARN.
+pub async fn queue_with_arn(
+    sqs: &tilegate_aws::aws_sdk_sqs::Client,
+    name: &str,
+) -> (String, String) {
+    let url = sqs
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(tilegate_aws::aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    (url, arn)
+}
+
+/// An SNS topic `name` with an SQS subscription to read it by: (topic ARN, queue URL).
+pub async fn topic_with_queue(
+    sdk: &tilegate_aws::aws_config::SdkConfig,
+    name: &str,
+) -> (String, String) {
+    let sqs = tilegate_aws::config::sqs_client(sdk);
+    let (sns, _) = sns_clients(sdk);
+    let (url, arn) = queue_with_arn(&sqs, &format!("{name}-sns")).await;
+    let topic = sns
+        .create_topic()
+        .name(name)
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint(&arn)
+        .send()
+        .await
+        .unwrap();
+    (topic, url)
+}
+
+/// The bodies of every message on the queue at `url` (three one-second long polls).
+pub async fn drain(sqs: &tilegate_aws::aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    let mut bodies = Vec::new();
+    for _ in 0..3 {
+        let got = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        bodies.extend(
+            got.messages
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|m| m.body),
+        );
+    }
+    bodies
+}

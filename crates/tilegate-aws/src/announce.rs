@@ -24,10 +24,15 @@ pub struct SnsTopic {
 
 impl SnsTopic {
     pub fn new(sdk: &SdkConfig, arn: &str) -> Self {
+        Self::with_client(config::sns_client(sdk), arn)
+    }
+
+    /// The topic `arn` reached through `client` (one with its own endpoint, say).
+    pub fn with_client(client: aws_sdk_sns::Client, arn: &str) -> Self {
         Self {
             id: format!("sns:{arn}"),
             arn: arn.to_owned(),
-            client: config::sns_client(sdk),
+            client,
             retry: RetryPolicy::default(),
         }
     }

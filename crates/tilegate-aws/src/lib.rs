@@ -78,6 +78,22 @@ impl AwsBackends {
         Ok(backends(objects, tables, queue))
     }
 
+    /// A second queue of a Lambda function's deployment (the arrivals queue of the ingest
+    /// function), by its URL and its dead-letter queue's URL.
+    pub async fn queue_for_function(
+        queue_url: &str,
+        dlq_url: &str,
+        max_receive_count: u32,
+    ) -> SqsQueue {
+        let sdk = config::load_sdk_config().await;
+        SqsQueue::from_urls(
+            config::sqs_client(&sdk),
+            queue_url,
+            dlq_url,
+            max_receive_count,
+        )
+    }
+
     /// Create what a deployment needs, idempotently ("already exists" is success): the bucket
     /// if `create_bucket` (otherwise it is only checked, when `objects` is given), the four
     /// DynamoDB tables (on-demand, waited for until ACTIVE), and the queue with its

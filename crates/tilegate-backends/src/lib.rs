@@ -233,15 +233,40 @@ async fn open_with(urls: &Urls, access: Access) -> anyhow::Result<Backends> {
         Some(db) => Tables::of(Arc::new(db.clone())),
         None => aws_tables(urls.tables.as_deref().unwrap_or_default()).await?,
     };
-    let queue: Arc<dyn WorkQueue> = match urls.queue.as_deref() {
-        None => Arc::new(
-            db.clone()
-                .map_or_else(embedded_db, Ok)?
-                .queue(QUEUE_NAME, DEFAULT_MAX_RECEIVE_COUNT),
-        ),
-        Some(u) if u.starts_with("sqlite://") => Arc::new(
-            open_sqlite(sqlite_path(u), access)?.queue(QUEUE_NAME, DEFAULT_MAX_RECEIVE_COUNT),
-        ),
+    let queue = open_queue(
+        "--queue",
+        urls.queue.as_deref(),
+        QUEUE_NAME,
+        || db.clone().map_or_else(embedded_db, Ok),
+        access,
+    )
+    .await?;
+    Ok(Backends {
+        objects,
+        jobs: tables.jobs,
+        manifest: tables.manifest,
+        claims: tables.claims,
+        counters: tables.counters,
+        ledger: tables.ledger,
+        queue,
+        sources: sources(),
+    })
+}
+
+/// A queue: `url` (`sqlite://FILE` or `sqs://queue-name`, dead letters in `queue-name-dlq`),
+/// or the queue `name` in the embedded database `embedded`.
+async fn open_queue(
+    flag: &'static str,
+    url: Option<&str>,
+    name: &str,
+    embedded: impl FnOnce() -> anyhow::Result<SqliteBackend>,
+    access: Access,
+) -> anyhow::Result<Arc<dyn WorkQueue>> {
+    Ok(match url {
+        None => Arc::new(embedded()?.queue(name, DEFAULT_MAX_RECEIVE_COUNT)),
+        Some(u) if u.starts_with("sqlite://") => {
+            Arc::new(open_sqlite(sqlite_path(u), access)?.queue(name, DEFAULT_MAX_RECEIVE_COUNT))
+        }
         #[cfg(feature = "aws")]
         Some(u) if u.starts_with("sqs://") => Arc::new(
             tilegate_aws::SqsQueue::connect(u, DEFAULT_MAX_RECEIVE_COUNT)
@@ -254,19 +279,31 @@ async fn open_with(urls: &Urls, access: Access) -> anyhow::Result<Backends> {
             } else {
                 "sqlite://FILE"
             };
-            return Err(UnknownUrl::error("--queue", u, expected));
+            return Err(UnknownUrl::error(flag, u, expected));
         }
-    };
-    Ok(Backends {
-        objects,
-        jobs: tables.jobs,
-        manifest: tables.manifest,
-        claims: tables.claims,
-        counters: tables.counters,
-        ledger: tables.ledger,
-        queue,
-        sources: sources(),
     })
+}
+
+/// The name of the embedded arrivals queue (`ingest`'s, beside the work queue).
+pub const ARRIVALS_QUEUE_NAME: &str = "arrivals";
+
+/// The arrivals queue `tilegate ingest` consumes: `url` (`sqlite://FILE`, `sqs://queue-name`),
+/// or the `arrivals` queue of the embedded database in `urls.data`.
+pub async fn open_arrivals(urls: &Urls, url: Option<&str>) -> anyhow::Result<Arc<dyn WorkQueue>> {
+    let embedded = || -> anyhow::Result<SqliteBackend> {
+        std::fs::create_dir_all(&urls.data)
+            .with_context(|| format!("create data directory {}", urls.data.display()))?;
+        SqliteBackend::open(urls.data.join("tilegate.db"))
+            .with_context(|| format!("open the arrivals queue in {}", urls.data.display()))
+    };
+    open_queue(
+        "--arrivals",
+        url,
+        ARRIVALS_QUEUE_NAME,
+        embedded,
+        Access::ReadWrite,
+    )
+    .await
 }
 
 /// GDAL configuration options for reading cloud sources with the same endpoints and

@@ -120,6 +120,15 @@ pub enum Command {
     /// sinks named by --announce: one job, or every recent job with something pending. Run it
     /// on a schedule beside pools that announce, to deliver what a sink refused earlier.
     Announce(AnnounceArgs),
+    /// Plan each scene that lands, with nobody typing `plan`: consume S3 event notifications
+    /// (direct, through EventBridge or SNS) and STAC Items from the arrivals queue, and/or watch
+    /// directories for new files, and plan each with the recipe given here. A repeated
+    /// notification of the same object plans nothing (the job ID absorbs it). Runs until
+    /// stopped (Ctrl-C / SIGTERM), or with --until-idle until a round finds nothing.
+    ///
+    /// Beside `work --assemble --announce SINK`, this is the unattended pipeline: a scene lands,
+    /// is planned, tiled, assembled and announced.
+    Ingest(IngestArgs),
     /// List or redrive dead letters.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -408,6 +417,46 @@ pub struct AssembleArgs {
     pub all: bool,
     #[command(flatten)]
     pub flags: AssembleFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// The arrivals queue: `sqs://queue-name` (dead letters in `queue-name-dlq`; send S3's
+    /// notifications, an EventBridge rule's or an SNS subscription's there) or `sqlite://FILE`.
+    /// Default: the `arrivals` queue in DATA/tilegate.db.
+    #[arg(long, env = "TILEGATE_ARRIVALS", value_name = "URL")]
+    pub arrivals: Option<String>,
+    /// Also plan each file that appears under DIR (recursively; a file is planned once its
+    /// size and time stand still between two scans). Repeatable.
+    #[arg(long, value_name = "DIR")]
+    pub watch: Vec<PathBuf>,
+    /// Accept object notifications from this bucket (`s3://BUCKET`; repeatable). A
+    /// notification from any other bucket is refused and dead-lettered, never read.
+    #[arg(long = "bucket", value_name = "s3://BUCKET")]
+    pub buckets: Vec<String>,
+    /// Plan only keys (watched files: paths under the directory) starting with PREFIX
+    /// (repeatable; default: any).
+    #[arg(long = "key-prefix", value_name = "PREFIX")]
+    pub key_prefixes: Vec<String>,
+    /// Plan only keys or files ending with SUFFIX, e.g. `.tif` (repeatable; default: any).
+    #[arg(long = "key-suffix", value_name = "SUFFIX")]
+    pub key_suffixes: Vec<String>,
+    /// Plan only STAC Items of this collection (repeatable; default: any). Items become jobs
+    /// with --assets; their hrefs must reach hosts and buckets the source policy lists.
+    #[arg(long = "collection", value_name = "ID")]
+    pub collections: Vec<String>,
+    /// Exit once a round finds no message and no new file.
+    #[arg(long)]
+    pub until_idle: bool,
+    /// Seconds between scans of the watched directories.
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub poll_s: f64,
+    /// Print this configuration as the JSON the Lambda function's TILEGATE_INGEST takes, and
+    /// exit.
+    #[arg(long)]
+    pub print_config: bool,
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
 }
 
 #[derive(Debug, Args)]

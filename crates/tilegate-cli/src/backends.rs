@@ -116,3 +116,11 @@ pub async fn init(
 pub async fn open_read_only(sel: &Selection) -> anyhow::Result<Backends> {
     tilegate_backends::open_read_only(&sel.urls()).await
 }
+
+/// The arrivals queue `ingest` consumes (see [`tilegate_backends::open_arrivals`]).
+pub async fn open_arrivals(
+    sel: &Selection,
+    url: Option<&str>,
+) -> anyhow::Result<std::sync::Arc<dyn tilegate_core::queue::WorkQueue>> {
+    tilegate_backends::open_arrivals(&sel.urls(), url).await
+}

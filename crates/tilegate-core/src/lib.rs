@@ -4,6 +4,7 @@
 //! the traits here; backends implement them.
 
 pub mod announce;
+pub mod arrival;
 pub mod backends;
 pub mod error;
 pub mod etag;

@@ -109,6 +109,9 @@ reasons! {
     // Messages on the queue.
     /// A queue message is not a window order tilegate can read.
     MalformedMessage = "malformed-message",
+    /// An arrival message (an S3 event, an EventBridge event, an SNS envelope, a STAC Item)
+    /// is not one `ingest` can read, or names what its configuration does not accept.
+    BadArrival = "bad-arrival",
     /// A queue message is larger than any order tilegate writes.
     MessageTooLarge = "message-too-large",
     /// A queue message has a format version this worker does not know.

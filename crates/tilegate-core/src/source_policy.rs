@@ -75,7 +75,9 @@ pub enum Origin<'a> {
 #[error("forbidden by the source policy ({rule}): {detail}")]
 pub struct Forbidden {
     /// The rule's stable name (`scheme`, `local-file-from-document`, `host`, `address`,
-    /// `cross-origin`, `bucket`, `document-too-large`, `redirects`, `malformed`).
+    /// `cross-origin`, `bucket`, `document-too-large`, `redirects`, `malformed`, and for a
+    /// document that arrived in a message `local-file-from-message`, `host-from-message`,
+    /// `bucket-from-message`).
     pub rule: &'static str,
     pub detail: String,
 }
@@ -101,6 +103,10 @@ enum Place {
         scheme: String,
         bucket: String,
     },
+    /// `message://…`: a document that arrived in a queue message (a STAC Item sent to
+    /// `ingest`). It has no origin of its own: its references reach only listed hosts and
+    /// buckets, and it is never read itself.
+    Message,
 }
 
 impl Place {
@@ -132,6 +138,7 @@ impl Place {
                     port: url.port_or_known_default(),
                 })
             }
+            "message" => Ok(Self::Message),
             "s3" | "gs" | "az" => {
                 let mut segs = rest.split('/');
                 let first = segs.next().unwrap_or("");
@@ -155,6 +162,7 @@ impl Place {
     fn scheme(&self) -> &str {
         match self {
             Self::Local => "file",
+            Self::Message => "message",
             Self::Http { scheme, .. } | Self::Bucket { scheme, .. } => scheme,
         }
     }
@@ -176,7 +184,17 @@ impl SourcePolicy {
             Origin::Operator => None,
             Origin::Document(doc) => Some(Place::of(doc)?),
         };
+        let from_message = matches!(from, Some(Place::Message));
         match &place {
+            // A message's document is never read: it is the identity of what arrived.
+            Place::Message => Err(forbid(
+                "scheme",
+                "a `message://` document is not a source to read",
+            )),
+            Place::Local if from_message => Err(forbid(
+                "local-file-from-message",
+                "a document that arrived in a message may not name a local file",
+            )),
             Place::Local => match from {
                 None | Some(Place::Local) => Ok(()),
                 Some(_) => Err(forbid(
@@ -193,6 +211,13 @@ impl SourcePolicy {
                     self.check_address(ip)?;
                 }
                 match from {
+                    Some(Place::Message) if !listed => Err(forbid(
+                        "host-from-message",
+                        format!(
+                            "`{host}` is not an allowed host (a document that arrived in a \
+                             message reaches only the policy's `hosts`)"
+                        ),
+                    )),
                     Some(Place::Http {
                         host: h, port: p, ..
                     }) if (h == *host && p == *port) || listed => Ok(()),
@@ -215,6 +240,13 @@ impl SourcePolicy {
                 }
                 match from {
                     None => Ok(()),
+                    Some(Place::Message) if !listed => Err(forbid(
+                        "bucket-from-message",
+                        format!(
+                            "`{name}` is not an allowed bucket (a document that arrived in a \
+                             message reaches only the policy's `buckets`)"
+                        ),
+                    )),
                     Some(Place::Bucket {
                         scheme: s,
                         bucket: b,
@@ -450,6 +482,39 @@ mod tests {
         let local = Origin::Document("file:///data/item.json");
         assert!(pol.check("file:///data/B04.tif", local).is_ok());
         assert!(pol.check("s3://b/x.tif", local).is_ok());
+    }
+
+    #[test]
+    fn a_document_from_a_message_reaches_only_what_the_policy_lists() {
+        let rule = |r: Result<(), Forbidden>| r.unwrap_err().rule;
+        let msg = Origin::Document("message://sentinel-2-l2a/S2A_1");
+        let pol = p();
+        assert_eq!(
+            rule(pol.check("/etc/passwd", msg)),
+            "local-file-from-message"
+        );
+        assert_eq!(
+            rule(pol.check("file:///root/.aws/credentials", msg)),
+            "local-file-from-message"
+        );
+        assert_eq!(
+            rule(pol.check("s3://deployment-secrets/x.tif", msg)),
+            "bucket-from-message"
+        );
+        assert_eq!(
+            rule(pol.check("https://data.example.com/x.tif", msg)),
+            "host-from-message"
+        );
+        // The message's own identity is never read, whoever names it.
+        assert_eq!(rule(pol.check("message://c/i", Origin::Operator)), "scheme");
+        let listed = SourcePolicy {
+            hosts: vec!["*.example.com".to_owned()],
+            buckets: vec!["s3://scenes".to_owned()],
+            ..p()
+        };
+        assert!(listed.check("https://data.example.com/x.tif", msg).is_ok());
+        assert!(listed.check("s3://scenes/x.tif", msg).is_ok());
+        assert_eq!(rule(listed.check("s3://other/x.tif", msg)), "bucket");
     }
 
     #[test]

@@ -68,6 +68,11 @@ pub struct JobRecord {
     /// sink acknowledges them ([`crate::announce`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::announce::Announcement>,
+    /// Whether every window was enqueued once by an arrival (`ingest`): a duplicate
+    /// notification of the same scene then enqueues nothing. False for jobs `plan` planned,
+    /// which plan again on request.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub windows_enqueued: bool,
 }
 
 fn one() -> u32 {

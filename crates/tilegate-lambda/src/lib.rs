@@ -13,10 +13,11 @@
 //!   visibility set to a short backoff so that it returns soon rather than after the queue's
 //!   visibility timeout.
 //!
-//! The function's role has no `s3:ListBucket`, so a HEAD of an absent key answers 403, not
-//! 404: the handler never HEADs a tile before encoding (no skip-if-present optimisation) and
-//! relies on the create-if-absent write alone. Counters go out as CloudWatch Embedded Metric
-//! Format lines after each batch.
+//! The handler never HEADs a tile before encoding (no skip-if-present optimisation) and relies
+//! on the create-if-absent write alone: a role without `s3:ListBucket` gets 403, not 404, for
+//! an absent key, and the deployment grants that action on the output bucket only because the
+//! assembler's look for a scene already in place needs an honest 404. Counters go out as
+//! CloudWatch Embedded Metric Format lines after each batch.
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::StreamExt as _;
@@ -95,7 +96,7 @@ impl Handler {
             concurrency: cfg.concurrency,
             threads: cfg.threads,
             visibility: cfg.visibility,
-            // Without s3:ListBucket a HEAD of an absent tile is a 403: never ask.
+            // The create-if-absent write decides; a HEAD first would only cost a request.
             skip_existing: false,
             stop: StopWhen::Signal,
             sources: Arc::clone(&cfg.sources),
@@ -173,5 +174,80 @@ pub fn received(record: SqsMessage) -> Received {
             .attributes
             .get("SentTimestamp")
             .and_then(|t| t.parse().ok()),
+    }
+}
+
+/// The ingest function (`TILEGATE_MODE=ingest`): each record of a batch from the arrivals queue
+/// is an arrival message (an S3 or EventBridge event, an SNS envelope, a STAC Item), planned
+/// by [`tilegate_pipeline::ingest::Ingest`]. A message that can never be planned is
+/// dead-lettered by the handler with its reason and reported as success; one whose planning
+/// met a fault that may pass is listed in `batchItemFailures` with a short backoff. Planning is
+/// idempotent (the job ID absorbs duplicate notifications), so a redelivered batch re-plans
+/// nothing twice.
+#[derive(Debug)]
+pub struct IngestHandler {
+    ingest: tilegate_pipeline::ingest::Ingest,
+    arrivals: Arc<dyn tilegate_core::queue::WorkQueue>,
+}
+
+/// What one ingest invocation produced.
+#[derive(Debug)]
+pub struct IngestBatch {
+    pub response: SqsBatchResponse,
+    /// Each record's arrivals and what became of them, by message ID.
+    pub outcomes: Vec<(String, Vec<tilegate_pipeline::ingest::Ingested>)>,
+    /// Message IDs dead-lettered, with their reasons.
+    pub dead_lettered: Vec<(String, String)>,
+}
+
+impl IngestHandler {
+    pub fn new(
+        ingest: tilegate_pipeline::ingest::Ingest,
+        arrivals: Arc<dyn tilegate_core::queue::WorkQueue>,
+    ) -> Self {
+        Self { ingest, arrivals }
+    }
+
+    /// Handle one SQS batch of arrivals, one message after another.
+    pub async fn handle(&self, event: SqsEvent) -> IngestBatch {
+        use tilegate_pipeline::ingest::Disposition;
+        let mut batch = IngestBatch {
+            response: SqsBatchResponse::default(),
+            outcomes: Vec::new(),
+            dead_lettered: Vec::new(),
+        };
+        for record in event.records {
+            let msg = received(record);
+            let outcome = self.ingest.message(&msg.body).await;
+            let retry = match outcome.disposition {
+                Disposition::Done => None,
+                Disposition::DeadLetter(e) => {
+                    let reason = tilegate_core::redact::redact(&format!(
+                        "{}: {e}",
+                        e.reason_code().as_str()
+                    ))
+                    .into_owned();
+                    tracing::warn!(message_id = %msg.message_id, %reason, "arrival dead-lettered");
+                    match self.arrivals.dead_letter(&msg, &reason).await {
+                        Ok(()) => {
+                            batch.dead_lettered.push((msg.message_id.clone(), reason));
+                            None
+                        }
+                        Err(e) => Some(e.to_string()),
+                    }
+                }
+                Disposition::Retry(e) => Some(e.to_string()),
+            };
+            if let Some(detail) = retry {
+                tracing::warn!(message_id = %msg.message_id, detail, "arrival reported for redelivery");
+                let backoff = Duration::from_secs(5 * u64::from(msg.receive_count.clamp(1, 60)));
+                let _ = self.arrivals.change_visibility(&msg.receipt, backoff).await;
+                let mut f = BatchItemFailure::default();
+                f.item_identifier = msg.message_id.clone();
+                batch.response.batch_item_failures.push(f);
+            }
+            batch.outcomes.push((msg.message_id, outcome.ingested));
+        }
+        batch
     }
 }

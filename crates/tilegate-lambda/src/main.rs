@@ -5,10 +5,17 @@
 //! default 720) and `TILEGATE_CONCURRENCY`. With `TILEGATE_ASSEMBLE=1` the function assembles
 //! each job whose last window it records, when the job's tiles total at most
 //! `TILEGATE_ASSEMBLE_MAX_BYTES` (default 4 GiB: a 10 GiB function assembling within its 15
-//! minutes); a larger job is left `assembling` for the `tilegate assemble --all` CronJob of
-//! deploy/k8s. `TILEGATE_ANNOUNCE` (`sns:TOPIC_ARN`, `eventbridge:BUS`, `https://` webhooks,
-//! comma-separated; webhooks signed with `TILEGATE_WEBHOOK_SECRET`) announces each scene the
-//! function publishes and each job it leaves incomplete.
+//! minutes; deploy/aws/template.yaml sets 768 MiB for its 2 GiB function, the assembler holding
+//! the scene in memory); a larger job is left `assembling` for the `tilegate assemble --all`
+//! CronJob of deploy/k8s. `TILEGATE_ANNOUNCE` (`sns:TOPIC_ARN`, `eventbridge:BUS`, `https://`
+//! webhooks, comma-separated; webhooks signed with `TILEGATE_WEBHOOK_SECRET`) announces each
+//! scene the function publishes and each job it leaves incomplete.
+//!
+//! With `TILEGATE_MODE=ingest` the same binary is the ingest function, fed by the arrivals
+//! queue (S3 notifications, EventBridge events, SNS envelopes, STAC Items): it plans each
+//! arrival with the configuration in `TILEGATE_INGEST` (the JSON `tilegate ingest …
+//! --print-config` prints) and dead-letters what it cannot plan to `TILEGATE_ARRIVALS_DLQ_URL`
+//! (the arrivals queue is `TILEGATE_ARRIVALS_URL`).
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use std::sync::Arc;
@@ -38,6 +45,9 @@ async fn main() -> Result<(), Error> {
         tilegate_core::queue::DEFAULT_MAX_RECEIVE_COUNT,
     )
     .await?;
+    if std::env::var("TILEGATE_MODE").is_ok_and(|m| m == "ingest") {
+        return ingest(backends).await;
+    }
     let mut cfg = HandlerConfig::default();
     if let Ok(name) = std::env::var("AWS_LAMBDA_FUNCTION_NAME") {
         cfg.function = name;
@@ -48,9 +58,7 @@ async fn main() -> Result<(), Error> {
     {
         cfg.visibility = Duration::from_secs(s);
     }
-    if let Some(path) = std::env::var_os("TILEGATE_SOURCE_POLICY").filter(|p| !p.is_empty()) {
-        cfg.sources = Arc::new(tilegate_source::policy::from_file(path.as_ref())?);
-    }
+    cfg.sources = policies()?;
     if let Some(n) = std::env::var("TILEGATE_CONCURRENCY")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -92,6 +100,40 @@ async fn main() -> Result<(), Error> {
                 }
                 Ok::<_, Error>(result.response)
             }
+        },
+    ))
+    .await
+}
+
+/// `TILEGATE_SOURCE_POLICY`: a file in the function's package (the default policy without it).
+fn policies() -> Result<Arc<tilegate_source::Policies>, Error> {
+    Ok(Arc::new(
+        match std::env::var_os("TILEGATE_SOURCE_POLICY").filter(|p| !p.is_empty()) {
+            Some(path) => tilegate_source::policy::from_file(path.as_ref())?,
+            None => tilegate_source::Policies::new(),
+        },
+    ))
+}
+
+/// The ingest function: arrivals in, planned jobs out.
+async fn ingest(backends: tilegate_core::Backends) -> Result<(), Error> {
+    let cfg: tilegate_pipeline::ingest::IngestConfig =
+        serde_json::from_str(&env("TILEGATE_INGEST")?)
+            .map_err(|e| format!("TILEGATE_INGEST is not an ingest configuration: {e}"))?;
+    let arrivals = tilegate_aws::AwsBackends::queue_for_function(
+        &env("TILEGATE_ARRIVALS_URL")?,
+        &env("TILEGATE_ARRIVALS_DLQ_URL")?,
+        tilegate_core::queue::DEFAULT_MAX_RECEIVE_COUNT,
+    )
+    .await;
+    let handler = Arc::new(tilegate_lambda::IngestHandler::new(
+        tilegate_pipeline::ingest::Ingest::new(backends, cfg, policies()?),
+        Arc::new(arrivals),
+    ));
+    lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {
+            let handler = handler.clone();
+            async move { Ok::<_, Error>(handler.handle(event.payload).await.response) }
         },
     ))
     .await

@@ -45,6 +45,9 @@ impl AssembleOnComplete {
     /// Deliver what `job`'s outbox holds; a sink's failure leaves it pending (logged by the
     /// announcer), a store's failure is logged: delivery never fails a window.
     async fn announce(&self, job: &JobId) {
+        if self.announcer.is_some() {
+            tilegate_fault::point("before-announce", 1);
+        }
         if let Some(a) = &self.announcer
             && let Err(e) = a.deliver(job).await
         {

@@ -7,6 +7,7 @@
 pub mod announce;
 pub mod complete;
 pub mod estimate;
+pub mod ingest;
 pub mod regenerate;
 pub mod run;
 

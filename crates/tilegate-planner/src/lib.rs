@@ -7,5 +7,8 @@
 
 pub mod plan;
 
-pub use plan::{Plan, PlanError, PlanOptions, PlanTimings, derive, enqueue_windows, plan};
+pub use plan::{
+    Enqueue, Plan, PlanError, PlanOptions, PlanTimings, derive, enqueue_windows, plan,
+    plan_resolved,
+};
 pub use tilegate_source::{SourceError, SourcePolicy};

@@ -13,7 +13,7 @@ use tilegate_core::table::{CreateOutcome, JobRecord, MAX_MANIFEST_SHARDS};
 use tilegate_core::{
     Backends, Grid, JobId, KeyError, Prefix, Recipe, StoreError, Tenant, now_millis,
 };
-use tilegate_source::{Origin, SourceError, SourcePolicy, resolve};
+use tilegate_source::{Origin, ResolvedSource, SourceError, SourcePolicy, resolve};
 
 /// What to plan.
 #[derive(Debug, Clone)]
@@ -95,6 +95,16 @@ pub enum PlanError {
 }
 
 impl PlanError {
+    /// Whether planning again later may succeed: a storage or network fault that may pass.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Source(e) => e.is_retryable(),
+            Self::Raster(e) => e.is_retryable(),
+            Self::Store(e) => e.is_retryable(),
+            Self::Grid(_) | Self::Recipe(_) | Self::Key(_) => false,
+        }
+    }
+
     /// A stable kebab-case name of the failure (the same names as dead-letter reasons).
     pub fn reason_code(&self) -> Reason {
         match self {
@@ -115,7 +125,37 @@ const SEND_CHUNK: usize = 1000;
 
 /// Plan a job for `source` and enqueue its windows.
 pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan, PlanError> {
-    let (record, mut timings) = derive(b, source, opts).await?;
+    let clock = std::time::Instant::now();
+    let resolved = resolve_source(b, source, opts).await?;
+    plan_resolved(b, resolved, clock, opts, Enqueue::Always).await
+}
+
+/// When [`plan_resolved`] enqueues a job's windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueue {
+    /// Every time (`plan`, which plans again on request): all windows, or with
+    /// [`PlanOptions::resume`] those not yet recorded.
+    Always,
+    /// Once per job (`ingest`, whose notifications repeat): the windows not yet recorded,
+    /// unless the job row says they were all enqueued already; then the row says so. A process
+    /// that dies between enqueueing and marking enqueues again when the arrival is redelivered
+    /// (duplicates the workers absorb), never not at all.
+    Once,
+}
+
+/// Plan a job for a source already pinned (`resolved`, pinning started at `started`).
+pub async fn plan_resolved(
+    b: &Backends,
+    resolved: ResolvedSource,
+    started: std::time::Instant,
+    opts: &PlanOptions,
+    enqueue: Enqueue,
+) -> Result<Plan, PlanError> {
+    let mut timings = PlanTimings {
+        pin_s: started.elapsed().as_secs_f64(),
+        ..PlanTimings::default()
+    };
+    let record = derive_resolved(resolved, opts, &mut timings).await?;
     let mut clock = std::time::Instant::now();
     let (job, newly_planned) = match b.jobs.create_job(&record).await? {
         CreateOutcome::Created => (record, true),
@@ -125,15 +165,37 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
     timings.job_row_s = clock.elapsed().as_secs_f64();
     clock = std::time::Instant::now();
 
-    let (enqueued, already_recorded) = enqueue_windows(b, &job, opts.resume).await?;
-    timings.enqueue_s = clock.elapsed().as_secs_f64();
-    Ok(Plan {
+    let done = Plan {
         windows: job.grid.len(),
-        already_recorded,
+        already_recorded: 0,
         job,
         newly_planned,
-        enqueued,
+        enqueued: 0,
         timings,
+    };
+    if enqueue == Enqueue::Once && done.job.windows_enqueued {
+        tracing::info!(job_id = %done.job.job_id, "windows already enqueued: nothing to do");
+        return Ok(done);
+    }
+    let only_missing = opts.resume || enqueue == Enqueue::Once;
+    let (enqueued, already_recorded) = enqueue_windows(b, &done.job, only_missing).await?;
+    if enqueue == Enqueue::Once {
+        tilegate_core::announce::change_job(
+            b.jobs.as_ref(),
+            &done.job.job_id,
+            "mark the windows enqueued",
+            |row| !std::mem::replace(&mut row.windows_enqueued, true),
+        )
+        .await?;
+    }
+    Ok(Plan {
+        already_recorded,
+        enqueued,
+        timings: PlanTimings {
+            enqueue_s: clock.elapsed().as_secs_f64(),
+            ..done.timings
+        },
+        ..done
     })
 }
 
@@ -145,20 +207,50 @@ pub async fn derive(
     source: &str,
     opts: &PlanOptions,
 ) -> Result<(JobRecord, PlanTimings), PlanError> {
-    let mut timings = PlanTimings::default();
+    let clock = std::time::Instant::now();
+    let resolved = resolve_source(b, source, opts).await?;
+    let mut timings = PlanTimings {
+        pin_s: clock.elapsed().as_secs_f64(),
+        ..PlanTimings::default()
+    };
+    let record = derive_resolved(resolved, opts, &mut timings).await?;
+    Ok((record, timings))
+}
+
+/// Pin the operator's `source`: a raster, or a STAC Item with `opts.assets`.
+async fn resolve_source(
+    b: &Backends,
+    source: &str,
+    opts: &PlanOptions,
+) -> Result<ResolvedSource, PlanError> {
+    Ok(
+        if !opts.assets.is_empty() || tilegate_source::stac::is_item(source) {
+            tilegate_source::stac::resolve_item(
+                b,
+                &opts.policy,
+                source,
+                &opts.assets,
+                Origin::Operator,
+            )
+            .await?
+        } else {
+            resolve(b, &opts.policy, source, Origin::Operator).await?
+        },
+    )
+}
+
+/// The job row of a pinned source: probed, the recipe checked, the grid and ID derived.
+async fn derive_resolved(
+    resolved: ResolvedSource,
+    opts: &PlanOptions,
+    timings: &mut PlanTimings,
+) -> Result<JobRecord, PlanError> {
     let mut clock = std::time::Instant::now();
     let mut lap = || {
         let s = clock.elapsed().as_secs_f64();
         clock = std::time::Instant::now();
         s
     };
-    let resolved = if !opts.assets.is_empty() || tilegate_source::stac::is_item(source) {
-        tilegate_source::stac::resolve_item(b, &opts.policy, source, &opts.assets, Origin::Operator)
-            .await?
-    } else {
-        resolve(b, &opts.policy, source, Origin::Operator).await?
-    };
-    timings.pin_s = lap();
     let gdal_path = resolved.gdal_path.clone();
     let operation = opts.recipe.operation.clone();
     let scene = tokio::task::spawn_blocking(move || match &operation {
@@ -188,8 +280,9 @@ pub async fn derive(
         manifest_shards: opts.manifest_shards.clamp(1, MAX_MANIFEST_SHARDS),
         redrives: 0,
         outbox: Vec::new(),
+        windows_enqueued: false,
     };
-    Ok((record, timings))
+    Ok(record)
 }
 
 /// The recipe as the job row keeps it, checked against the scene: an expression's bands must

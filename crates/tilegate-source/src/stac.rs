@@ -73,8 +73,54 @@ pub async fn resolve_item(
         })?;
         (format!("file://{}", canon.display()), text)
     };
-    let mut item: serde_json::Value =
+    let item: serde_json::Value =
         serde_json::from_slice(&text).map_err(|e| bad(&uri, format!("not JSON: {e}")))?;
+    resolve_document(b, policy, uri, item, item_id, keys).await
+}
+
+/// Pin a STAC Item that arrived in a queue message (see `tilegate_core::arrival`) with the
+/// assets `keys`. Its identity is `message://COLLECTION/ID`, a document never read: its hrefs
+/// must be absolute, and reach only the hosts and buckets the policy lists (a message has no
+/// origin to stay within; see [`SourcePolicy::check`]).
+pub async fn resolve_message_item(
+    b: &Backends,
+    policy: &Arc<SourcePolicy>,
+    item: serde_json::Value,
+    keys: &[String],
+) -> Result<ResolvedSource, SourceError> {
+    let label = |v: Option<&serde_json::Value>| {
+        let s: String = v
+            .and_then(|v| v.as_str())
+            .unwrap_or("-")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(200)
+            .collect();
+        if s.is_empty() { "-".to_owned() } else { s }
+    };
+    let uri = format!(
+        "message://{}/{}",
+        label(item.get("collection")),
+        label(item.get("id"))
+    );
+    resolve_document(b, policy, uri, item, None, keys).await
+}
+
+/// Pin the item `item` read from `uri` (the member `item_id` of a collection, if given).
+async fn resolve_document(
+    b: &Backends,
+    policy: &Arc<SourcePolicy>,
+    uri: String,
+    mut item: serde_json::Value,
+    item_id: Option<&str>,
+    keys: &[String],
+) -> Result<ResolvedSource, SourceError> {
     if let Some(id) = item_id {
         let found = item
             .get("features")
@@ -129,6 +175,12 @@ pub async fn resolve_item(
                     ),
                 )
             })?;
+        if base.starts_with("message://") && !href.contains("://") {
+            return Err(bad(
+                &uri,
+                format!("asset `{key}`: a relative href in an item that arrived in a message"),
+            ));
+        }
         let target = join(&base, href);
         let resolved = Box::pin(resolve(b, policy, &target, Origin::Document(&base))).await?;
         pinned.push(Asset {

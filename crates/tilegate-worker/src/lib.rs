@@ -6,7 +6,7 @@
 
 mod acks;
 pub mod completion;
-pub mod fault;
+pub use tilegate_fault as fault;
 mod handle;
 pub mod pool;
 pub mod regenerate;

@@ -53,6 +53,7 @@ fn job(source: &str, created_at: i64) -> JobRecord {
         manifest_shards: 1,
         redrives: 0,
         outbox: Vec::new(),
+        windows_enqueued: false,
     }
 }
 

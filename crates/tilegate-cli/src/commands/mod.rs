@@ -4,6 +4,7 @@
 
 mod announce;
 mod assemble;
+mod ingest;
 mod plan;
 mod work;
 
@@ -11,6 +12,7 @@ use crate::errors::refused;
 use announce::announce_cmd;
 pub(crate) use assemble::assemble_options;
 use assemble::{assemble_cmd, cleanup_uploads, repair_cmd};
+use ingest::ingest_cmd;
 use plan::plan_cmd;
 use tilegate_core::Reason;
 use work::{backfill_cmd, run, run_source, work};
@@ -63,6 +65,7 @@ async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Dlq(c) => dlq(&out, &backends::open(&sel).await?, c).await,
         Command::Announce(a) => announce_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::Ingest(a) => ingest_cmd(&out, &sel, a).await,
         Command::Demo(a) => demo(&out, &sel, a).await,
         Command::Recipes => {
             out.emit(&reports::RecipesReport {

@@ -92,6 +92,7 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         ("dlq-list", schema_for!(DlqList)),
         ("dlq-redrive", schema_for!(DlqRedrive)),
         ("announce", schema_for!(AnnounceReport)),
+        ("ingest", schema_for!(IngestReport)),
         ("regenerate", schema_for!(RegenerateReport)),
         ("accept", schema_for!(AcceptReport)),
         ("attempts", schema_for!(AttemptsReport)),

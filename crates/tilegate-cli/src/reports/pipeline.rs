@@ -631,3 +631,81 @@ impl Report for AnnounceReport {
         s
     }
 }
+
+/// `ingest`: what the arrivals came to, when it stops.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct IngestReport {
+    /// Messages taken from the arrivals queue.
+    pub messages: u64,
+    /// Files found in the watched directories.
+    pub files: u64,
+    /// Arrivals planned (their windows enqueued).
+    pub planned: u64,
+    /// Arrivals whose job was planned before: duplicates absorbed.
+    pub duplicates: u64,
+    /// Arrivals not for this configuration (filtered out, removal events).
+    pub skipped: u64,
+    /// Messages and files refused for good (dead-lettered messages, with their reasons).
+    pub refused: u64,
+    /// Messages left for redelivery after a fault that may pass.
+    pub retried: u64,
+    /// Each arrival, in order.
+    pub arrivals: Vec<IngestLine>,
+}
+
+/// One arrival.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct IngestLine {
+    /// `planned`, `duplicate`, `skipped` or `refused`.
+    pub outcome: String,
+    /// The object's URI, the file's path or the item's `collection/id`.
+    pub arrival: String,
+    pub job_id: Option<String>,
+    pub windows: Option<u64>,
+    pub enqueued: Option<u64>,
+    /// Why it was skipped or refused.
+    pub why: Option<String>,
+    /// The refusal's stable reason code.
+    pub reason: Option<String>,
+}
+
+impl IngestLine {
+    /// The line a person reads as it happens.
+    pub fn text(&self) -> String {
+        match (self.outcome.as_str(), &self.job_id) {
+            ("planned", Some(job)) => format!(
+                "planned    {} → job {job}: {} windows, {} enqueued",
+                self.arrival,
+                self.windows.unwrap_or(0),
+                self.enqueued.unwrap_or(0)
+            ),
+            ("duplicate", Some(job)) => {
+                format!("duplicate  {} → job {job} (planned before)", self.arrival)
+            }
+            (outcome, _) => format!(
+                "{outcome:<10} {}: {}{}",
+                self.arrival,
+                self.reason
+                    .as_deref()
+                    .map(|r| format!("{r}: "))
+                    .unwrap_or_default(),
+                self.why.as_deref().unwrap_or("")
+            ),
+        }
+    }
+}
+
+impl Report for IngestReport {
+    fn text(&self, _: &Out) -> String {
+        format!(
+            "ingest: {} message(s), {} file(s): {} planned, {} duplicate(s), {} skipped, {} refused, {} left for retry",
+            self.messages,
+            self.files,
+            self.planned,
+            self.duplicates,
+            self.skipped,
+            self.refused,
+            self.retried
+        )
+    }
+}

@@ -1,0 +1,235 @@
+//! `ingest`: arrivals (queue messages, files in watched directories) become planned jobs.
+
+use crate::args::IngestArgs;
+use crate::backends::{self, Selection};
+use crate::output::Out;
+use crate::recipes::recipe_from;
+use crate::reports::{IngestLine, IngestReport};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tilegate_core::Exit;
+use tilegate_core::queue::{ReceiveOptions, Received, WorkQueue};
+use tilegate_pipeline::ingest::{Disposition, Ingest, IngestConfig, IngestError, Ingested, Watch};
+
+/// How long a received arrival stays hidden while it is planned (a large scene's probe and
+/// tens of thousands of window messages take a while).
+const ARRIVAL_VISIBILITY: Duration = Duration::from_secs(300);
+
+pub(super) async fn ingest_cmd(
+    out: &Out,
+    sel: &Selection,
+    a: IngestArgs,
+) -> anyhow::Result<ExitCode> {
+    let (recipe, (prefix, tenant)) = recipe_from(&a.recipe)?;
+    for b in &a.buckets {
+        if !b.starts_with("s3://") || b.trim_end_matches('/')[5..].contains('/') {
+            return Err(crate::errors::refused(
+                tilegate_core::Reason::BadOption,
+                format!("--bucket {b}: give a bucket as s3://BUCKET"),
+            ));
+        }
+    }
+    let cfg = IngestConfig {
+        recipe,
+        prefix,
+        tenant,
+        assets: a.recipe.assets.clone(),
+        manifest_shards: a.recipe.manifest_shards,
+        buckets: a
+            .buckets
+            .iter()
+            .map(|b| b.trim_end_matches('/').to_owned())
+            .collect(),
+        key_prefixes: a.key_prefixes.clone(),
+        key_suffixes: a.key_suffixes.clone(),
+        collections: a.collections.clone(),
+    };
+    if a.print_config {
+        println!("{}", serde_json::to_string(&cfg)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let b = backends::open(sel).await?;
+    let arrivals = backends::open_arrivals(sel, a.arrivals.as_deref()).await?;
+    let ingest = Ingest::new(b, cfg, crate::sources::all());
+    let mut watches: Vec<Watch> = a.watch.iter().cloned().map(Watch::new).collect();
+    let stop = super::stop_on_signals();
+    let poll = Duration::from_secs_f64(a.poll_s.clamp(0.05, 3600.0));
+    let mut report = IngestReport {
+        messages: 0,
+        files: 0,
+        planned: 0,
+        duplicates: 0,
+        skipped: 0,
+        refused: 0,
+        retried: 0,
+        arrivals: Vec::new(),
+    };
+    // A file is planned after two scans that agree: an idle round needs the last scan to
+    // have found nothing still settling.
+    let mut last_scan = Instant::now() - poll;
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let mut busy = false;
+        if last_scan.elapsed() >= poll {
+            last_scan = Instant::now();
+            for w in &mut watches {
+                let ready = w.scan()?;
+                busy |= !ready.is_empty();
+                for path in ready {
+                    report.files += 1;
+                    let outcome = ingest.local_file(w.root(), &path).await;
+                    match outcome {
+                        Ok(i) => note(out, &mut report, line_of(i)),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "file not planned");
+                            report.refused += 1;
+                            note(out, &mut report, refused(path.display().to_string(), &e));
+                        }
+                    }
+                }
+            }
+        }
+        // A file still settling is work to come.
+        busy |= watches.iter().any(Watch::settling);
+        let wait = if watches.is_empty() {
+            Duration::from_secs(5)
+        } else {
+            Duration::ZERO
+        };
+        let received = arrivals
+            .receive(ReceiveOptions {
+                max: 10,
+                wait: wait.min(poll),
+                visibility: ARRIVAL_VISIBILITY,
+            })
+            .await?;
+        let fresh = !received.is_empty();
+        for msg in received {
+            report.messages += 1;
+            handle(out, &ingest, arrivals.as_ref(), &msg, &mut report).await?;
+        }
+        if a.until_idle && !busy && !fresh {
+            let depth = arrivals.depth().await?;
+            if depth.visible == 0 && depth.in_flight == 0 {
+                break;
+            }
+        }
+        if !fresh && !watches.is_empty() {
+            let mut stop = stop.clone();
+            tokio::select! {
+                () = tokio::time::sleep(poll.saturating_sub(last_scan.elapsed())) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+    if out.json {
+        out.emit(&report);
+    } else {
+        eprintln!("{}", crate::reports::Report::text(&report, out));
+    }
+    // A consumer stopped by a signal stopped cleanly; a one-off round says what it refused.
+    Ok(if a.until_idle && report.refused > 0 {
+        Exit::Failed.into()
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Plan one message's arrivals, then acknowledge, dead-letter or release it.
+async fn handle(
+    out: &Out,
+    ingest: &Ingest,
+    arrivals: &dyn WorkQueue,
+    msg: &Received,
+    report: &mut IngestReport,
+) -> anyhow::Result<()> {
+    let outcome = ingest.message(&msg.body).await;
+    for i in outcome.ingested {
+        note(out, report, line_of(i));
+    }
+    match outcome.disposition {
+        Disposition::Done => {
+            arrivals.ack(&msg.receipt).await?;
+        }
+        Disposition::DeadLetter(e) => {
+            report.refused += 1;
+            note(
+                out,
+                report,
+                refused(format!("message {}", msg.message_id), &e),
+            );
+            let reason = format!("{}: {e}", e.reason_code().as_str());
+            arrivals
+                .dead_letter(msg, &tilegate_core::redact::redact(&reason))
+                .await?;
+        }
+        Disposition::Retry(e) => {
+            report.retried += 1;
+            tracing::warn!(message_id = %msg.message_id, error = %e, "arrival left for redelivery");
+            let backoff = Duration::from_secs(5 * u64::from(msg.receive_count.clamp(1, 60)));
+            arrivals.change_visibility(&msg.receipt, backoff).await?;
+        }
+    }
+    Ok(())
+}
+
+fn line_of(i: Ingested) -> IngestLine {
+    let blank = |outcome: &str, arrival: String| IngestLine {
+        outcome: outcome.to_owned(),
+        arrival: tilegate_core::redact::redact(&arrival).into_owned(),
+        job_id: None,
+        windows: None,
+        enqueued: None,
+        why: None,
+        reason: None,
+    };
+    match i {
+        Ingested::Planned {
+            arrival,
+            job_id,
+            windows,
+            enqueued,
+        } => IngestLine {
+            job_id: Some(job_id.to_string()),
+            windows: Some(windows),
+            enqueued: Some(enqueued),
+            ..blank("planned", arrival)
+        },
+        Ingested::Duplicate { arrival, job_id } => IngestLine {
+            job_id: Some(job_id.to_string()),
+            ..blank("duplicate", arrival)
+        },
+        Ingested::Skipped { arrival, why } => IngestLine {
+            why: Some(why),
+            ..blank("skipped", arrival)
+        },
+    }
+}
+
+fn refused(arrival: String, e: &IngestError) -> IngestLine {
+    IngestLine {
+        outcome: "refused".to_owned(),
+        arrival: tilegate_core::redact::redact(&arrival).into_owned(),
+        job_id: None,
+        windows: None,
+        enqueued: None,
+        why: Some(tilegate_core::redact::redact(&tilegate_core::error::chain(e)).into_owned()),
+        reason: Some(e.reason_code().as_str().to_owned()),
+    }
+}
+
+/// Count an arrival and, in text mode, say it as it happens.
+fn note(out: &Out, report: &mut IngestReport, line: IngestLine) {
+    match line.outcome.as_str() {
+        "planned" => report.planned += 1,
+        "duplicate" => report.duplicates += 1,
+        "skipped" => report.skipped += 1,
+        _ => {}
+    }
+    if !out.json {
+        println!("{}", line.text());
+    }
+    report.arrivals.push(line);
+}

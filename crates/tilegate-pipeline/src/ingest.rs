@@ -1,0 +1,433 @@
+//! Ingest: a scene that lands becomes a planned job, with nobody typing `plan`.
+//!
+//! Arrivals come as queue messages ([`tilegate_core::arrival`]: S3 event notifications,
+//! EventBridge events, SNS envelopes, STAC Items) or, on one machine, as files that appear in
+//! a watched directory. Each passes the configuration's filters (the buckets whose
+//! notifications are accepted, key prefixes and suffixes, STAC collections) and the tenant's
+//! source policy, and is planned with the configured recipe, prefix and tenant.
+//!
+//! Duplicates cost nothing: the job ID is a function of the source's pin and the recipe, so a
+//! repeated notification of the same object plans the same job, whose row says its windows
+//! were enqueued ([`Enqueue::Once`]); nothing more is sent. A message is acknowledged only
+//! after everything it names is planned, so a crash re-plans from the redelivery.
+//!
+//! Every message is hostile: a bucket not in the configuration is refused (`source-forbidden`,
+//! dead-lettered, never read), a STAC Item's hrefs reach only what the policy lists, and no
+//! message names a local file.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tilegate_core::arrival::{self, Arrival, Record};
+use tilegate_core::{Backends, JobId, Prefix, Reason, Recipe, Tenant};
+use tilegate_planner::{Enqueue, PlanError, PlanOptions, plan_resolved};
+use tilegate_source::{Origin, Policies, SourceError, resolve};
+
+/// What `ingest` plans and which arrivals it takes: `tilegate ingest … --print-config` prints
+/// it, the Lambda function reads it from `TILEGATE_INGEST`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestConfig {
+    /// The recipe every arrival is planned with.
+    #[serde(default = "Recipe::copy_all")]
+    pub recipe: Recipe,
+    #[serde(default)]
+    pub prefix: Prefix,
+    #[serde(default)]
+    pub tenant: Tenant,
+    /// A STAC Item's assets that become the job's bands, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assets: Vec<String>,
+    #[serde(default = "one")]
+    pub manifest_shards: u32,
+    /// Buckets whose object notifications are planned (`s3://bucket`); a notification from any
+    /// other is refused. None: no object notification is accepted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<String>,
+    /// Plan only keys (or watched files' paths under the directory) starting with one of
+    /// these; none: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_prefixes: Vec<String>,
+    /// Plan only keys (or files) ending with one of these, e.g. `.tif`; none: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_suffixes: Vec<String>,
+    /// Plan only STAC Items of these collections; none: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collections: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self {
+            recipe: Recipe::copy_all(),
+            prefix: Prefix::default(),
+            tenant: Tenant::default(),
+            assets: Vec::new(),
+            manifest_shards: 1,
+            buckets: Vec::new(),
+            key_prefixes: Vec::new(),
+            key_suffixes: Vec::new(),
+            collections: Vec::new(),
+        }
+    }
+}
+
+impl IngestConfig {
+    /// Whether a key (or a watched file's relative path) passes the prefix and suffix filters.
+    pub fn accepts_key(&self, key: &str) -> bool {
+        (self.key_prefixes.is_empty() || self.key_prefixes.iter().any(|p| key.starts_with(p)))
+            && (self.key_suffixes.is_empty() || self.key_suffixes.iter().any(|s| key.ends_with(s)))
+    }
+}
+
+/// What one arrival came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Ingested {
+    /// Planned, its windows enqueued (a new job, or one whose enqueueing a crash cut short).
+    Planned {
+        arrival: String,
+        job_id: JobId,
+        windows: u64,
+        enqueued: u64,
+    },
+    /// The job was planned and enqueued before: a duplicate notification, absorbed.
+    Duplicate { arrival: String, job_id: JobId },
+    /// Not for this configuration (a key or collection filtered out, a removal event).
+    Skipped { arrival: String, why: String },
+}
+
+/// Why an arrival could not be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("{arrival}: {reason}")]
+    Refused { arrival: String, reason: String },
+    #[error("{0}")]
+    BadMessage(#[from] arrival::ArrivalError),
+    #[error("{arrival}: {source}")]
+    Plan {
+        arrival: String,
+        #[source]
+        source: Box<PlanError>,
+    },
+}
+
+impl IngestError {
+    /// The dead-letter reason.
+    pub fn reason_code(&self) -> Reason {
+        match self {
+            Self::Refused { .. } => Reason::SourceForbidden,
+            Self::BadMessage(_) => Reason::BadArrival,
+            Self::Plan { source, .. } => source.reason_code(),
+        }
+    }
+
+    /// Whether trying again later may succeed (a throttled table, a network fault).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Plan { source, .. } => source.is_retryable(),
+            _ => false,
+        }
+    }
+}
+
+/// What to do with a message once its arrivals are handled.
+#[derive(Debug)]
+pub enum Disposition {
+    /// Everything it names is planned (or skipped): acknowledge it.
+    Done,
+    /// It can never be planned: dead-letter it with this reason.
+    DeadLetter(IngestError),
+    /// A fault that may pass: leave it for redelivery.
+    Retry(IngestError),
+}
+
+/// One message's outcome: what each of its arrivals came to, and what to do with it.
+#[derive(Debug)]
+pub struct MessageOutcome {
+    pub ingested: Vec<Ingested>,
+    pub disposition: Disposition,
+}
+
+/// Plans arrivals with one configuration.
+#[derive(Debug, Clone)]
+pub struct Ingest {
+    b: Backends,
+    cfg: Arc<IngestConfig>,
+    policies: Arc<Policies>,
+}
+
+impl Ingest {
+    pub fn new(b: Backends, cfg: IngestConfig, policies: Arc<Policies>) -> Self {
+        Self {
+            b,
+            cfg: Arc::new(cfg),
+            policies,
+        }
+    }
+
+    pub fn config(&self) -> &IngestConfig {
+        &self.cfg
+    }
+
+    fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            recipe: self.cfg.recipe.clone(),
+            prefix: self.cfg.prefix.clone(),
+            policy: self.policies.of(self.cfg.tenant.as_str()),
+            tenant: self.cfg.tenant.clone(),
+            resume: true,
+            assets: self.cfg.assets.clone(),
+            manifest_shards: self.cfg.manifest_shards,
+        }
+    }
+
+    /// Plan every arrival one message names.
+    pub async fn message(&self, body: &str) -> MessageOutcome {
+        let records = match arrival::parse(body) {
+            Ok(r) => r,
+            Err(e) => {
+                return MessageOutcome {
+                    ingested: Vec::new(),
+                    disposition: Disposition::DeadLetter(e.into()),
+                };
+            }
+        };
+        let mut ingested = Vec::with_capacity(records.len());
+        let mut failed: Option<IngestError> = None;
+        for record in records {
+            let outcome = match record {
+                Record::Ignored(why) => Ok(Ingested::Skipped {
+                    arrival: "-".to_owned(),
+                    why,
+                }),
+                Record::Arrival(a) => self.arrival(a).await,
+            };
+            match outcome {
+                Ok(i) => ingested.push(i),
+                Err(e) => {
+                    tracing::warn!(error = %e, "arrival not planned");
+                    // A retryable fault wins: the redelivery plans the rest again (absorbed).
+                    if failed.as_ref().is_none_or(|f| !f.is_retryable()) {
+                        failed = Some(e);
+                    }
+                }
+            }
+        }
+        let disposition = match failed {
+            None => Disposition::Done,
+            Some(e) if e.is_retryable() => Disposition::Retry(e),
+            Some(e) => Disposition::DeadLetter(e),
+        };
+        MessageOutcome {
+            ingested,
+            disposition,
+        }
+    }
+
+    /// Plan one arrival a message named.
+    pub async fn arrival(&self, a: Arrival) -> Result<Ingested, IngestError> {
+        let name = a.name();
+        let refused = |reason: String| IngestError::Refused {
+            arrival: tilegate_core::redact::redact(&name).into_owned(),
+            reason,
+        };
+        let skipped = |why: String| {
+            Ok(Ingested::Skipped {
+                arrival: name.clone(),
+                why,
+            })
+        };
+        let opts = self.plan_options();
+        let started = Instant::now();
+        let resolved = match a {
+            Arrival::Object {
+                uri, bucket, key, ..
+            } => {
+                let listed = format!("s3://{bucket}");
+                if !self
+                    .cfg
+                    .buckets
+                    .iter()
+                    .any(|b| b.trim_end_matches('/') == listed)
+                {
+                    return Err(refused(format!(
+                        "notifications from `{listed}` are not accepted (ingest's buckets: {})",
+                        if self.cfg.buckets.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            self.cfg.buckets.join(", ")
+                        }
+                    )));
+                }
+                if !self.cfg.accepts_key(&key) {
+                    return skipped("the key does not match the prefix and suffix filters".into());
+                }
+                // The bucket is the configuration's; the policy judges the object as any
+                // source the operator's pipeline names.
+                resolve(&self.b, &opts.policy, &uri, Origin::Operator).await
+            }
+            Arrival::Item {
+                collection, item, ..
+            } => {
+                if !self.cfg.collections.is_empty()
+                    && !collection
+                        .as_ref()
+                        .is_some_and(|c| self.cfg.collections.contains(c))
+                {
+                    return skipped(format!(
+                        "collection `{}` is not one of {}",
+                        collection.as_deref().unwrap_or("(none)"),
+                        self.cfg.collections.join(", ")
+                    ));
+                }
+                tilegate_source::stac::resolve_message_item(
+                    &self.b,
+                    &opts.policy,
+                    item,
+                    &opts.assets,
+                )
+                .await
+            }
+        };
+        self.plan(name, resolved, started, &opts).await
+    }
+
+    /// Plan a file that appeared under the watched directory `root` (the operator's).
+    pub async fn local_file(&self, root: &Path, path: &Path) -> Result<Ingested, IngestError> {
+        let name = path.display().to_string();
+        let rel = path
+            .strip_prefix(root)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !self.cfg.accepts_key(&rel) {
+            return Ok(Ingested::Skipped {
+                arrival: name,
+                why: "the path does not match the prefix and suffix filters".into(),
+            });
+        }
+        let opts = self.plan_options();
+        let started = Instant::now();
+        // A link in the directory that leads out of it is not the directory's.
+        let inside = std::fs::canonicalize(path)
+            .ok()
+            .zip(std::fs::canonicalize(root).ok())
+            .is_some_and(|(p, r)| p.starts_with(r));
+        if !inside {
+            return Err(IngestError::Refused {
+                arrival: name,
+                reason: format!("it leads out of the watched directory {}", root.display()),
+            });
+        }
+        let resolved = resolve(&self.b, &opts.policy, &name, Origin::Operator).await;
+        self.plan(name, resolved, started, &opts).await
+    }
+
+    async fn plan(
+        &self,
+        name: String,
+        resolved: Result<tilegate_source::ResolvedSource, SourceError>,
+        started: Instant,
+        opts: &PlanOptions,
+    ) -> Result<Ingested, IngestError> {
+        let planned = match resolved {
+            Ok(r) => plan_resolved(&self.b, r, started, opts, Enqueue::Once).await,
+            Err(e) => Err(e.into()),
+        };
+        let p = planned.map_err(|source| IngestError::Plan {
+            arrival: tilegate_core::redact::redact(&name).into_owned(),
+            source: Box::new(source),
+        })?;
+        let job_id = p.job.job_id.clone();
+        if p.enqueued == 0 && !p.newly_planned {
+            tracing::info!(%job_id, arrival = %name, "duplicate arrival absorbed");
+            return Ok(Ingested::Duplicate {
+                arrival: name,
+                job_id,
+            });
+        }
+        tracing::info!(%job_id, arrival = %name, windows = p.windows, enqueued = p.enqueued, "arrival planned");
+        Ok(Ingested::Planned {
+            arrival: name,
+            job_id,
+            windows: p.windows,
+            enqueued: p.enqueued,
+        })
+    }
+}
+
+/// Files under a watched directory, and which of them have stood still long enough to plan.
+///
+/// A file is planned once it has the same size and modification time on two scans in a row
+/// (a copy in progress keeps changing), and once per process per (size, time); a restarted
+/// process plans them again, which the job IDs absorb.
+#[derive(Debug, Default)]
+pub struct Watch {
+    root: PathBuf,
+    /// Each file's (size, modified) on the last scan, and whether it was handed out.
+    seen: std::collections::HashMap<PathBuf, ((u64, std::time::SystemTime), bool)>,
+}
+
+impl Watch {
+    pub fn new(root: PathBuf) -> Self {
+        Self {
+            root,
+            seen: Default::default(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether a file seen on the last scan is still waiting to stand still.
+    pub fn settling(&self) -> bool {
+        self.seen.values().any(|(_, handed)| !handed)
+    }
+
+    /// Scan the directory (recursively, hidden files and directories left out): the files
+    /// that stood still since the last scan and were not handed out yet.
+    pub fn scan(&mut self) -> std::io::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        let mut dirs = vec![self.root.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                if entry.file_name().to_string_lossy().starts_with('.') {
+                    continue;
+                }
+                let kind = entry.file_type()?;
+                if kind.is_dir() {
+                    dirs.push(entry.path());
+                } else if let Ok(meta) = std::fs::metadata(entry.path())
+                    && meta.is_file()
+                {
+                    let stamp = (meta.len(), meta.modified()?);
+                    files.push((entry.path(), stamp));
+                }
+            }
+        }
+        let mut ready = Vec::new();
+        for (path, stamp) in files {
+            match self.seen.get_mut(&path) {
+                Some((last, handed)) if *last == stamp => {
+                    if !*handed {
+                        *handed = true;
+                        ready.push(path);
+                    }
+                }
+                Some(entry) => *entry = (stamp, false),
+                None => {
+                    self.seen.insert(path, (stamp, false));
+                }
+            }
+        }
+        ready.sort();
+        Ok(ready)
+    }
+}
