@@ -3,13 +3,20 @@
 
 Checks what the generic linters cannot know about tilegate:
 
-* aws/template.yaml — the worker role grants exactly the (action, resource) pairs the Lambda
-  worker needs and nothing else (no wildcard action, no `Resource: "*"`, no managed policy, no
-  SAM `Policies`, no grant on a wider or different resource); the queues, event source and
-  tables have the names, redrive, visibility and key schemas the code depends on.
+* aws/template.yaml — each function's own role (the worker's, the ingest function's) grants
+  exactly the (action, resource) pairs that function needs and nothing else (no wildcard action,
+  no `Resource: "*"`, no managed policy, no SAM `Policies`, no grant on a wider or different
+  resource); the queues, event sources and tables have the names, redrive, visibility and key
+  schemas the code depends on; the EventBridge rule brings only the source bucket's new objects
+  to the arrivals queue, whose policy admits that rule alone; the functions' environments (the
+  ingest configuration parsed as the JSON the code reads).
 * k8s/*.yaml — the worker's probes, its shutdown grace against the pod's termination grace, its
   security context, its metrics endpoint (bound to the pod IP, reached only from one named
-  namespace through the NetworkPolicy), and a structural check of the KEDA objects (whose CRD
+  namespace through the NetworkPolicy), the ingest Deployment (hardened the same, its own
+  service account, no port and no probe on one, no ingress, the arrivals queue beside the work
+  queue), the assemble CronJob (hardened the same, `assemble --all` one run at a time with a
+  deadline, no port and no probe, no ingress, announcing, and memory for more than the jobs the
+  Lambda worker leaves `assembling`), and a structural check of the KEDA objects (whose CRD
   schemas kubernetes-validate does not ship).
 
 `--self-test` proves the check itself: the real files must pass, and every fixture in tests/
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import pathlib
 import re
 import sys
@@ -80,10 +88,19 @@ def load_k8s(directory: pathlib.Path) -> dict[str, list[dict]]:
 
 # --------------------------------------------------------------------------- the template
 
-# What the Lambda worker may do, by resource role. Anything else in the role fails the check.
-TILES_ACTIONS = ["s3:PutObject", "s3:GetObject"]
+# What each function's role may do, by resource role. Anything else in a role fails the check.
+# -- the worker (TablePrefix-worker): tiles, assembly, announcements
+TILES_ACTIONS = [
+    "s3:PutObject",
+    "s3:GetObject",
+    "s3:AbortMultipartUpload",  # the assembler's scene upload, when it fails or loses its lease
+]
+# The assembler HEADs the scene (and its STAC Item) before writing it; S3 answers a HEAD of an
+# absent key with 404 only to a caller with s3:ListBucket, with 403 to any other.
+OUTPUT_BUCKET_ACTIONS = ["s3:ListBucket"]
 SOURCE_ACTIONS = ["s3:GetObject"]
 TABLE_ACTIONS = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:GetItem"]
+COUNTER_BATCH_ACTIONS = ["dynamodb:BatchGetItem"]  # completion: every partition's row counter
 QUEUE_ACTIONS = [
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
@@ -91,7 +108,31 @@ QUEUE_ACTIONS = [
     "sqs:GetQueueAttributes",  # required by Lambda's SQS event source mapping
 ]
 DLQ_ACTIONS = ["sqs:SendMessage"]
+PUBLISH_ACTIONS = ["sns:Publish"]
 LOG_ACTIONS = ["logs:CreateLogStream", "logs:PutLogEvents"]
+# -- the ingest function (TablePrefix-ingest): plans jobs from the arrivals queue
+INGEST_JOB_ACTIONS = ["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem"]
+INGEST_MANIFEST_ACTIONS = ["dynamodb:Query"]
+SEND_ACTIONS = ["sqs:SendMessage"]
+
+# The queue names the code derives from QueueName, and SQS's limit on a queue name.
+QUEUE_SUFFIXES = ["-dlq", "-arrivals", "-arrivals-dlq"]
+SQS_NAME_MAX = 80
+
+# The fields of TILEGATE_INGEST (the ingest configuration; unknown fields are refused).
+INGEST_FIELDS = {
+    "recipe", "prefix", "tenant", "assets", "manifest_shards", "buckets", "key_prefixes", "key_suffixes",
+    "collections",
+}
+# What the source bucket's rule matches: objects created in that bucket, nothing else.
+ARRIVALS_PATTERN = {
+    "source": ["aws.s3"],
+    "detail-type": ["Object Created"],
+    "detail": {"bucket": {"name": [{"Ref": "SourceBucketName"}]}},
+}
+# The assembler holds a scene in memory: the code's default TILEGATE_ASSEMBLE_MAX_BYTES is 4 GiB
+# for a 10 GiB function, and no function may assemble more than that share of its memory.
+ASSEMBLE_MEMORY_SHARE = 0.4
 
 # Table suffix -> (key schema, attribute types, global secondary indexes), as the code uses them.
 TABLES: dict[str, tuple[list[tuple[str, str]], dict[str, str], dict[str, list[tuple[str, str]]]]] = {
@@ -222,6 +263,10 @@ def find_one(t: Template, rtype: str, prop: str, expected: Any, what: str) -> st
     return found[0]
 
 
+# (actions, the equivalent spellings of the one resource they are granted on, what it is)
+Grant = tuple[list[str], list[str], str]
+
+
 def check_template(doc: dict) -> list[str]:
     t = Template(doc)
     if t.doc.get("Transform") != "AWS::Serverless-2016-10-31":
@@ -234,40 +279,116 @@ def check_template(doc: dict) -> list[str]:
         t.fail(f"template: expected exactly one AWS::S3::Bucket (the output bucket), found {len(buckets)}")
     queue = find_one(t, "AWS::SQS::Queue", "QueueName", {"Ref": "QueueName"}, "work queue")
     dlq = find_one(t, "AWS::SQS::Queue", "QueueName", {"Fn::Sub": "${QueueName}-dlq"}, "dead-letter queue")
+    arrivals = find_one(t, "AWS::SQS::Queue", "QueueName", {"Fn::Sub": "${QueueName}-arrivals"}, "arrivals queue")
+    arrivals_dlq = find_one(
+        t, "AWS::SQS::Queue", "QueueName", {"Fn::Sub": "${QueueName}-arrivals-dlq"}, "arrivals dead-letter queue"
+    )
     tables = {
         suffix: find_one(
             t, "AWS::DynamoDB::Table", "TableName", {"Fn::Sub": "${TablePrefix}-" + suffix}, f"{suffix} table"
         )
         for suffix in TABLES
     }
-    functions = t.of_type("AWS::Serverless::Function")
-    if len(functions) != 1:
-        t.fail(f"template: expected exactly one AWS::Serverless::Function (the worker), found {len(functions)}")
-        return t.errors
-    function = functions[0]
-    fprops = t.props(function)
+    topics = t.of_type("AWS::SNS::Topic")
+    topic = topics[0] if len(topics) == 1 else None
+    if topic is None:
+        t.fail(f"template: expected exactly one AWS::SNS::Topic (the announcements), found {len(topics)}")
+    elif not t.props(topic).get("KmsMasterKeyId"):
+        t.fail(f"topic {topic}: KmsMasterKeyId is not set (alias/aws/sns at least)")
 
-    fname = fprops.get("FunctionName")
-    lg_name = "/aws/lambda/" + (t.canon(fname) or "") if fname is not None else "/aws/lambda/${" + function + "}"
-    log_groups = [k for k in t.of_type("AWS::Logs::LogGroup") if t.canon(t.props(k).get("LogGroupName")) == lg_name]
-    log_group = log_groups[0] if len(log_groups) == 1 else None
-    if log_group is None:
-        t.fail(f"log group: expected exactly one AWS::Logs::LogGroup named {lg_name}, found {len(log_groups)}")
-    elif "RetentionInDays" not in t.props(log_group):
-        t.fail(f"log group {log_group}: RetentionInDays is not set")
+    worker = find_one(
+        t, "AWS::Serverless::Function", "FunctionName", {"Fn::Sub": "${TablePrefix}-worker"}, "worker function"
+    )
+    ingest = find_one(
+        t, "AWS::Serverless::Function", "FunctionName", {"Fn::Sub": "${TablePrefix}-ingest"}, "ingest function"
+    )
+    for logical in t.of_type("AWS::Serverless::Function"):
+        if logical not in (worker, ingest):
+            t.fail(f"resource {logical}: a third function is not allowed (only PREFIX-worker and PREFIX-ingest)")
+    check_permission_sources(t)
+    check_queue_name_length(t)
 
-    check_role(t, function, fprops, bucket, queue, dlq, tables, log_group, lg_name)
-    check_queues(t, function, fprops, queue, dlq)
+    part = "${AWS::Partition}"
+    source = ([f"arn:{part}:s3:::${{SourceBucketName}}/*"], "source bucket")
+    roles: dict[str, str] = {}
+    if worker:
+        wprops = t.props(worker)
+        _, lg_grants = function_log_group(t, worker, wprops)
+        grants: list[Grant] = []
+        if bucket:
+            grants.append((TILES_ACTIONS, [f"arn:{part}:s3:::${{{bucket}}}/${{OutputPrefix}}/*"], "tiles prefix"))
+            grants.append((OUTPUT_BUCKET_ACTIONS, [f"${{{bucket}.Arn}}", f"arn:{part}:s3:::${{{bucket}}}"], "output bucket"))
+        grants.append((SOURCE_ACTIONS, *source))
+        for suffix, table in tables.items():
+            if table:
+                grants.append((TABLE_ACTIONS, [f"${{{table}.Arn}}"], f"{suffix} table"))
+        if tables["counters"]:
+            grants.append((COUNTER_BATCH_ACTIONS, [f"${{{tables['counters']}.Arn}}"], "counters table"))
+        if queue:
+            grants.append((QUEUE_ACTIONS, [f"${{{queue}.Arn}}"], "work queue"))
+        if dlq:
+            grants.append((DLQ_ACTIONS, [f"${{{dlq}.Arn}}"], "dead-letter queue"))
+        if topic:
+            grants.append((PUBLISH_ACTIONS, [f"${{{topic}}}"], "announcements topic"))
+        grants += lg_grants
+        role = check_role(t, worker, wprops, grants, "worker")
+        if role:
+            roles[role] = worker
+        check_queues(t, worker, wprops, queue, dlq, "work queue", "dead-letter queue", batch_size=10)
+        check_function(t, worker, wprops, {
+            "TILEGATE_OBJECTS": f"s3://${{{bucket}}}/${{OutputPrefix}}" if bucket else None,
+            "TILEGATE_TABLES": "dynamodb://${TablePrefix}",
+            "TILEGATE_QUEUE_URL": f"${{{queue}}}" if queue else None,
+            "TILEGATE_DLQ_URL": f"${{{dlq}}}" if dlq else None,
+            "TILEGATE_ASSEMBLE": "1",
+            "TILEGATE_ANNOUNCE": f"sns:${{{topic}}}" if topic else None,
+        })
+        check_assembly_memory(t, worker, wprops)
+    if ingest:
+        iprops = t.props(ingest)
+        _, lg_grants = function_log_group(t, ingest, iprops)
+        grants = [(SOURCE_ACTIONS, *source)]
+        if tables["jobs"]:
+            grants.append((INGEST_JOB_ACTIONS, [f"${{{tables['jobs']}.Arn}}"], "jobs table"))
+        if tables["manifest"]:
+            grants.append((INGEST_MANIFEST_ACTIONS, [f"${{{tables['manifest']}.Arn}}"], "manifest table"))
+        if queue:
+            grants.append((SEND_ACTIONS, [f"${{{queue}.Arn}}"], "work queue"))
+        if arrivals:
+            grants.append((QUEUE_ACTIONS, [f"${{{arrivals}.Arn}}"], "arrivals queue"))
+        if arrivals_dlq:
+            grants.append((DLQ_ACTIONS, [f"${{{arrivals_dlq}.Arn}}"], "arrivals dead-letter queue"))
+        grants += lg_grants
+        role = check_role(t, ingest, iprops, grants, "ingest")
+        if role and role in roles:
+            t.fail(f"function {ingest}: the ingest function must have its own role, not the worker's {role}")
+        elif role:
+            roles[role] = ingest
+        check_queues(t, ingest, iprops, arrivals, arrivals_dlq, "arrivals queue", "arrivals dead-letter queue")
+        check_function(t, ingest, iprops, {
+            "TILEGATE_MODE": "ingest",
+            "TILEGATE_OBJECTS": f"s3://${{{bucket}}}/${{OutputPrefix}}" if bucket else None,
+            "TILEGATE_TABLES": "dynamodb://${TablePrefix}",
+            "TILEGATE_QUEUE_URL": f"${{{queue}}}" if queue else None,
+            "TILEGATE_DLQ_URL": f"${{{dlq}}}" if dlq else None,
+            "TILEGATE_ARRIVALS_URL": f"${{{arrivals}}}" if arrivals else None,
+            "TILEGATE_ARRIVALS_DLQ_URL": f"${{{arrivals_dlq}}}" if arrivals_dlq else None,
+        })
+        check_ingest_config(t, ingest, iprops)
+    all_roles = t.of_type("AWS::IAM::Role")
+    extra = sorted(set(all_roles) - set(roles))
+    if extra:
+        t.fail(f"template: the only AWS::IAM::Roles may be the functions' own, found also {extra}")
+    if arrivals:
+        rule = check_arrivals_rule(t, arrivals)
+        check_queue_policies(t, arrivals, rule)
     check_tables(t, tables)
     check_bucket(t, bucket)
-    check_function(t, function, fprops, bucket, queue, dlq)
     return t.errors
 
 
-def check_role(t, function, fprops, bucket, queue, dlq, tables, log_group, lg_name) -> None:
-    # -- where permissions may come from: one inline-policy role, nothing else
-    if "Policies" in fprops:
-        t.fail(f"function {function}: SAM Policies property is not allowed (grants go in the explicit role)")
+def check_permission_sources(t: Template) -> None:
+    """Where permissions may come from: each function's one inline-policy role, nothing else."""
     globals_fn = ((t.doc.get("Globals") or {}).get("Function")) or {}
     for key in ("Policies", "Role"):
         if key in globals_fn:
@@ -275,10 +396,47 @@ def check_role(t, function, fprops, bucket, queue, dlq, tables, log_group, lg_na
     for logical in t.resources:
         rtype = t.resources[logical].get("Type") if isinstance(t.resources[logical], dict) else None
         if rtype in IAM_RESOURCE_TYPES:
-            t.fail(f"resource {logical}: {rtype} is not allowed (only the worker role's inline policies grant)")
-        if rtype == "AWS::Serverless::Function" and logical != function:
-            t.fail(f"resource {logical}: a second function is not allowed")
+            t.fail(f"resource {logical}: {rtype} is not allowed (only the functions' roles' inline policies grant)")
 
+
+def check_queue_name_length(t: Template) -> None:
+    """Every queue name the code derives from QueueName must fit SQS's limit."""
+    p = t.parameters.get("QueueName") or {}
+    longest = None
+    if "MaxLength" in p and str(p["MaxLength"]).isdigit():
+        longest = int(p["MaxLength"])
+    m = re.search(r"\{(?:\d+)?,(\d+)\}\$$", str(p.get("AllowedPattern", "")))
+    if m:
+        longest = min(longest, int(m.group(1))) if longest is not None else int(m.group(1))
+    suffix = max(QUEUE_SUFFIXES, key=len)
+    if longest is None:
+        t.fail(f"parameter QueueName: bound its length (MaxLength or AllowedPattern) so QueueName{suffix} fits {SQS_NAME_MAX}")
+    elif longest + len(suffix) > SQS_NAME_MAX:
+        t.fail(
+            f"parameter QueueName: allows {longest} characters, so QueueName{suffix} may exceed SQS's "
+            f"{SQS_NAME_MAX} (at most {SQS_NAME_MAX - len(suffix)})"
+        )
+
+
+def function_log_group(t: Template, function: str, fprops: dict) -> tuple[str | None, list[Grant]]:
+    """The function's log group, and the log grants its role needs on it (in any spelling)."""
+    fname = fprops.get("FunctionName")
+    lg_name = "/aws/lambda/" + (t.canon(fname) or "") if fname is not None else "/aws/lambda/${" + function + "}"
+    log_groups = [k for k in t.of_type("AWS::Logs::LogGroup") if t.canon(t.props(k).get("LogGroupName")) == lg_name]
+    log_group = log_groups[0] if len(log_groups) == 1 else None
+    if log_group is None:
+        t.fail(f"log group: expected exactly one AWS::Logs::LogGroup named {lg_name}, found {len(log_groups)}")
+        return None, []
+    if "RetentionInDays" not in t.props(log_group):
+        t.fail(f"log group {log_group}: RetentionInDays is not set")
+    lg_arn = f"arn:${{AWS::Partition}}:logs:${{AWS::Region}}:${{AWS::AccountId}}:log-group:{lg_name}"
+    return log_group, [(LOG_ACTIONS, [f"${{{log_group}.Arn}}", lg_arn + ":*", lg_arn + ":log-stream:*"], "log group")]
+
+
+def check_role(t: Template, function: str, fprops: dict, grants: list[Grant], label: str) -> str | None:
+    """The function's role grants exactly `grants`; its logical ID."""
+    if "Policies" in fprops:
+        t.fail(f"function {function}: SAM Policies property is not allowed (grants go in the explicit role)")
     role_ref = fprops.get("Role")
     role = None
     if isinstance(role_ref, dict) and "Fn::GetAtt" in role_ref:
@@ -288,10 +446,7 @@ def check_role(t, function, fprops, bucket, queue, dlq, tables, log_group, lg_na
             role = parts[0]
     if role is None or t.resources.get(role, {}).get("Type") != "AWS::IAM::Role":
         t.fail(f"function {function}: Role must be !GetAtt <an AWS::IAM::Role in this template>.Arn")
-        return
-    roles = t.of_type("AWS::IAM::Role")
-    if roles != [role]:
-        t.fail(f"template: the worker role must be the only AWS::IAM::Role, found {roles}")
+        return None
     rprops = t.props(role)
     if rprops.get("ManagedPolicyArns"):
         t.fail(f"role {role}: managed policies are not allowed: {rprops['ManagedPolicyArns']}")
@@ -310,33 +465,15 @@ def check_role(t, function, fprops, bucket, queue, dlq, tables, log_group, lg_na
     if not trusted:
         t.fail(f"role {role}: trust policy does not let Lambda assume it")
 
-    # -- the allowed (action, resource) pairs, in canonical spelling
-    allowed: dict[tuple[str, str], str] = {}
-
-    def allow(actions: list[str], resources: list[str], why: str) -> None:
+    # -- the allowed (action, resource) pairs, in canonical spelling; one spelling per grant is
+    # required, the alternatives of a grant are equivalent spellings
+    allowed: set[tuple[str, str]] = set()
+    required: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for actions, resources, why in grants:
         for a in actions:
             for r in resources:
-                allowed[(a.lower(), r)] = why
-
-    part = "${AWS::Partition}"
-    if bucket:
-        allow(TILES_ACTIONS, [f"arn:{part}:s3:::${{{bucket}}}/${{OutputPrefix}}/*"], "tiles prefix")
-    allow(SOURCE_ACTIONS, [f"arn:{part}:s3:::${{SourceBucketName}}/*"], "source bucket")
-    for suffix, table in tables.items():
-        if table:
-            allow(TABLE_ACTIONS, [f"${{{table}.Arn}}"], f"{suffix} table")
-    if queue:
-        allow(QUEUE_ACTIONS, [f"${{{queue}.Arn}}"], "work queue")
-    if dlq:
-        allow(DLQ_ACTIONS, [f"${{{dlq}.Arn}}"], "dead-letter queue")
-    if log_group:
-        lg_arn = f"arn:{part}:logs:${{AWS::Region}}:${{AWS::AccountId}}:log-group:{lg_name}"
-        allow(LOG_ACTIONS, [f"${{{log_group}.Arn}}", lg_arn + ":*", lg_arn + ":log-stream:*"], "log group")
-    # One spelling per grant is required; the alternatives above are equivalent spellings.
-    names = {a.lower(): a for a in TILES_ACTIONS + TABLE_ACTIONS + QUEUE_ACTIONS + DLQ_ACTIONS + LOG_ACTIONS}
-    required: dict[tuple[str, str], set[tuple[str, str]]] = {}
-    for (a, r), why in allowed.items():
-        required.setdefault((names[a], why), set()).add((a, r))
+                allowed.add((a.lower(), r))
+                required.setdefault((a, why), set()).add((a.lower(), r))
 
     granted: set[tuple[str, str]] = set()
     for pol in as_list(rprops.get("Policies")):
@@ -382,7 +519,8 @@ def check_role(t, function, fprops, bucket, queue, dlq, tables, log_group, lg_na
                     granted.add((a.lower(), cr))
     for (a, why), spellings in sorted(required.items()):
         if not spellings & granted:
-            t.fail(f"role {role}: missing grant of {a} on the {why} (the worker needs it)")
+            t.fail(f"role {role}: missing grant of {a} on the {why} (the {label} function needs it)")
+    return role
 
 
 def resolve_number(t: Template, value: Any, timeout: int) -> int | None:
@@ -406,7 +544,17 @@ def resolve_number(t: Template, value: Any, timeout: int) -> int | None:
     return None
 
 
-def check_queues(t: Template, function: str, fprops: dict, queue: str | None, dlq: str | None) -> None:
+def check_queues(
+    t: Template,
+    function: str,
+    fprops: dict,
+    queue: str | None,
+    dlq: str | None,
+    qlabel: str,
+    dlabel: str,
+    batch_size: int | None = None,
+) -> None:
+    """The queue feeding `function`: visibility, redrive to `dlq`, encryption, event source."""
     if not queue or not dlq:
         return
     qp, dp = t.props(queue), t.props(dlq)
@@ -419,23 +567,23 @@ def check_queues(t: Template, function: str, fprops: dict, queue: str | None, dl
     for timeout in timeouts:
         vis = resolve_number(t, qp.get("VisibilityTimeout"), timeout)
         if vis is None:
-            t.fail(f"work queue {queue}: VisibilityTimeout {show(qp.get('VisibilityTimeout'))} cannot be resolved")
+            t.fail(f"{qlabel} {queue}: VisibilityTimeout {show(qp.get('VisibilityTimeout'))} cannot be resolved")
             break
         if vis < 6 * timeout:
             t.fail(
-                f"work queue {queue}: VisibilityTimeout {vis} s is less than 6 x the function timeout "
+                f"{qlabel} {queue}: VisibilityTimeout {vis} s is less than 6 x the function timeout "
                 f"{timeout} s ({6 * timeout} s)"
             )
     redrive = qp.get("RedrivePolicy") or {}
     if str(redrive.get("maxReceiveCount")) != "3":
-        t.fail(f"work queue {queue}: RedrivePolicy maxReceiveCount must be 3, found {redrive.get('maxReceiveCount')}")
+        t.fail(f"{qlabel} {queue}: RedrivePolicy maxReceiveCount must be 3, found {redrive.get('maxReceiveCount')}")
     if t.canon(redrive.get("deadLetterTargetArn")) != f"${{{dlq}.Arn}}":
-        t.fail(f"work queue {queue}: RedrivePolicy deadLetterTargetArn must be !GetAtt {dlq}.Arn")
+        t.fail(f"{qlabel} {queue}: RedrivePolicy deadLetterTargetArn must be !GetAtt {dlq}.Arn")
     for name, p in ((queue, qp), (dlq, dp)):
         if p.get("SqsManagedSseEnabled") is not True and not p.get("KmsMasterKeyId"):
             t.fail(f"queue {name}: not encrypted (SqsManagedSseEnabled or KmsMasterKeyId)")
     if str(dp.get("MessageRetentionPeriod")) != "1209600":
-        t.fail(f"dead-letter queue {dlq}: MessageRetentionPeriod must be 1209600 (14 days)")
+        t.fail(f"{dlabel} {dlq}: MessageRetentionPeriod must be 1209600 (14 days)")
 
     sqs_events = [
         (name, ev.get("Properties") or {})
@@ -448,10 +596,168 @@ def check_queues(t: Template, function: str, fprops: dict, queue: str | None, dl
     name, ep = sqs_events[0]
     if t.canon(ep.get("Queue")) != f"${{{queue}.Arn}}":
         t.fail(f"function {function}, event {name}: Queue must be !GetAtt {queue}.Arn")
-    if str(ep.get("BatchSize")) != "10":
-        t.fail(f"function {function}, event {name}: BatchSize must be 10, found {ep.get('BatchSize')}")
+    if batch_size is not None and str(ep.get("BatchSize")) != str(batch_size):
+        t.fail(f"function {function}, event {name}: BatchSize must be {batch_size}, found {ep.get('BatchSize')}")
     if "ReportBatchItemFailures" not in as_list(ep.get("FunctionResponseTypes")):
         t.fail(f"function {function}, event {name}: FunctionResponseTypes must include ReportBatchItemFailures")
+    # More pollers than the function may run would throttle batches, and a throttled batch
+    # counts as a receive towards maxReceiveCount without having been worked on.
+    maxc = (ep.get("ScalingConfig") or {}).get("MaximumConcurrency")
+    reserved = fprops.get("ReservedConcurrentExecutions")
+    if maxc is None or (maxc != reserved and str(maxc) != str(reserved)):
+        t.fail(
+            f"function {function}, event {name}: ScalingConfig.MaximumConcurrency {show(maxc)} must equal "
+            f"ReservedConcurrentExecutions {show(reserved)}"
+        )
+
+
+def check_arrivals_rule(t: Template, arrivals: str) -> str | None:
+    """The EventBridge rule that brings the source bucket's new objects to the arrivals queue."""
+    rules = t.of_type("AWS::Events::Rule")
+    if len(rules) != 1:
+        t.fail(f"template: expected exactly one AWS::Events::Rule (source bucket to arrivals queue), found {len(rules)}")
+        return None
+    rule = rules[0]
+    rp = t.props(rule)
+    if rp.get("EventBusName", "default") != "default":
+        t.fail(f"rule {rule}: must be on the default event bus (where S3 sends its events), found {show(rp.get('EventBusName'))}")
+    if rp.get("State", "ENABLED") != "ENABLED":
+        t.fail(f"rule {rule}: State must be ENABLED, found {rp.get('State')}")
+    if rp.get("EventPattern") != ARRIVALS_PATTERN:
+        t.fail(
+            f"rule {rule}: EventPattern must be {ARRIVALS_PATTERN} (objects created in the source bucket, "
+            f"nothing else), found {rp.get('EventPattern')}"
+        )
+    targets = as_list(rp.get("Targets"))
+    if len(targets) != 1 or t.canon((targets[0] or {}).get("Arn")) != f"${{{arrivals}.Arn}}":
+        t.fail(f"rule {rule}: must target !GetAtt {arrivals}.Arn alone, found {[show((x or {}).get('Arn')) for x in targets]}")
+    else:
+        for key in ("Input", "InputPath", "InputTransformer"):
+            if key in targets[0]:
+                t.fail(f"rule {rule}: the target must deliver the event as it is (the ingest function parses it), found {key}")
+    return rule
+
+
+def check_queue_policies(t: Template, arrivals: str, rule: str | None) -> None:
+    """Only the arrivals rule may send to the arrivals queue; no other queue has a policy."""
+    policies = t.of_type("AWS::SQS::QueuePolicy")
+    if not policies:
+        t.fail(f"arrivals queue {arrivals}: no AWS::SQS::QueuePolicy lets the rule send to it")
+    source_arn = f"${{{rule}.Arn}}" if rule else None
+    for pol in policies:
+        pp = t.props(pol)
+        queues = [t.canon(q) for q in as_list(pp.get("Queues"))]
+        if queues != [f"${{{arrivals}}}"]:
+            t.fail(f"queue policy {pol}: must apply to the arrivals queue alone (!Ref {arrivals}), found {queues}")
+        for i, st in enumerate(as_list((pp.get("PolicyDocument") or {}).get("Statement"))):
+            where = f"queue policy {pol}, statement {st.get('Sid', i)}"
+            for key in ("NotAction", "NotResource", "NotPrincipal"):
+                if key in st:
+                    t.fail(f"{where}: {key} is not allowed")
+            if st.get("Effect") != "Allow":
+                continue
+            principal = st.get("Principal")
+            if not isinstance(principal, dict) or set(principal) != {"Service"} or as_list(
+                principal.get("Service")
+            ) != ["events.amazonaws.com"]:
+                t.fail(f"{where}: the principal must be the service events.amazonaws.com, found {principal}")
+            if as_list(st.get("Action")) != ["sqs:SendMessage"]:
+                t.fail(f"{where}: Action must be sqs:SendMessage alone, found {st.get('Action')}")
+            if [t.canon(r) for r in as_list(st.get("Resource"))] != [f"${{{arrivals}.Arn}}"]:
+                t.fail(f"{where}: Resource must be !GetAtt {arrivals}.Arn, found {st.get('Resource')}")
+            found = []
+            for op, conds in (st.get("Condition") or {}).items():
+                if op not in ("ArnEquals", "ArnLike", "StringEquals") or not isinstance(conds, dict):
+                    continue
+                for key, value in conds.items():
+                    if key.lower() == "aws:sourcearn":
+                        found += [t.canon(v) for v in as_list(value)]
+            if source_arn is None or found != [source_arn]:
+                t.fail(
+                    f"{where}: must be conditioned on aws:SourceArn = !GetAtt {rule}.Arn (ArnEquals), so that only "
+                    f"that rule can send through EventBridge; found {found or 'no aws:SourceArn condition'}"
+                )
+
+
+def sub_parts(value: Any) -> tuple[str, dict] | None:
+    """The string and variables of an !Sub (either form)."""
+    if not isinstance(value, dict) or set(value) != {"Fn::Sub"}:
+        return None
+    inner = value["Fn::Sub"]
+    if isinstance(inner, str):
+        return inner, {}
+    if isinstance(inner, list) and len(inner) == 2 and isinstance(inner[0], str) and isinstance(inner[1], dict):
+        return inner[0], inner[1]
+    return None
+
+
+def check_ingest_config(t: Template, function: str, fprops: dict) -> None:
+    """TILEGATE_INGEST, with the parameters' defaults (the source bucket a placeholder), is the
+    JSON the code reads, accepting notifications of the source bucket alone."""
+    env = ((fprops.get("Environment") or {}).get("Variables")) or {}
+    where = f"function {function}: environment TILEGATE_INGEST"
+    parts = sub_parts(env.get("TILEGATE_INGEST"))
+    if parts is None:
+        t.fail(f"{where} must be an !Sub of the ingest configuration's JSON, found {show(env.get('TILEGATE_INGEST'))}")
+        return
+    text, variables = parts
+    placeholder = "source-bucket.example"
+
+    def value_of(name: str) -> str | None:
+        if name in variables:
+            v = variables[name]
+            if isinstance(v, str):
+                return v
+            if isinstance(v, dict) and set(v) == {"Ref"}:
+                return value_of_param(v["Ref"])
+            if isinstance(v, dict) and set(v) == {"Fn::Join"}:
+                sep, items = v["Fn::Join"]
+                if isinstance(items, dict) and set(items) == {"Ref"}:
+                    d = value_of_param(items["Ref"])
+                    return None if d is None else sep.join(d.split(","))
+            return None
+        return value_of_param(name)
+
+    def value_of_param(name: str) -> str | None:
+        if name == "SourceBucketName":
+            return placeholder
+        if name not in t.parameters:
+            return None
+        d = t.param_default(name)
+        return None if d is None else str(d)
+
+    unresolved: list[str] = []
+
+    def substitute(m: re.Match) -> str:
+        v = value_of(m.group(1))
+        if v is None:
+            unresolved.append(m.group(1))
+            return ""
+        return v
+
+    resolved = re.sub(r"\$\{([^!}][^}]*)\}", substitute, text).replace("${!", "${")
+    if unresolved:
+        t.fail(f"{where}: cannot resolve {unresolved} (a parameter with a default, or a variable of the !Sub)")
+        return
+    try:
+        config = json.loads(resolved)
+    except json.JSONDecodeError as e:
+        t.fail(f"{where} is not JSON with the parameters' defaults ({e}): {resolved}")
+        return
+    if not isinstance(config, dict):
+        t.fail(f"{where} must be a JSON object, found {resolved}")
+        return
+    unknown = sorted(set(config) - INGEST_FIELDS)
+    if unknown:
+        t.fail(f"{where}: unknown field(s) {unknown} (the code refuses them; known: {sorted(INGEST_FIELDS)})")
+    if config.get("buckets") != [f"s3://{placeholder}"]:
+        t.fail(
+            f'{where}: buckets must be exactly ["s3://${{SourceBucketName}}"] (a notification of any other '
+            f"bucket must be refused; the role reads no other), found {config.get('buckets')}"
+        )
+    recipe = config.get("recipe")
+    if recipe is not None and not (isinstance(recipe, dict) and "operation" in recipe and "window" in recipe):
+        t.fail(f"{where}: recipe must be an object with operation and window, found {recipe}")
 
 
 def check_tables(t: Template, tables: dict[str, str | None]) -> None:
@@ -503,17 +809,13 @@ def check_bucket(t: Template, bucket: str | None) -> None:
         t.fail(f"bucket {bucket}: BucketEncryption is not set")
 
 
-def check_function(t: Template, function: str, fprops: dict, bucket, queue, dlq) -> None:
+def check_function(t: Template, function: str, fprops: dict, expected: dict[str, str | None]) -> None:
     env = ((fprops.get("Environment") or {}).get("Variables")) or {}
-    expected = {
-        "TILEGATE_OBJECTS": f"s3://${{{bucket}}}/${{OutputPrefix}}" if bucket else None,
-        "TILEGATE_TABLES": "dynamodb://${TablePrefix}",
-        "TILEGATE_QUEUE_URL": f"${{{queue}}}" if queue else None,
-        "TILEGATE_DLQ_URL": f"${{{dlq}}}" if dlq else None,
-    }
     for key, want in expected.items():
         if want is not None and t.canon(env.get(key)) != want:
             t.fail(f"function {function}: environment {key} must be {want}, found {show(env.get(key))}")
+    if "TILEGATE_MODE" not in expected and "TILEGATE_MODE" in env:
+        t.fail(f"function {function}: environment TILEGATE_MODE must not be set (it would not run as the worker)")
     if fprops.get("Runtime") != "provided.al2023" or fprops.get("Handler") != "bootstrap":
         t.fail(f"function {function}: Runtime provided.al2023 with Handler bootstrap expected")
     if "ReservedConcurrentExecutions" not in fprops:
@@ -526,6 +828,29 @@ def check_function(t: Template, function: str, fprops: dict, bucket, queue, dlq)
     binary = (meta.get("BuildProperties") or {}).get("Binary")
     if meta.get("BuildMethod") != "rust-cargolambda" or binary != "tilegate-lambda":
         t.fail(f"function {function}: Metadata must build the tilegate-lambda binary with rust-cargolambda")
+
+
+def check_assembly_memory(t: Template, function: str, fprops: dict) -> None:
+    """A function that assembles is told how large a job it may assemble in its memory."""
+    env = ((fprops.get("Environment") or {}).get("Variables")) or {}
+    if env.get("TILEGATE_ASSEMBLE") != "1":
+        return
+    memory = resolve_number(t, fprops.get("MemorySize"), 0)
+    most = str(env.get("TILEGATE_ASSEMBLE_MAX_BYTES", ""))
+    if memory is None:
+        t.fail(f"function {function}: MemorySize must be set (it bounds the jobs the function assembles)")
+        return
+    limit = int(memory * (1 << 20) * ASSEMBLE_MEMORY_SHARE)
+    if not most.isdigit():
+        t.fail(
+            f"function {function}: environment TILEGATE_ASSEMBLE_MAX_BYTES must be set, at most {limit} for "
+            f"{memory} MB (the code's default, 4 GiB, is for a 10 GiB function)"
+        )
+    elif int(most) > limit:
+        t.fail(
+            f"function {function}: TILEGATE_ASSEMBLE_MAX_BYTES {most} is more than {ASSEMBLE_MEMORY_SHARE} x its "
+            f"{memory} MB ({limit}); the assembler holds the scene in memory"
+        )
 
 
 # --------------------------------------------------------------------------- Kubernetes
@@ -543,6 +868,23 @@ AWS_SQS_METADATA = {
     "queueURL", "queueURLFromEnv", "queueLength", "activationQueueLength", "awsRegion", "awsEndpoint",
     "scaleOnInFlight", "scaleOnDelayed", "awsRoleArn", "identityOwner",
 }
+# What each command reads from its ConfigMap (the CLI's flags' environment variables).
+WORKER_CONFIG = ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION", "TILEGATE_ANNOUNCE")
+INGEST_CONFIG = ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION")
+# `assemble` publishes scenes as the worker does, and announces them (TILEGATE_ANNOUNCE).
+ASSEMBLE_CONFIG = WORKER_CONFIG
+# The CronJob's bounds: a failed run is retried at most this often before the Job fails, and at
+# most this many finished Jobs of each outcome are kept.
+ASSEMBLE_BACKOFF_MAX = 3
+ASSEMBLE_HISTORY_MAX = 5
+# The code's TILEGATE_ASSEMBLE_MAX_BYTES when a function that assembles does not set it.
+LAMBDA_ASSEMBLE_MAX_BYTES_DEFAULT = 4 << 30
+QUANTITY_UNITS = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
+}
+ANNOUNCE_SCHEMES = ("sns:", "eventbridge:", "https://")
+PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 
 
 def flag_value(args: list[str], flag: str) -> str | None:
@@ -554,7 +896,49 @@ def flag_value(args: list[str], flag: str) -> str | None:
     return None
 
 
-def check_k8s(files: dict[str, list[dict]]) -> list[str]:
+def flag_values(args: list[str], flag: str) -> list[str]:
+    out = []
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif a.startswith(flag + "="):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
+def quantity_bytes(value: Any) -> int | None:
+    """A Kubernetes memory quantity (`8Gi`, `512M`, `1e9`, `1073741824`) in bytes."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E))?", str(value).strip())
+    if not m:
+        return None
+    number = float(m.group(1) + (m.group(2) or ""))
+    return int(number * QUANTITY_UNITS[m.group(3) or ""])
+
+
+def pod_template(obj: dict) -> dict:
+    """The pod template of a Deployment or of a CronJob's Job."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    return spec.get("template") or {}
+
+
+def lambda_assemble_max_bytes(doc: dict) -> int | None:
+    """The largest job a Lambda function of the template assembles (TILEGATE_ASSEMBLE=1); the
+    jobs above it are left `assembling` for the CronJob. None when no function assembles."""
+    t = Template(doc)
+    most = None
+    for logical in t.of_type("AWS::Serverless::Function"):
+        env = ((t.props(logical).get("Environment") or {}).get("Variables")) or {}
+        if env.get("TILEGATE_ASSEMBLE") != "1":
+            continue
+        raw = str(env.get("TILEGATE_ASSEMBLE_MAX_BYTES", ""))
+        value = int(raw) if raw.isdigit() else LAMBDA_ASSEMBLE_MAX_BYTES_DEFAULT
+        most = value if most is None else max(most, value)
+    return most
+
+
+def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None) -> list[str]:
     errors: list[str] = []
     fail = errors.append
     objs = [(name, d) for name, docs in files.items() for d in docs if isinstance(d, dict)]
@@ -569,23 +953,125 @@ def check_k8s(files: dict[str, list[dict]]) -> list[str]:
                 return d
         return None
 
-    deployments = of_kind("Deployment")
-    if len(deployments) != 1:
-        fail(f"k8s: expected one Deployment (the worker), found {len(deployments)}")
+    # -- the Deployments, told apart by their command: one `work`, one `ingest`
+    by_command: dict[str, list[tuple[str, dict]]] = {"work": [], "ingest": []}
+    for fname, dep in of_kind("Deployment"):
+        containers = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+        if len(containers) != 1:
+            fail(f"{fname}: expected one container, found {len(containers)}")
+            continue
+        args = [str(a) for a in (containers[0].get("args") or [])]
+        if not args or args[0] not in by_command:
+            fail(f"{fname}: container {containers[0].get('name')}: args must start with the `work` or `ingest` command, found {args}")
+            continue
+        by_command[args[0]].append((fname, dep))
+    if len(by_command["work"]) != 1:
+        fail(f"k8s: expected one Deployment running `work` (the worker), found {len(by_command['work'])}")
         return errors
-    fname, dep = deployments[0]
+    if len(by_command["ingest"]) != 1:
+        fail(f"k8s: expected one Deployment running `ingest`, found {len(by_command['ingest'])}")
+
+    def check_pod(fname: str, dep: dict, keys: tuple[str, ...]) -> tuple[dict, dict, dict, str]:
+        """Settings every tilegate pod shares: security context, IRSA, its ConfigMap's keys.
+        Answers the pod spec, the container, the configuration it reads, and where it is."""
+        pod = pod_template(dep).get("spec") or {}
+        c = (pod.get("containers") or [{}])[0]
+        ns = (dep.get("metadata") or {}).get("namespace")
+        where = f"{fname}: container {c.get('name')}"
+        psc = pod.get("securityContext") or {}
+        csc = c.get("securityContext") or {}
+
+        def effective(key: str) -> Any:
+            return csc[key] if key in csc else psc.get(key)
+
+        if effective("runAsNonRoot") is not True:
+            fail(f"{where}: runAsNonRoot must be true")
+        uid = effective("runAsUser")
+        if not isinstance(uid, int) or uid == 0:
+            fail(f"{where}: runAsUser must be a non-zero uid, found {uid}")
+        if csc.get("readOnlyRootFilesystem") is not True:
+            fail(f"{where}: readOnlyRootFilesystem must be true")
+        if csc.get("allowPrivilegeEscalation") is not False:
+            fail(f"{where}: allowPrivilegeEscalation must be false")
+        if "ALL" not in ((csc.get("capabilities") or {}).get("drop") or []):
+            fail(f"{where}: capabilities must drop ALL")
+        if (effective("seccompProfile") or {}).get("type") != "RuntimeDefault":
+            fail(f"{where}: seccompProfile must be RuntimeDefault")
+        if pod.get("automountServiceAccountToken") is False:
+            fail(f"{fname}: automountServiceAccountToken false breaks IRSA (it needs the projected token)")
+
+        sa_name = pod.get("serviceAccountName")
+        sa = named("ServiceAccount", sa_name, ns) if sa_name else None
+        if sa is None:
+            fail(f"{fname}: serviceAccountName {sa_name!r} has no ServiceAccount in {ns}")
+        elif not ((sa.get("metadata") or {}).get("annotations") or {}).get("eks.amazonaws.com/role-arn"):
+            fail(f"ServiceAccount {sa_name}: eks.amazonaws.com/role-arn annotation (IRSA) is missing")
+
+        config: dict = {}
+        for src in c.get("envFrom") or []:
+            ref = (src.get("configMapRef") or {}).get("name")
+            if ref:
+                cm = named("ConfigMap", ref, ns)
+                if cm is None:
+                    fail(f"{where}: envFrom ConfigMap {ref!r} is not defined in {ns}")
+                else:
+                    config.update(cm.get("data") or {})
+        for key in keys:
+            if key not in config:
+                fail(f"{where}: {key} is not set by its ConfigMap")
+        return pod, c, config, where
+
+    def policies_selecting(dep: dict, ns: str | None) -> list[tuple[str, dict]]:
+        pod_labels = (pod_template(dep).get("metadata") or {}).get("labels") or {}
+
+        def selects(pol: dict) -> bool:
+            sel = (pol.get("spec") or {}).get("podSelector") or {}
+            wanted = sel.get("matchLabels") or {}
+            return not sel.get("matchExpressions") and all(pod_labels.get(k) == v for k, v in wanted.items())
+
+        return [
+            (n, d)
+            for n, d in of_kind("NetworkPolicy")
+            if (d.get("metadata") or {}).get("namespace") == ns and selects(d)
+        ]
+
+    def check_serves_nothing(obj: dict, ns: str | None, c: dict, where: str, command: str) -> None:
+        """A pod that serves no port: no metrics endpoint, no port, no probe on one (it would
+        fail forever), and a NetworkPolicy that admits no ingress at all."""
+        args = [str(a) for a in (c.get("args") or [])]
+        if "--metrics-addr" in args or any(a.startswith("--metrics-addr=") for a in args):
+            fail(f"{where}: `{command}` has no metrics endpoint; drop --metrics-addr")
+        if c.get("ports"):
+            fail(f"{where}: `{command}` serves no port, found ports {[p.get('containerPort') for p in c['ports']]}")
+        for probe_name in PROBES:
+            probe = c.get(probe_name) or {}
+            for kind in ("httpGet", "tcpSocket", "grpc"):
+                if kind in probe:
+                    fail(f"{where}: {probe_name} {kind} probes a port, but `{command}` serves none")
+        policies = policies_selecting(obj, ns)
+        if not policies:
+            fail(f"k8s: no NetworkPolicy in {ns} selects the {command} pods")
+        for pname, pol in policies:
+            pwhere = f"{pname}: NetworkPolicy {(pol.get('metadata') or {}).get('name')}"
+            pspec = pol.get("spec") or {}
+            if "Ingress" not in (pspec.get("policyTypes") or ["Ingress"]):
+                fail(f"{pwhere}: policyTypes must include Ingress")
+            if pspec.get("ingress"):
+                fail(
+                    f"{pwhere}: selects the {command} pods, which serve nothing: ingress must be empty, "
+                    f"found {show(pspec['ingress'])}"
+                )
+
+    # -- the worker
+    fname, dep = by_command["work"][0]
     dname = (dep.get("metadata") or {}).get("name")
     ns = (dep.get("metadata") or {}).get("namespace")
-    pod = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
-    containers = pod.get("containers") or []
-    if len(containers) != 1:
-        fail(f"{fname}: expected one container, found {len(containers)}")
-        return errors
-    c = containers[0]
-    where = f"{fname}: container {c.get('name')}"
+    pod, c, config, where = check_pod(fname, dep, WORKER_CONFIG)
     args = [str(a) for a in (c.get("args") or [])]
-    if not args or args[0] != "work":
-        fail(f"{where}: args must start with the `work` command, found {args}")
+    worker_sa = pod.get("serviceAccountName")
+    for sink in str(config.get("TILEGATE_ANNOUNCE", "sns:")).split(","):
+        if not sink.strip().startswith(ANNOUNCE_SCHEMES):
+            fail(f"{where}: TILEGATE_ANNOUNCE sink {sink!r} is none of {', '.join(ANNOUNCE_SCHEMES)}")
 
     grace = flag_value(args, "--shutdown-grace-s")
     tgps = pod.get("terminationGracePeriodSeconds")
@@ -629,61 +1115,8 @@ def check_k8s(files: dict[str, list[dict]]) -> list[str]:
         if metrics_port is not None and port != metrics_port:
             fail(f"{where}: {probe_name} port {http.get('port')} is not the --metrics-addr port {metrics_port}")
 
-    psc = pod.get("securityContext") or {}
-    csc = c.get("securityContext") or {}
-
-    def effective(key: str) -> Any:
-        return csc[key] if key in csc else psc.get(key)
-
-    if effective("runAsNonRoot") is not True:
-        fail(f"{where}: runAsNonRoot must be true")
-    uid = effective("runAsUser")
-    if not isinstance(uid, int) or uid == 0:
-        fail(f"{where}: runAsUser must be a non-zero uid, found {uid}")
-    if csc.get("readOnlyRootFilesystem") is not True:
-        fail(f"{where}: readOnlyRootFilesystem must be true")
-    if csc.get("allowPrivilegeEscalation") is not False:
-        fail(f"{where}: allowPrivilegeEscalation must be false")
-    if "ALL" not in ((csc.get("capabilities") or {}).get("drop") or []):
-        fail(f"{where}: capabilities must drop ALL")
-    if (effective("seccompProfile") or {}).get("type") != "RuntimeDefault":
-        fail(f"{where}: seccompProfile must be RuntimeDefault")
-    if pod.get("automountServiceAccountToken") is False:
-        fail(f"{fname}: automountServiceAccountToken false breaks IRSA (it needs the projected token)")
-
-    sa_name = pod.get("serviceAccountName")
-    sa = named("ServiceAccount", sa_name, ns) if sa_name else None
-    if sa is None:
-        fail(f"{fname}: serviceAccountName {sa_name!r} has no ServiceAccount in {ns}")
-    elif not ((sa.get("metadata") or {}).get("annotations") or {}).get("eks.amazonaws.com/role-arn"):
-        fail(f"ServiceAccount {sa_name}: eks.amazonaws.com/role-arn annotation (IRSA) is missing")
-
-    config: dict = {}
-    for src in c.get("envFrom") or []:
-        ref = (src.get("configMapRef") or {}).get("name")
-        if ref:
-            cm = named("ConfigMap", ref, ns)
-            if cm is None:
-                fail(f"{where}: envFrom ConfigMap {ref!r} is not defined in {ns}")
-            else:
-                config.update(cm.get("data") or {})
-    for key in ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION"):
-        if key not in config:
-            fail(f"{where}: {key} is not set by its ConfigMap")
-
     # -- NetworkPolicy: the metrics port, from one named namespace only
-    pod_labels = (((dep.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
-
-    def selects_worker(pol: dict) -> bool:
-        sel = (pol.get("spec") or {}).get("podSelector") or {}
-        wanted = sel.get("matchLabels") or {}
-        return not sel.get("matchExpressions") and all(pod_labels.get(k) == v for k, v in wanted.items())
-
-    policies = [
-        (n, d)
-        for n, d in of_kind("NetworkPolicy")
-        if (d.get("metadata") or {}).get("namespace") == ns and selects_worker(d)
-    ]
+    policies = policies_selecting(dep, ns)
     if not policies:
         fail(f"k8s: no NetworkPolicy in {ns} selects the worker's pods (the metrics port would be open to all)")
     for pname, pol in policies:
@@ -708,6 +1141,131 @@ def check_k8s(files: dict[str, list[dict]]) -> list[str]:
             allowed = {metrics_port, "metrics"} if metrics_port is not None else {"metrics"}
             if not rports or any((p or {}).get("port") not in allowed for p in rports):
                 fail(f"{pwhere}: ingress rule {i} must be limited to the metrics port {metrics_port}, found {show(rports)}")
+
+    # -- the ingest Deployment: serves nothing, its own identity, the arrivals queue beside the
+    # work queue
+    if len(by_command["ingest"]) == 1:
+        iname, idep = by_command["ingest"][0]
+        ins = (idep.get("metadata") or {}).get("namespace")
+        ipod, ic, iconfig, iwhere = check_pod(iname, idep, INGEST_CONFIG)
+        iargs = [str(a) for a in (ic.get("args") or [])]
+        replicas = (idep.get("spec") or {}).get("replicas", 1)
+        if not isinstance(replicas, int) or replicas < 1:
+            fail(f"{iname}: replicas must be at least 1 (nothing else plans what lands), found {replicas}")
+        if ins != ns:
+            fail(f"{iname}: must be in the worker's namespace {ns}, found {ins}")
+        if ipod.get("serviceAccountName") == worker_sa:
+            fail(
+                f"{iwhere}: serviceAccountName {worker_sa} is the worker's; ingest needs its own "
+                "(its IAM role sends windows and reads arrivals, the worker's writes tiles)"
+            )
+        # No endpoint: a probe on a port would fail forever and restart a healthy process; a
+        # fatal error ends the process non-zero and the kubelet restarts it.
+        check_serves_nothing(idep, ins, ic, iwhere, "ingest")
+        arrivals = flag_value(iargs, "--arrivals") or str(iconfig.get("TILEGATE_ARRIVALS", ""))
+        queue = str(iconfig.get("TILEGATE_QUEUE", ""))
+        if not arrivals.startswith("sqs://"):
+            fail(f"{iwhere}: the arrivals queue (--arrivals or TILEGATE_ARRIVALS) must be sqs://NAME, found {arrivals!r}")
+        elif queue.startswith("sqs://") and arrivals != queue + "-arrivals":
+            fail(
+                f"{iwhere}: the arrivals queue {arrivals} is not {queue}-arrivals (the template's "
+                "QueueName-arrivals, whose dead-letter queue is NAME-dlq)"
+            )
+        buckets = flag_values(iargs, "--bucket")
+        if not buckets or any(not b.startswith("s3://") or "/" in b[len("s3://"):].rstrip("/") for b in buckets):
+            fail(
+                f"{iwhere}: args must name the source bucket(s) with --bucket s3://BUCKET (a notification of any "
+                f"other bucket is refused), found {buckets}"
+            )
+
+    # -- the assemble CronJob: where the jobs the Lambda worker leaves `assembling` (and any
+    # job whose assembly on completion did not happen) are assembled, one run at a time
+    ingest_sa = None
+    if len(by_command["ingest"]) == 1:
+        ingest_sa = (pod_template(by_command["ingest"][0][1]).get("spec") or {}).get("serviceAccountName")
+    cronjobs: list[tuple[str, dict]] = []
+    for cname, cj in of_kind("CronJob"):
+        containers = (pod_template(cj).get("spec") or {}).get("containers") or []
+        if len(containers) != 1:
+            fail(f"{cname}: expected one container, found {len(containers)}")
+            continue
+        cargs = [str(a) for a in (containers[0].get("args") or [])]
+        if not cargs or cargs[0] != "assemble":
+            fail(f"{cname}: container {containers[0].get('name')}: args must start with the `assemble` command, found {cargs}")
+            continue
+        cronjobs.append((cname, cj))
+    if len(cronjobs) != 1:
+        fail(
+            f"k8s: expected one CronJob running `assemble --all` (it assembles the jobs the Lambda worker "
+            f"leaves `assembling`), found {len(cronjobs)}"
+        )
+    else:
+        aname, cj = cronjobs[0]
+        ans = (cj.get("metadata") or {}).get("namespace")
+        cwhere = f"{aname}: CronJob {(cj.get('metadata') or {}).get('name')}"
+        apod, ac, aconfig, awhere = check_pod(aname, cj, ASSEMBLE_CONFIG)
+        aargs = [str(a) for a in (ac.get("args") or [])]
+        if ans != ns:
+            fail(f"{aname}: must be in the worker's namespace {ns}, found {ans}")
+        if "--all" not in aargs:
+            fail(
+                f"{awhere}: args must be `assemble --all` (every job whose windows are all recorded; without "
+                f"--all it assembles one job), found {aargs}"
+            )
+        for sink in str(aconfig.get("TILEGATE_ANNOUNCE", "sns:")).split(","):
+            if not sink.strip().startswith(ANNOUNCE_SCHEMES):
+                fail(f"{awhere}: TILEGATE_ANNOUNCE sink {sink!r} is none of {', '.join(ANNOUNCE_SCHEMES)}")
+        if ingest_sa and apod.get("serviceAccountName") == ingest_sa:
+            fail(
+                f"{awhere}: serviceAccountName {ingest_sa} is ingest's, whose IAM role neither reads tiles "
+                "nor writes scenes; use the worker's (or one of its own with the same grants)"
+            )
+        check_serves_nothing(cj, ans, ac, awhere, "assemble")
+
+        cspec = cj.get("spec") or {}
+        schedule = cspec.get("schedule")
+        if not isinstance(schedule, str) or not (len(schedule.split()) == 5 or schedule.startswith("@")):
+            fail(f"{cwhere}: schedule must be a cron expression, found {schedule!r}")
+        if cspec.get("concurrencyPolicy") != "Forbid":
+            fail(
+                f"{cwhere}: concurrencyPolicy must be Forbid (one run at a time: a run still assembling a "
+                f"large scene makes the next one skip), found {cspec.get('concurrencyPolicy', 'Allow (the default)')}"
+            )
+        deadline = cspec.get("startingDeadlineSeconds")
+        if not isinstance(deadline, int) or deadline < 1:
+            fail(f"{cwhere}: startingDeadlineSeconds must be a positive number of seconds, found {deadline}")
+        for key, default in (("successfulJobsHistoryLimit", 3), ("failedJobsHistoryLimit", 1)):
+            value = cspec.get(key, default)
+            if not isinstance(value, int) or not 0 <= value <= ASSEMBLE_HISTORY_MAX:
+                fail(f"{cwhere}: {key} must be 0…{ASSEMBLE_HISTORY_MAX}, found {value}")
+        jspec = ((cspec.get("jobTemplate") or {}).get("spec")) or {}
+        backoff = jspec.get("backoffLimit")
+        if not isinstance(backoff, int) or not 0 <= backoff <= ASSEMBLE_BACKOFF_MAX:
+            fail(
+                f"{cwhere}: jobTemplate backoffLimit must be set, 0…{ASSEMBLE_BACKOFF_MAX} (the default 6 "
+                f"reruns a failing assembly of a large scene), found {backoff}"
+            )
+        active = jspec.get("activeDeadlineSeconds")
+        if not isinstance(active, int) or active < 1:
+            fail(
+                f"{cwhere}: jobTemplate activeDeadlineSeconds must be set (with Forbid, a run that hangs "
+                f"would hold off every later one), found {active}"
+            )
+        if apod.get("restartPolicy") != "Never":
+            fail(
+                f"{awhere}: restartPolicy must be Never (a retry is a new pod, counted by backoffLimit), "
+                f"found {apod.get('restartPolicy')}"
+            )
+        memory = ((ac.get("resources") or {}).get("limits") or {}).get("memory")
+        mem_bytes = quantity_bytes(memory) if memory is not None else None
+        if mem_bytes is None:
+            fail(f"{awhere}: resources.limits.memory must be set (the assembler holds the scene in memory), found {memory}")
+        elif lambda_max_bytes is not None and mem_bytes * ASSEMBLE_MEMORY_SHARE <= lambda_max_bytes:
+            fail(
+                f"{awhere}: memory limit {memory} assembles jobs of at most {int(mem_bytes * ASSEMBLE_MEMORY_SHARE)} "
+                f"bytes ({ASSEMBLE_MEMORY_SHARE} x), but the jobs the Lambda worker leaves `assembling` are larger "
+                f"than its TILEGATE_ASSEMBLE_MAX_BYTES {lambda_max_bytes}"
+            )
 
     # -- KEDA: structural check (kubernetes-validate has no schema for these CRDs)
     sos = of_kind("ScaledObject")
@@ -773,6 +1331,8 @@ def check_k8s(files: dict[str, list[dict]]) -> list[str]:
     return errors
 
 
+
+
 # --------------------------------------------------------------------------- self-test
 
 
@@ -815,7 +1375,7 @@ def apply_patch(doc: Any, ops: list[dict]) -> None:
 
 
 def run_checks(template: dict, k8s: dict[str, list[dict]]) -> list[str]:
-    return check_template(template) + check_k8s(k8s)
+    return check_template(template) + check_k8s(k8s, lambda_assemble_max_bytes(template))
 
 
 def self_test(template: dict, k8s: dict[str, list[dict]]) -> int:

@@ -215,6 +215,7 @@ fn assemble_options(cfg: &SimConfig, owner: String) -> tilegate_assembler::Assem
         part_delay: Duration::ZERO,
         reduced: None,
         attempt: None,
+        delivery: 1,
     }
 }
 

@@ -60,6 +60,9 @@ pub struct AssembleOptions {
     /// metadata, claimed under the attempt key, and not recorded on the job row (the attempt's
     /// ledger row records it). `None`: the job's deterministic scene.
     pub attempt: Option<SceneAttempt>,
+    /// The receive count of the message whose completion triggered this assembly (1 for a
+    /// command): crash tests arm `after-publish` by it (see `tilegate-fault`).
+    pub delivery: u32,
 }
 
 /// Where a regenerated scene goes.
@@ -98,6 +101,7 @@ impl AssembleOptions {
             part_delay: Duration::ZERO,
             attempt: None,
             reduced: None,
+            delivery: 1,
         }
     }
 }

@@ -148,7 +148,7 @@ pub(crate) async fn build_and_publish(
     }
     if opts.attempt.is_none() {
         let checksum = tilegate_stac::blake3_multihash(hasher.finalize().as_bytes());
-        tilegate_fault::point("after-publish", 1);
+        tilegate_fault::point("after-publish", opts.delivery);
         record_scene(b, job, output, Some(checksum)).await?;
     }
     report.outcome = AssembleOutcome::Written;

@@ -44,9 +44,9 @@ impl AssembleOnComplete {
 
     /// Deliver what `job`'s outbox holds; a sink's failure leaves it pending (logged by the
     /// announcer), a store's failure is logged: delivery never fails a window.
-    async fn announce(&self, job: &JobId) {
+    async fn announce(&self, job: &JobId, delivery: u32) {
         if self.announcer.is_some() {
-            tilegate_fault::point("before-announce", 1);
+            tilegate_fault::point("before-announce", delivery);
         }
         if let Some(a) = &self.announcer
             && let Err(e) = a.deliver(job).await
@@ -67,12 +67,12 @@ impl AssembleOnComplete {
 #[async_trait::async_trait]
 impl OnComplete for AssembleOnComplete {
     async fn job_incomplete(&self, job: &JobId) {
-        self.announce(job).await;
+        self.announce(job, u32::MAX).await;
     }
 
-    async fn job_complete(&self, job: &JobRecord) -> Result<(), CompletionError> {
+    async fn job_complete(&self, job: &JobRecord, delivery: u32) -> Result<(), CompletionError> {
         if job.scene_output.is_some() {
-            self.announce(&job.job_id).await;
+            self.announce(&job.job_id, delivery).await;
             return Ok(());
         }
         if let Some(max) = self.max_bytes {
@@ -93,8 +93,11 @@ impl OnComplete for AssembleOnComplete {
             }
         }
         let counters = Counters::new();
-        let assembled =
-            tilegate_assembler::assemble(&self.b, &job.job_id, &self.opts, &counters).await;
+        let opts = AssembleOptions {
+            delivery,
+            ..self.opts.clone()
+        };
+        let assembled = tilegate_assembler::assemble(&self.b, &job.job_id, &opts, &counters).await;
         // The assembler's own counts, which no worker flushes (its requests are already
         // charged to the job by the worker's meter).
         let claims: Vec<(&str, u64)> = [m::CLAIMS_WON, m::CLAIMS_LOST, m::MULTIPART_BYTES_UPLOADED]
@@ -116,7 +119,7 @@ impl OnComplete for AssembleOnComplete {
                     AssembleOutcome::Written
                     | AssembleOutcome::AlreadyDone
                     | AssembleOutcome::AlreadyPresent => {
-                        self.announce(&job.job_id).await;
+                        self.announce(&job.job_id, delivery).await;
                         Ok(())
                     }
                     AssembleOutcome::HeldBy { .. } => Ok(()),

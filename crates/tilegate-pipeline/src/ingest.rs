@@ -431,3 +431,25 @@ impl Watch {
         Ok(ready)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The configuration deploy/aws/template.yaml gives the ingest function (its parameters'
+    /// defaults), and what `--print-config` prints, read back.
+    #[test]
+    fn the_deployed_configuration_reads() {
+        let deployed = r#"{"recipe":{"operation":{"op":"copy"},"window":512},
+            "buckets":["s3://my-scenes"],"key_suffixes":[".tif",".TIF"]}"#;
+        let cfg: IngestConfig = serde_json::from_str(deployed).unwrap();
+        assert_eq!(cfg.recipe, Recipe::copy_all());
+        assert_eq!(cfg.buckets, ["s3://my-scenes"]);
+        assert!(cfg.accepts_key("incoming/a.TIF"));
+        assert!(!cfg.accepts_key("incoming/a.json"));
+        let again: IngestConfig =
+            serde_json::from_str(&serde_json::to_string(&cfg).unwrap()).unwrap();
+        assert_eq!(again, cfg);
+        assert!(serde_json::from_str::<IngestConfig>(r#"{"bucket":["s3://x"]}"#).is_err());
+    }
+}

@@ -29,8 +29,9 @@ pub trait OnComplete: Send + Sync + std::fmt::Debug {
     /// Called by the worker that noticed, before it acknowledges the window's message: `Ok`
     /// when the scene is published, or being published by another assembler that holds the
     /// claim (and whose own trigger is still unacknowledged); `Err` leaves the message to be
-    /// delivered again (retryable) or dead-letters it with the reason (permanent).
-    async fn job_complete(&self, job: &JobRecord) -> Result<(), CompletionError>;
+    /// delivered again (retryable) or dead-letters it with the reason (permanent). `delivery`
+    /// is the noticing message's receive count (crash tests arm their faults by it).
+    async fn job_complete(&self, job: &JobRecord, delivery: u32) -> Result<(), CompletionError>;
 
     /// Called after a window of `job` is dead-lettered (its `incomplete` announcement is in
     /// the job's outbox by then): deliver it. Failures are the callee's to log; the
@@ -64,6 +65,7 @@ pub(crate) async fn after_record(
     shared: &Shared,
     job: &JobRecord,
     window: Window,
+    delivery: u32,
 ) -> Result<(), Failure> {
     let Some(hook) = &shared.cfg.on_complete else {
         return Ok(());
@@ -90,6 +92,6 @@ pub(crate) async fn after_record(
         return Ok(());
     }
     tracing::info!(job_id = %job.job_id, "last window recorded: assembling the job");
-    hook.job_complete(job).await?;
+    hook.job_complete(job, delivery).await?;
     Ok(())
 }

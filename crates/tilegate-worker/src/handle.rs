@@ -692,5 +692,5 @@ async fn record(
         }
     }
     fault::point("after-manifest", attempt);
-    crate::completion::after_record(shared, job, window).await
+    crate::completion::after_record(shared, job, window, attempt).await
 }
