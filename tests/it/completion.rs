@@ -130,6 +130,38 @@ fn a_worker_killed_after_the_last_row_still_gets_its_job_assembled() {
     assert_scene_matches_source(&scene_path(&data, &st), &scene);
 }
 
+/// The assembler that won the claim is SIGKILLed before it uploads anything, its lease still
+/// live: the redelivery of its trigger finds the claim held. It must not take the holder's word
+/// for it — the holder is dead — so it waits for the lease to lapse (or to be renewed, proof of
+/// a live holder) and, finding it lapsed, assembles: the job is published with no other
+/// command, not left `assembling` forever.
+#[test]
+fn a_claim_holder_killed_mid_assembly_does_not_take_the_trigger_with_it() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 128, 15);
+    let p = tg_json(&data, &["plan", scene.to_str().unwrap(), "--window", "64"]);
+    let job = p["job_id"].as_str().unwrap().to_owned();
+    let pool = ["--assemble", "--lease-ttl-ms", "3000"];
+    let out = work_one_at_a_time(&data, &pool, &[("TILEGATE_FAULT", "after-claim")]);
+    assert!(!out.status.success(), "the fault should have killed it");
+    let st = status(&data, &job);
+    assert_eq!(st["lifecycle"], "assembling", "{st}");
+
+    // The next pool gets the trigger back while the dead holder's lease is still live.
+    let out = work_one_at_a_time(&data, &pool, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = status(&data, &job);
+    assert_eq!(st["lifecycle"], "published", "{st}");
+    assert_eq!(st["queue"]["dead"], 0, "{st}");
+    assert_scene_matches_source(&scene_path(&data, &st), &scene);
+}
+
 /// A job whose windows are dead-lettered ends `incomplete`, named with its reasons and
 /// announced once to a signed webhook; once the cause is fixed, `dlq redrive` and the running
 /// pool publish it with no other command, and the published scene is announced once with its

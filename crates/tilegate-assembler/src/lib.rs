@@ -217,6 +217,7 @@ pub async fn assemble(
     {
         ClaimOutcome::Claimed(lease) => {
             counters.inc(m::CLAIMS_WON);
+            tilegate_fault::point("after-claim", opts.delivery);
             lease
         }
         ClaimOutcome::HeldBy { owner, expires_at } => {

@@ -4,7 +4,8 @@
 //! Kills: `TILEGATE_FAULT=<point>` makes the process SIGKILL itself at that point
 //! (`TILEGATE_FAULT_SKIP=N` lets the first N passes through). Points: the worker's
 //! `before-encode`, `after-commit`, `after-manifest`, `before-ack`, and `attempt-after-put` (a
-//! regeneration's object written, its row not yet updated); the assembler's `after-publish`
+//! regeneration's object written, its row not yet updated); the assembler's `after-claim`
+//! (the claim won, nothing uploaded) and `after-publish`
 //! (the scene object created, the job row — with the scene's announcement — not yet written);
 //! the pipeline's `before-announce` (the row written, its announcement not yet delivered). `TILEGATE_FAULT_MAX_ATTEMPT=N` arms it only
 //! for deliveries received at most N times; later deliveries pass uncounted. With `1`, a fault

@@ -10,7 +10,7 @@ use tilegate_assembler::{AssembleOptions, AssembleOutcome};
 use tilegate_core::id::JobId;
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::table::JobRecord;
-use tilegate_core::{Backends, Reason};
+use tilegate_core::{Backends, Reason, UnixMillis};
 use tilegate_worker::{CompletionError, OnComplete};
 
 /// The largest job (its tiles' bytes) the Lambda function assembles by default: 4 GiB, which a
@@ -64,6 +64,44 @@ impl AssembleOnComplete {
     }
 }
 
+impl AssembleOnComplete {
+    /// Assemble; when another assembler holds the claim, take its word only once it has shown
+    /// it is alive. A holder SIGKILLed mid-assembly leaves its lease live until it lapses, and
+    /// its own trigger comes back to someone who finds the claim held: acknowledging then
+    /// would lose the last trigger and leave the job `assembling` for good. So wait until the
+    /// lease's expiry and look again: renewed (a later expiry) means a live holder, whose
+    /// trigger is still in flight; lapsed, this one claims and assembles; done, it is done.
+    async fn assemble_or_outwait(
+        &self,
+        job: &JobRecord,
+        opts: &AssembleOptions,
+        counters: &Counters,
+    ) -> Result<tilegate_assembler::AssembleReport, tilegate_assembler::AssembleError> {
+        let mut seen: Option<UnixMillis> = None;
+        loop {
+            let r = tilegate_assembler::assemble(&self.b, &job.job_id, opts, counters).await?;
+            let AssembleOutcome::HeldBy { expires_at, .. } = &r.outcome else {
+                return Ok(r);
+            };
+            if seen.is_some_and(|before| *expires_at > before) {
+                return Ok(r);
+            }
+            // A second soon (a small scene is done by then), then a renewal interval (a live
+            // holder renews every third of its lease), never past the expiry.
+            let step = if seen.is_none() {
+                1000
+            } else {
+                opts.lease_ttl.as_millis() as u64 / 3 + 250
+            };
+            seen = Some(*expires_at);
+            let to_expiry = (*expires_at - tilegate_core::now_millis()).max(0) as u64 + 250;
+            let wait = step.min(to_expiry);
+            tracing::info!(job_id = %job.job_id, wait_ms = wait, "claim held: waiting to see its holder finish, renew it or let it lapse");
+            tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl OnComplete for AssembleOnComplete {
     async fn job_incomplete(&self, job: &JobId) {
@@ -97,7 +135,7 @@ impl OnComplete for AssembleOnComplete {
             delivery,
             ..self.opts.clone()
         };
-        let assembled = tilegate_assembler::assemble(&self.b, &job.job_id, &opts, &counters).await;
+        let assembled = self.assemble_or_outwait(job, &opts, &counters).await;
         // The assembler's own counts, which no worker flushes (its requests are already
         // charged to the job by the worker's meter).
         let claims: Vec<(&str, u64)> = [m::CLAIMS_WON, m::CLAIMS_LOST, m::MULTIPART_BYTES_UPLOADED]
@@ -114,8 +152,9 @@ impl OnComplete for AssembleOnComplete {
             Ok(r) => {
                 tracing::info!(job_id = %job.job_id, outcome = r.outcome.as_str(), scene = %r.scene_key, "assembled on completion");
                 match r.outcome {
-                    // Published here or before, or being published by the claim's holder
-                    // (whose own trigger is not acknowledged until it is done).
+                    // Published here or before, or being published by a live holder of the
+                    // claim (one seen renewing it), whose own trigger is not acknowledged
+                    // until it is done.
                     AssembleOutcome::Written
                     | AssembleOutcome::AlreadyDone
                     | AssembleOutcome::AlreadyPresent => {
