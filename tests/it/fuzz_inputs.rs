@@ -8,11 +8,12 @@ use tilegate_core::fuzz;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 4] = [
+const TARGETS: [(&str, Target); 5] = [
     ("window_message", fuzz::window_message),
     ("key_segments", fuzz::key_segments),
     ("condition_list", fuzz::condition_list),
     ("source_policy", fuzz::source_policy),
+    ("arrival", fuzz::arrival),
 ];
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {
@@ -41,7 +42,7 @@ fn fuzz_inputs_seed_corpus() {
 proptest! {
     #[test]
     fn fuzz_inputs_mutated_seeds(
-        target in 0usize..3,
+        target in 0usize..TARGETS.len(),
         seed in any::<prop::sample::Index>(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
     ) {

@@ -175,3 +175,35 @@ pub fn source_policy(data: &[u8]) {
         }
     }
 }
+
+/// The arrival reader ([`crate::arrival::parse`]): never panics on hostile bytes; an object it
+/// accepts is named by a plain bucket and a key without control characters, its URI exactly
+/// `s3://bucket/key`; an item has a usable ID.
+pub fn arrival(data: &[u8]) {
+    use crate::arrival::{Arrival, Record, parse};
+    let Ok(body) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(records) = parse(body) else { return };
+    for r in records {
+        match r {
+            Record::Arrival(Arrival::Object {
+                uri, bucket, key, ..
+            }) => {
+                assert_eq!(uri, format!("s3://{bucket}/{key}"));
+                assert!(
+                    !bucket.is_empty() && !bucket.contains('/'),
+                    "accepted bucket {bucket:?}"
+                );
+                assert!(
+                    !key.is_empty() && !key.chars().any(char::is_control),
+                    "accepted key {key:?}"
+                );
+            }
+            Record::Arrival(Arrival::Item { id, .. }) => {
+                assert!(!id.is_empty() && !id.chars().any(char::is_control));
+            }
+            Record::Ignored(_) => {}
+        }
+    }
+}

@@ -111,7 +111,28 @@ enum Place {
 
 impl Place {
     fn of(uri: &str) -> Result<Self, Forbidden> {
+        // A URL parser drops leading control characters and every tab and newline, so such a
+        // string would not be what the policy judged.
+        if uri.chars().any(|c| c.is_ascii_control()) || uri.trim() != uri {
+            return Err(forbid(
+                "malformed",
+                "control characters, or spaces at either end, in a reference",
+            ));
+        }
         let Some((scheme, rest)) = uri.split_once("://") else {
+            // `s3:bucket/key` is no path: a URL parser reads it as `s3`, and so would a
+            // reader of the job row. Refuse what is neither a path nor a URL.
+            if let Some((scheme, _)) = uri.split_once(':')
+                && SCHEMES
+                    .iter()
+                    .chain(&["message"])
+                    .any(|s| *s != "file" && s.eq_ignore_ascii_case(scheme))
+            {
+                return Err(forbid(
+                    "malformed",
+                    format!("`{scheme}:` without `//` is neither a path nor a URL"),
+                ));
+            }
             return Ok(Self::Local);
         };
         let scheme = scheme.to_ascii_lowercase();
@@ -515,6 +536,29 @@ mod tests {
         assert!(listed.check("https://data.example.com/x.tif", msg).is_ok());
         assert!(listed.check("s3://scenes/x.tif", msg).is_ok());
         assert_eq!(rule(listed.check("s3://other/x.tif", msg)), "bucket");
+    }
+
+    #[test]
+    fn a_scheme_without_slashes_is_neither_a_path_nor_a_url() {
+        let rule = |r: Result<(), Forbidden>| r.unwrap_err().rule;
+        let pol = p();
+        assert_eq!(
+            rule(pol.check("s3:bucket/x.tif", Origin::Operator)),
+            "malformed"
+        );
+        // A document named so is no local document that may name the operator's buckets.
+        let doc = Origin::Document("s3:y/items/i.json");
+        assert_eq!(rule(pol.check("az://acct/c/x.tif", doc)), "malformed");
+        assert!(pol.check("data:2026/scene.tif", Origin::Operator).is_ok());
+        // What a URL parser would read past: leading NULs, a newline inside a scheme.
+        let doc = Origin::Document("\0\0s3:y/i.json");
+        assert_eq!(rule(pol.check("a\naz:./x", doc)), "malformed");
+        assert_eq!(
+            rule(pol.check("/data/a\nb.tif", Origin::Operator)),
+            "malformed"
+        );
+        let doc = Origin::Document("  https:/c/stac.example.com/item.json");
+        assert_eq!(rule(pol.check("scene.tif", doc)), "malformed");
     }
 
     #[test]
