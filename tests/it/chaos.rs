@@ -145,7 +145,7 @@ fn chaos_recipe(seed: u64) -> (&'static str, &'static [&'static str]) {
 }
 
 /// splitmix64: small, seedable, good enough to pick windows and moments.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -156,11 +156,11 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.below(hi - lo + 1)
     }
 
@@ -175,7 +175,7 @@ impl Rng {
     }
 }
 
-fn seed() -> u64 {
+pub(crate) fn seed() -> u64 {
     match std::env::var("TILEGATE_CHAOS_SEED") {
         Ok(s) => s
             .parse()

@@ -558,3 +558,374 @@ fn the_lambda_functions_take_an_uploaded_scene_to_its_announcement() {
     std::fs::write(&published, &bytes).unwrap();
     assert_scene_matches_source(&published, &scene);
 }
+
+/// Where the chaos runs: the embedded backend (arrivals: files dropped into a watched inbox) or
+/// the AWS emulator (arrivals: uploads, each notified twice on the arrivals queue).
+enum Flow {
+    Embedded {
+        data: std::path::PathBuf,
+        inbox: std::path::PathBuf,
+    },
+    Aws(Box<Deployment>, std::path::PathBuf),
+}
+
+impl Flow {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Embedded { .. } => "embedded",
+            Self::Aws(..) => "aws",
+        }
+    }
+
+    fn data(&self) -> &Path {
+        match self {
+            Self::Embedded { data, .. } | Self::Aws(_, data) => data,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        match self {
+            Self::Embedded { data, .. } => embedded(data, args),
+            Self::Aws(d, data) => d.command(data, args),
+        }
+    }
+
+    fn ingest(&self) -> Command {
+        match self {
+            Self::Embedded { inbox, .. } => self.command(&[
+                "ingest",
+                "--watch",
+                inbox.to_str().unwrap(),
+                "--key-suffix",
+                ".tif",
+                "--window",
+                "64",
+                "--poll-s",
+                "0.2",
+            ]),
+            Self::Aws(d, _) => self.command(&[
+                "ingest",
+                "--arrivals",
+                &d.arrivals,
+                "--bucket",
+                &format!("s3://{}", d.source_bucket),
+                "--key-suffix",
+                ".tif",
+                "--window",
+                "64",
+            ]),
+        }
+    }
+
+    /// The scene lands (twice notified on AWS: at-least-once delivery).
+    fn land(&self, scene: &Path, name: &str) {
+        match self {
+            Self::Embedded { inbox, .. } => {
+                std::fs::copy(scene, inbox.join(name)).unwrap();
+            }
+            Self::Aws(d, _) => {
+                let key = format!("incoming/{name}");
+                let size = d.upload(scene, &key);
+                let event = s3_event(&d.source_bucket, &key, size);
+                d.notify(&event);
+                d.notify(&event);
+            }
+        }
+    }
+
+    fn status(&self, job: &str) -> Value {
+        match self {
+            Self::Embedded { data, .. } => tg_json(data, &["status", job]),
+            Self::Aws(d, data) => d.aws.json(data, &["status", job]),
+        }
+    }
+
+    /// The job's tile objects.
+    fn tiles(&self, job: &str) -> usize {
+        match self {
+            Self::Embedded { data, .. } => {
+                std::fs::read_dir(data.join("objects/tilegate/tiles").join(job))
+                    .map_or(0, |d| d.count())
+            }
+            Self::Aws(d, _) => d.aws.tiles(job).len(),
+        }
+    }
+}
+
+/// The crash points armed in the workers, one per worker in turn (then unarmed ones): right
+/// after recording a row (the last one, when it falls so), after winning the scene's claim,
+/// after creating the scene before recording it (and its announcement) on the job row, after
+/// recording it before delivering the announcement, and the window's own points.
+const FLOW_POINTS: [&str; 8] = [
+    "after-publish",
+    "before-announce",
+    "after-manifest",
+    "after-claim",
+    "before-ack",
+    "after-commit",
+    "before-encode",
+    "after-manifest",
+];
+
+/// The unattended flow under chaos: three scenes land; two `ingest` processes race on every
+/// arrival (each notification delivered twice on AWS), one of them SIGKILLed and restarted;
+/// three `work --assemble --announce` pools race to assemble, each armed to SIGKILL itself at
+/// one crash point in turn (on first deliveries only, so no message is cut short three times)
+/// and restarted, two more killed from outside. Then: every scene published once and equal to
+/// its source, every tile written once (no more successful creates than windows), exactly one
+/// announcement key per scene, delivered at least once and always with the same body, none
+/// for an incomplete job, and no dead letters.
+fn unattended_flow_under_chaos(flow: &Flow) {
+    const SCENES: usize = 3;
+    let seed = crate::chaos::seed();
+    let mut rng = crate::chaos::Rng(seed);
+    println!("chaos[unattended] seed {seed} (TILEGATE_CHAOS_SEED replays it)");
+    let tmp = tempdir();
+    let scenes: Vec<_> = (0..SCENES)
+        .map(|i| {
+            let p = tmp.path().join(format!("scene-{i}.tif"));
+            sample(flow.data(), &p, 256, 50 + i as u64);
+            p
+        })
+        .collect();
+    let hook = WebhookReceiver::start();
+    let mut ingests = Procs::default();
+    for i in 0..2 {
+        ingests.spawn(&format!("ingest-{i}"), flow.ingest());
+    }
+    let pool = |hook: &str| {
+        vec![
+            "work".to_owned(),
+            "--assemble".into(),
+            "--announce".into(),
+            hook.to_owned(),
+            "--threads".into(),
+            "1".into(),
+            "--concurrency".into(),
+            "2".into(),
+            "--visibility".into(),
+            "10".into(),
+            "--lease-ttl-ms".into(),
+            "10000".into(),
+        ]
+    };
+    let mut points: std::collections::VecDeque<&str> = FLOW_POINTS.into_iter().collect();
+    let mut slots: Vec<Option<(Child, Option<&str>)>> = (0..3).map(|_| None).collect();
+    let mut crashed: Vec<&str> = Vec::new();
+    let kill_at: Vec<Duration> = (0..2)
+        .map(|_| Duration::from_millis(rng.range(800, 2600)))
+        .collect();
+    let mut outside_kills = 0;
+    let mut spawned = 0;
+    let ingest_kill_at = Duration::from_millis(rng.range(200, 1500));
+    let t0 = Instant::now();
+    for (i, s) in scenes.iter().enumerate() {
+        flow.land(s, &format!("scene {i}.tif"));
+    }
+    let done = |hook: &WebhookReceiver| {
+        let keys: std::collections::BTreeSet<String> = published(&hook.received())
+            .iter()
+            .map(|m| m["idempotency_key"].as_str().unwrap().to_owned())
+            .collect();
+        keys.len() == SCENES
+    };
+    let mut dlq_checked = Instant::now();
+    while !done(&hook) {
+        // A dead letter would leave a job incomplete for good: say so at once, with why.
+        if dlq_checked.elapsed() > Duration::from_secs(5) {
+            dlq_checked = Instant::now();
+            let out = flow.command(&["--json", "dlq", "list"]).output().unwrap();
+            let dead: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            assert!(
+                dead["dead_letters"].as_array().is_none_or(Vec::is_empty),
+                "chaos[unattended] seed {seed}: dead letters: {dead}"
+            );
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "chaos[unattended] seed {seed}: not done after 300 s; crashed at {crashed:?}; \
+             announced {:?}; the processes' logs are in {}",
+            published(&hook.received())
+                .iter()
+                .map(|m| m["idempotency_key"].clone())
+                .collect::<Vec<_>>(),
+            tilegate_tests::artifacts_dir().display()
+        );
+        for slot in &mut slots {
+            if let Some((child, armed)) = slot
+                && let Some(status) = child.try_wait().unwrap()
+            {
+                use std::os::unix::process::ExitStatusExt as _;
+                assert_eq!(
+                    status.signal(),
+                    Some(libc::SIGKILL),
+                    "chaos[unattended] seed {seed}: a pool exited on its own: {status}"
+                );
+                if let Some(p) = armed {
+                    crashed.push(p);
+                }
+                *slot = None;
+            }
+            if slot.is_none() {
+                let mut cmd = flow.command(
+                    &pool(&hook.url)
+                        .iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>(),
+                );
+                let armed = points.pop_front();
+                if let Some(p) = armed {
+                    let skip = if p.starts_with("after-")
+                        && p != "after-commit"
+                        && p != "after-manifest"
+                    {
+                        0
+                    } else {
+                        rng.range(0, 6)
+                    };
+                    cmd.env("TILEGATE_FAULT", p)
+                        .env("TILEGATE_FAULT_SKIP", skip.to_string())
+                        .env("TILEGATE_FAULT_MAX_ATTEMPT", "1");
+                }
+                spawned += 1;
+                let log = std::fs::File::create(tilegate_tests::artifacts_dir().join(format!(
+                    "chaos-unattended-{}-work-{spawned}.log",
+                    flow.name()
+                )))
+                .unwrap();
+                let child = cmd
+                    .env("TILEGATE_LOG", "info")
+                    .stdout(log.try_clone().unwrap())
+                    .stderr(log)
+                    .spawn()
+                    .unwrap();
+                *slot = Some((child, armed));
+            }
+        }
+        // Kills from outside, before any message could have come back (visibility 10 s):
+        // they cut short first deliveries only.
+        if outside_kills < kill_at.len() && t0.elapsed() >= kill_at[outside_kills] {
+            let i = rng.below(slots.len() as u64) as usize;
+            if let Some((child, armed)) = &mut slots[i] {
+                let _ = child.kill();
+                let _ = child.wait();
+                // An armed point that did not fire goes to the next pool.
+                if let Some(p) = armed.take() {
+                    points.push_front(p);
+                }
+                slots[i] = None;
+            }
+            outside_kills += 1;
+        }
+        if t0.elapsed() >= ingest_kill_at && ingests.0.len() == 2 {
+            let (_, mut child) = ingests.0.remove(0);
+            let _ = child.kill();
+            let _ = child.wait();
+            ingests.spawn("ingest-restarted", flow.ingest());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Whatever is still on its way has a moment to arrive.
+    std::thread::sleep(Duration::from_secs(2));
+    for (child, _) in slots.iter_mut().flatten() {
+        // SAFETY: kill(2) on a child's PID has no memory-safety preconditions.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let _ = child.wait();
+    }
+    ingests.stop();
+    println!(
+        "chaos[unattended] seed {seed}: crashed at {crashed:?}, {outside_kills} kills from outside"
+    );
+
+    let got = hook.received();
+    let mut by_key: std::collections::BTreeMap<String, Vec<&Delivery>> = Default::default();
+    for d in &got {
+        let m = d.json();
+        assert_eq!(m["type"], "tilegate.job.published", "seed {seed}: {m}");
+        by_key
+            .entry(m["idempotency_key"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(d);
+    }
+    assert_eq!(by_key.len(), SCENES, "seed {seed}: {:?}", by_key.keys());
+    let mut sources_seen = Vec::new();
+    for (key, deliveries) in &by_key {
+        assert!(
+            deliveries.iter().all(|d| d.body == deliveries[0].body),
+            "seed {seed}: {key} delivered with different bodies"
+        );
+        let m = deliveries[0].json();
+        let job = m["job_id"].as_str().unwrap();
+        assert!(
+            key.starts_with(&format!("{job}:published:")),
+            "seed {seed}: {key}"
+        );
+        let st = flow.status(job);
+        assert_eq!(st["lifecycle"], "published", "seed {seed}: {st}");
+        assert_eq!(st["manifest_rows"], 16, "seed {seed}: {st}");
+        assert_eq!(st["queue"]["dead"], 0, "seed {seed}: {st}");
+        assert_eq!(flow.tiles(job), 16, "seed {seed}: job {job}");
+        assert!(
+            st["counters"]["tiles_written_total"].as_u64().unwrap_or(0) <= 16,
+            "seed {seed}: more creates than windows: {st}"
+        );
+        assert_eq!(
+            st["scene_output"]["e_tag"], m["scene"]["e_tag"],
+            "seed {seed}: the announced scene is the recorded one"
+        );
+        let source = m["source"].as_str().unwrap().to_owned();
+        let i: usize = source
+            .rsplit("scene ")
+            .next()
+            .and_then(|s| s.trim_end_matches(".tif").parse().ok())
+            .unwrap_or_else(|| panic!("seed {seed}: source {source}"));
+        sources_seen.push(i);
+        let published = tmp.path().join(format!("published-{i}.tif"));
+        let key = st["scene_output"]["key"].as_str().unwrap();
+        match flow {
+            Flow::Embedded { data, .. } => {
+                std::fs::copy(data.join("objects").join(key), &published).unwrap();
+            }
+            Flow::Aws(d, _) => {
+                let rt = &d.rt;
+                let b =
+                    rt.block_on(tilegate_tests::Target::Aws(d.aws.clone()).backends(flow.data()));
+                let bytes = rt
+                    .block_on(tilegate_core::object::ObjectStoreExt::get_bytes(
+                        b.objects.as_ref(),
+                        &tilegate_tests::object_key(key),
+                    ))
+                    .unwrap()
+                    .bytes;
+                std::fs::write(&published, &bytes).unwrap();
+            }
+        }
+        assert_scene_matches_source(&published, &scenes[i]);
+    }
+    sources_seen.sort_unstable();
+    assert_eq!(sources_seen, [0, 1, 2], "seed {seed}");
+}
+
+#[test]
+fn the_unattended_flow_survives_chaos_embedded() {
+    let tmp = tempdir();
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    unattended_flow_under_chaos(&Flow::Embedded {
+        data: tmp.path().join("data"),
+        inbox,
+    });
+}
+
+#[test]
+fn the_unattended_flow_survives_chaos_aws() {
+    let Some(aws) = Aws::for_test("the_unattended_flow_survives_chaos_aws") else {
+        return;
+    };
+    let tmp = tempdir();
+    let data = tmp.path().to_path_buf();
+    let d = Deployment::new(aws, &data);
+    unattended_flow_under_chaos(&Flow::Aws(Box::new(d), data));
+}

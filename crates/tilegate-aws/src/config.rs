@@ -11,12 +11,26 @@ use aws_config::retry::RetryConfig;
 /// Load the standard configuration. Region, credentials and endpoints come from the
 /// environment and profile as for every AWS SDK; tests reach a local emulator through
 /// `AWS_ENDPOINT_URL` (S3, DynamoDB) and `AWS_ENDPOINT_URL_SQS`.
+///
+/// Every request has a connect timeout and a read timeout: an answer that never comes (a
+/// connection the far end dropped without closing it) fails as a network fault, which the
+/// retry policy repeats, instead of holding a window, an arrival or an assembly for ever. The
+/// read timeout is above SQS's longest poll (20 s).
 pub async fn load_sdk_config() -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            aws_config::timeout::TimeoutConfig::builder()
+                .connect_timeout(std::time::Duration::from_secs(10))
+                .read_timeout(READ_TIMEOUT)
+                .build(),
+        )
         .load()
         .await
 }
+
+/// How long a request waits for its answer to start (and between its reads).
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// True if an S3 endpoint other than AWS's own is configured (an emulator or an
 /// S3-compatible store), which wants path-style addressing.

@@ -11,9 +11,10 @@ use tilegate_core::Exit;
 use tilegate_core::queue::{ReceiveOptions, Received, WorkQueue};
 use tilegate_pipeline::ingest::{Disposition, Ingest, IngestConfig, IngestError, Ingested, Watch};
 
-/// How long a received arrival stays hidden while it is planned (a large scene's probe and
-/// tens of thousands of window messages take a while).
-const ARRIVAL_VISIBILITY: Duration = Duration::from_secs(300);
+/// How long a received arrival stays hidden: extended every third of it while it is planned (a
+/// large scene's probe and tens of thousands of window messages take a while), so that the
+/// arrival of a process that died comes back within this long.
+const ARRIVAL_VISIBILITY: Duration = Duration::from_secs(30);
 
 pub(super) async fn ingest_cmd(
     out: &Out,
@@ -100,7 +101,9 @@ pub(super) async fn ingest_cmd(
         };
         let received = arrivals
             .receive(ReceiveOptions {
-                max: 10,
+                // One at a time: a message received is a message being planned, never one
+                // held behind another while a crash would strand it.
+                max: 1,
                 wait: wait.min(poll),
                 visibility: ARRIVAL_VISIBILITY,
             })
@@ -145,7 +148,18 @@ async fn handle(
     msg: &Received,
     report: &mut IngestReport,
 ) -> anyhow::Result<()> {
-    let outcome = ingest.message(&msg.body).await;
+    let planning = ingest.message(&msg.body);
+    tokio::pin!(planning);
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut planning => break outcome,
+            () = tokio::time::sleep(ARRIVAL_VISIBILITY / 3) => {
+                if let Err(e) = arrivals.change_visibility(&msg.receipt, ARRIVAL_VISIBILITY).await {
+                    tracing::warn!(message_id = %msg.message_id, error = %e, "could not keep the arrival hidden while planning it");
+                }
+            }
+        }
+    };
     for i in outcome.ingested {
         note(out, report, line_of(i));
     }
