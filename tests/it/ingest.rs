@@ -929,3 +929,78 @@ fn the_unattended_flow_survives_chaos_aws() {
     let d = Deployment::new(aws, &data);
     unattended_flow_under_chaos(&Flow::Aws(Box::new(d), data));
 }
+
+/// Arrivals are input: a notification from a bucket `ingest` was not given, a STAC Item whose
+/// hrefs name the worker's files and the deployment's other bucket, and a message that is no
+/// arrival at all are each dead-lettered with their reason; nothing is planned and nothing of
+/// theirs is read. A removal event is skipped.
+#[test]
+fn hostile_arrivals_are_dead_lettered_and_plan_nothing() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let urls = tilegate_backends::Urls {
+        data: data.clone(),
+        objects: None,
+        tables: None,
+        queue: None,
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let arrivals = rt
+        .block_on(tilegate_backends::open_arrivals(&urls, None))
+        .unwrap();
+    let item = serde_json::json!({"type": "Feature", "stac_version": "1.0.0", "id": "evil",
+        "collection": "c", "assets": {
+            "a": {"href": "file:///root/.aws/credentials"},
+            "b": {"href": "s3://deployment-secrets/x.tif"}}});
+    let removed =
+        s3_event("scenes", "a.tif", 1).replace("ObjectCreated:Put", "ObjectRemoved:Delete");
+    let bodies = [
+        s3_event("someone-elses-bucket", "scene.tif", 1),
+        item.to_string(),
+        "{\"hello\": \"world\"}".to_owned(),
+        removed,
+    ];
+    rt.block_on(arrivals.send_batch(&bodies)).unwrap();
+    let out = embedded(
+        &data,
+        &[
+            "--json",
+            "ingest",
+            "--bucket",
+            "s3://scenes",
+            "--assets",
+            "a,b",
+            "--until-idle",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["planned"], 0, "{report}");
+    assert_eq!(report["refused"], 3, "{report}");
+    assert_eq!(report["skipped"], 1, "{report}");
+    let dead = rt.block_on(arrivals.list_dead_letters(10)).unwrap();
+    let mut reasons: Vec<&str> = dead
+        .iter()
+        .map(|d| d.reason.split(':').next().unwrap())
+        .collect();
+    reasons.sort_unstable();
+    assert_eq!(
+        reasons,
+        ["bad-arrival", "source-forbidden", "source-forbidden"],
+        "{dead:?}"
+    );
+    let item_refusal = dead.iter().find(|d| d.body.contains("evil")).unwrap();
+    assert!(
+        item_refusal.reason.contains("local-file-from-message"),
+        "{}",
+        item_refusal.reason
+    );
+    assert!(!data.join("objects/tilegate/tiles").exists());
+}

@@ -223,8 +223,9 @@ impl IngestHandler {
                 Disposition::Done => None,
                 Disposition::DeadLetter(e) => {
                     let reason = tilegate_core::redact::redact(&format!(
-                        "{}: {e}",
-                        e.reason_code().as_str()
+                        "{}: {}",
+                        e.reason_code().as_str(),
+                        tilegate_core::error::chain(&e)
                     ))
                     .into_owned();
                     tracing::warn!(message_id = %msg.message_id, %reason, "arrival dead-lettered");

@@ -174,7 +174,11 @@ async fn handle(
                 report,
                 refused(format!("message {}", msg.message_id), &e),
             );
-            let reason = format!("{}: {e}", e.reason_code().as_str());
+            let reason = format!(
+                "{}: {}",
+                e.reason_code().as_str(),
+                tilegate_core::error::chain(&e)
+            );
             arrivals
                 .dead_letter(msg, &tilegate_core::redact::redact(&reason))
                 .await?;
