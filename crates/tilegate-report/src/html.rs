@@ -166,6 +166,44 @@ fn identity(h: &mut String, st: &JobStatus, extras: &Extras) {
     h.push_str("</table></section>\n");
 }
 
+/// Above this many windows the grid is drawn as an image, one pixel per window, instead of one
+/// SVG element per window: a 100,000-window job's page stays small and opens at once.
+pub const GRID_ELEMENTS_MAX: u64 = 10_000;
+
+/// The window grid as an image: one pixel per window, coloured by state.
+fn raster_grid(h: &mut String, g: &Gathered, rows: u32, cols: u32) {
+    let mut states = vec![0u8; rows as usize * cols as usize];
+    for (win, state, _, _) in g.windows() {
+        states[win.row as usize * cols as usize + win.col as usize] = WindowState::ALL
+            .iter()
+            .position(|s| *s == state)
+            .unwrap_or(0)
+            as u8;
+    }
+    let palette: Vec<[u8; 3]> = WindowState::ALL.iter().map(|s| rgb(colour(*s))).collect();
+    let png = crate::png::paletted(cols, rows, &states, &palette);
+    // Scaled up to about the SVG grid's size, each window a sharp square.
+    let scale = (720 / rows.max(cols).max(1)).max(1);
+    let _ = write!(
+        h,
+        "<img id=\"grid\" class=\"raster\" width=\"{w}\" height=\"{hgt}\" \
+         style=\"image-rendering:pixelated\" alt=\"window grid, {rows} rows by {cols} columns, \
+         one pixel per window\" src=\"data:image/png;base64,{}\">\
+         <p class=\"note\">{n} windows: drawn one pixel per window. Each window's facts are in \
+         <code>status --json</code> and the manifest.</p>",
+        base64(&png),
+        w = cols * scale,
+        hgt = rows * scale,
+        n = u64::from(rows) * u64::from(cols),
+    );
+}
+
+/// `#rrggbb` as bytes.
+fn rgb(hex: &str) -> [u8; 3] {
+    let v = u32::from_str_radix(hex.trim_start_matches('#'), 16).unwrap_or(0);
+    [(v >> 16) as u8, (v >> 8) as u8, v as u8]
+}
+
 fn grid(h: &mut String, g: &Gathered, st: &JobStatus) {
     let gr = &g.job.grid;
     let (rows, cols) = (gr.rows(), gr.cols());
@@ -187,6 +225,11 @@ fn grid(h: &mut String, g: &Gathered, st: &JobStatus) {
         );
     }
     let _ = write!(h, "<li class=\"total\">of <b>{}</b></li></ul>", st.windows);
+    if gr.len() > GRID_ELEMENTS_MAX {
+        raster_grid(h, g, rows, cols);
+        h.push_str("</section>\n");
+        return;
+    }
     let _ = write!(
         h,
         "<svg id=\"grid\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{hgt}\" \

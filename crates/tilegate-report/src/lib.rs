@@ -9,6 +9,7 @@
 
 pub mod cost;
 pub mod html;
+mod png;
 pub mod status;
 
 pub use cost::{CostEstimate, PriceTable};
