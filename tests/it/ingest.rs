@@ -73,6 +73,20 @@ fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Wait up to `secs` for the published scene's announcement, give anything else two seconds to
+/// arrive (nothing should: no second announcement, no second job), stop the processes, and
+/// return the one delivery the webhook received.
+fn the_one_announcement(hook: &WebhookReceiver, procs: &mut Procs, secs: u64) -> Delivery {
+    wait_for(secs, "the published scene's announcement", || {
+        !published(&hook.received()).is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    procs.stop();
+    let got = hook.received();
+    assert_eq!(got.len(), 1, "one webhook announcement: {got:?}");
+    got[0].clone()
+}
+
 fn published(got: &[Delivery]) -> Vec<Value> {
     got.iter()
         .map(Delivery::json)
@@ -137,16 +151,8 @@ fn a_scene_dropped_in_a_watched_directory_is_published_and_announced() {
     std::fs::write(inbox.join("notes.txt"), "not a scene").unwrap();
     std::os::unix::fs::symlink(&scene, inbox.join("elsewhere.tif")).unwrap();
     std::fs::copy(&scene, inbox.join("scene one.tif")).unwrap();
-    wait_for(180, "the published scene's announcement", || {
-        !published(&hook.received()).is_empty()
-    });
-    // Nothing else is on its way: no second announcement, no second job.
-    std::thread::sleep(Duration::from_secs(2));
-    procs.stop();
-
-    let got = hook.received();
-    assert_eq!(got.len(), 1, "one announcement: {got:?}");
-    let message = got[0].json();
+    let delivery = the_one_announcement(&hook, &mut procs, 180);
+    let message = delivery.json();
     let job = message["job_id"].as_str().unwrap().to_owned();
     assert!(
         message["idempotency_key"]
@@ -162,7 +168,7 @@ fn a_scene_dropped_in_a_watched_directory_is_published_and_announced() {
             .ends_with("inbox/scene one.tif"),
         "{message}"
     );
-    assert!(got[0].header("x-tilegate-signature").is_some());
+    assert!(delivery.header("x-tilegate-signature").is_some());
     assert_valid_item(tmp.path(), &message, "announced");
 
     // One job: the link and the notes planned nothing.
@@ -378,15 +384,7 @@ fn a_scene_uploaded_to_s3_is_published_and_announced() {
     let event = s3_event(&d.source_bucket, key, size);
     d.notify(&event);
     d.notify(&event);
-    wait_for(240, "the published scene's announcement", || {
-        !published(&hook.received()).is_empty()
-    });
-    std::thread::sleep(Duration::from_secs(2));
-    procs.stop();
-
-    let got = hook.received();
-    assert_eq!(got.len(), 1, "one webhook announcement: {got:?}");
-    let message = got[0].json();
+    let message = the_one_announcement(&hook, &mut procs, 240).json();
     let job = message["job_id"].as_str().unwrap().to_owned();
     assert_eq!(
         message["source"],
