@@ -226,19 +226,15 @@ struct Deployment {
 
 impl Deployment {
     fn new(aws: Aws, data: &Path) -> Self {
-        aws.json(data, &["init", "--create-bucket"]);
         let id = aws.queue.trim_start_matches("sqs://").to_owned();
         let arrivals = format!("sqs://{id}-arrivals");
-        // `init` with the arrivals queue as --queue creates it and its dead-letter queue.
-        let out = Command::new(tilegate_bin())
-            .args(["--data", data.to_str().unwrap(), "--objects", &aws.objects])
-            .args(["--tables", &aws.tables, "--queue", &arrivals, "init"])
-            .output()
-            .unwrap();
+        let init = aws.json(data, &["init", "--create-bucket", "--arrivals", &arrivals]);
         assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+            init["created"].as_array().unwrap().iter().any(|c| c
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("sqs queue {id}-arrivals "))),
+            "{init}"
         );
         let rt = tokio::runtime::Runtime::new().unwrap();
         let source_bucket = format!("{id}-src");

@@ -126,17 +126,36 @@ impl AwsBackends {
         for (name, created) in t.ensure_tables().await? {
             report.note(created, format!("dynamodb table {name}"));
         }
-        let created =
-            SqsQueue::ensure(&config::sqs_client(&sdk), &queue_name, max_receive_count).await?;
-        report.note(
-            created,
-            format!(
-                "sqs queue {queue_name} (dead letters: {})",
-                sqs::dead_letter_queue_name(&queue_name)
-            ),
-        );
+        ensure_queue(&sdk, &queue_name, max_receive_count, &mut report).await?;
         Ok(report)
     }
+
+    /// Create one more queue and its dead-letter queue, idempotently (`ingest`'s arrivals
+    /// queue, `sqs://name`).
+    pub async fn init_queue(queue: &str, max_receive_count: u32) -> StoreResult<InitReport> {
+        let queue_name = url::parse_sqs(queue)?;
+        let sdk = config::load_sdk_config().await;
+        let mut report = InitReport::default();
+        ensure_queue(&sdk, &queue_name, max_receive_count, &mut report).await?;
+        Ok(report)
+    }
+}
+
+async fn ensure_queue(
+    sdk: &aws_config::SdkConfig,
+    queue_name: &str,
+    max_receive_count: u32,
+    report: &mut InitReport,
+) -> StoreResult<()> {
+    let created = SqsQueue::ensure(&config::sqs_client(sdk), queue_name, max_receive_count).await?;
+    report.note(
+        created,
+        format!(
+            "sqs queue {queue_name} (dead letters: {})",
+            sqs::dead_letter_queue_name(queue_name)
+        ),
+    );
+    Ok(())
 }
 
 /// A deployment's stores: objects on S3, every table on DynamoDB, the queue on SQS, and `s3://`

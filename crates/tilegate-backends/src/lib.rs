@@ -409,6 +409,35 @@ pub use tilegate_core::backends::InitReport;
 /// `tilegate init`: create the cloud resources of the selection, idempotently ("already
 /// exists" is success). The bucket or container of `--objects` is created only if
 /// `create_bucket` (otherwise it is checked); AWS tables and queues are created when named.
+/// `tilegate init --arrivals URL`: also create `ingest`'s arrivals queue (`sqs://name` and its
+/// `name-dlq`; the embedded arrivals queue needs nothing created).
+#[cfg_attr(
+    not(feature = "aws"),
+    expect(unused_variables, reason = "only an AWS queue is created")
+)]
+pub async fn init_arrivals(url: &str, report: &mut InitReport) -> anyhow::Result<()> {
+    match url.split_once("://").map(|(s, _)| s) {
+        #[cfg(feature = "aws")]
+        Some("sqs") => {
+            let r = tilegate_aws::AwsBackends::init_queue(url, DEFAULT_MAX_RECEIVE_COUNT)
+                .await
+                .context("create the arrivals queue")?;
+            report.created.extend(r.created);
+            report.existing.extend(r.existing);
+            Ok(())
+        }
+        Some("sqlite") => Ok(()),
+        _ => {
+            let expected = if cfg!(feature = "aws") {
+                "sqlite://FILE or sqs://queue-name"
+            } else {
+                "sqlite://FILE"
+            };
+            Err(UnknownUrl::error("--arrivals", url, expected))
+        }
+    }
+}
+
 pub async fn init(urls: &Urls, create_bucket: bool) -> anyhow::Result<InitReport> {
     let mut report = InitReport::default();
     let objects = urls.objects.as_deref();

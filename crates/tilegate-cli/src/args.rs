@@ -748,6 +748,9 @@ pub struct InitArgs {
     /// Also create the bucket named by --objects (otherwise it must exist).
     #[arg(long)]
     pub create_bucket: bool,
+    /// Also create `ingest`'s arrivals queue and its dead-letter queue (`sqs://queue-name`).
+    #[arg(long, env = "TILEGATE_ARRIVALS", value_name = "URL")]
+    pub arrivals: Option<String>,
 }
 
 #[cfg(test)]

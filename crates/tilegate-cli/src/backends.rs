@@ -103,8 +103,12 @@ pub async fn open(sel: &Selection) -> anyhow::Result<Backends> {
 pub async fn init(
     sel: &Selection,
     create_bucket: bool,
+    arrivals: Option<&str>,
 ) -> anyhow::Result<crate::reports::InitReport> {
-    let report = tilegate_backends::init(&sel.urls(), create_bucket).await?;
+    let mut report = tilegate_backends::init(&sel.urls(), create_bucket).await?;
+    if let Some(url) = arrivals {
+        tilegate_backends::init_arrivals(url, &mut report).await?;
+    }
     Ok(crate::reports::InitReport {
         created: report.created,
         existing: report.existing,

@@ -106,7 +106,7 @@ fn schema(name: Option<&str>) -> anyhow::Result<ExitCode> {
 }
 
 async fn init(out: &Out, sel: &Selection, a: InitArgs) -> anyhow::Result<ExitCode> {
-    out.emit(&backends::init(sel, a.create_bucket).await?);
+    out.emit(&backends::init(sel, a.create_bucket, a.arrivals.as_deref()).await?);
     Ok(ExitCode::SUCCESS)
 }
 
