@@ -15,39 +15,23 @@ use tilegate_tests::{
 /// Long-running processes, stopped (SIGTERM, then SIGKILL) when dropped; each one's output
 /// goes to `NAME.log` in the artifacts directory, for a failure to be read.
 #[derive(Default)]
-struct Procs(Vec<(String, Child)>);
+struct Procs(Vec<Child>);
 
 impl Procs {
-    fn spawn(&mut self, name: &str, mut cmd: Command) {
-        let log = tilegate_tests::artifacts_dir().join(format!(
-            "{}-{name}.log",
-            std::thread::current()
-                .name()
-                .unwrap_or("test")
-                .rsplit("::")
-                .next()
-                .unwrap_or("test")
-        ));
-        let file = std::fs::File::create(&log).expect("a log file");
-        let child = cmd
-            .env("TILEGATE_LOG", "info")
-            .stdout(file.try_clone().expect("the log file"))
-            .stderr(file)
-            .spawn()
-            .expect("spawn tilegate");
-        self.0.push((name.to_owned(), child));
+    fn spawn(&mut self, name: &str, cmd: Command) {
+        self.0.push(logged(name, cmd));
     }
 
     /// Stop every process: SIGTERM, up to 30 s to finish, then SIGKILL.
     fn stop(&mut self) {
-        for (_, c) in &self.0 {
+        for c in &self.0 {
             // SAFETY: kill(2) on a child's PID has no memory-safety preconditions.
             unsafe {
                 libc::kill(c.id() as i32, libc::SIGTERM);
             }
         }
         let deadline = Instant::now() + Duration::from_secs(30);
-        for (_, c) in &mut self.0 {
+        for c in &mut self.0 {
             while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -62,6 +46,25 @@ impl Drop for Procs {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Start `cmd`, its output going to `TEST-NAME.log` in the artifacts directory (TEST the
+/// running test's name), for a failure to be read.
+fn logged(name: &str, mut cmd: Command) -> Child {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("test")
+        .rsplit("::")
+        .next()
+        .unwrap_or("test")
+        .to_owned();
+    let log = tilegate_tests::artifacts_dir().join(format!("{test}-{name}.log"));
+    let file = std::fs::File::create(&log).expect("a log file");
+    cmd.env("TILEGATE_LOG", "info")
+        .stdout(file.try_clone().expect("the log file"))
+        .stderr(file)
+        .spawn()
+        .expect("spawn tilegate")
 }
 
 /// Wait up to `secs` for `done`, polling.
@@ -217,6 +220,8 @@ struct Deployment {
     aws: Aws,
     source_bucket: String,
     arrivals: String,
+    /// The arrivals queue's URL, where the notifications are sent.
+    arrivals_url: String,
     topic: String,
     topic_queue: String,
     rt: tokio::runtime::Runtime,
@@ -238,7 +243,7 @@ impl Deployment {
         );
         let rt = tokio::runtime::Runtime::new().unwrap();
         let source_bucket = format!("{id}-src");
-        let (s3, sqs, topic, topic_queue) = rt.block_on(async {
+        let (s3, sqs, arrivals_url, topic, topic_queue) = rt.block_on(async {
             let sdk = tilegate_aws::config::load_sdk_config().await;
             let s3 = tilegate_aws::config::s3_client(&sdk);
             s3.create_bucket()
@@ -248,17 +253,22 @@ impl Deployment {
                 .unwrap();
             let (topic, topic_queue) =
                 tilegate_tests::aws::topic_with_queue(&sdk, &format!("{id}-scenes")).await;
-            (
-                s3,
-                tilegate_aws::config::sqs_client(&sdk),
-                topic,
-                topic_queue,
-            )
+            let sqs = tilegate_aws::config::sqs_client(&sdk);
+            let arrivals_url = sqs
+                .get_queue_url()
+                .queue_name(arrivals.trim_start_matches("sqs://"))
+                .send()
+                .await
+                .unwrap()
+                .queue_url
+                .unwrap();
+            (s3, sqs, arrivals_url, topic, topic_queue)
         });
         Self {
             aws,
             source_bucket,
             arrivals,
+            arrivals_url,
             topic,
             topic_queue,
             rt,
@@ -296,20 +306,10 @@ impl Deployment {
 
     /// Send a message to the arrivals queue.
     fn notify(&self, body: &str) {
-        let name = self.arrivals.trim_start_matches("sqs://");
         self.rt.block_on(async {
-            let url = self
-                .sqs
-                .get_queue_url()
-                .queue_name(name)
-                .send()
-                .await
-                .unwrap()
-                .queue_url
-                .unwrap();
             self.sqs
                 .send_message()
-                .queue_url(url)
+                .queue_url(&self.arrivals_url)
                 .message_body(body)
                 .send()
                 .await
@@ -542,14 +542,7 @@ fn the_lambda_functions_take_an_uploaded_scene_to_its_announcement() {
     assert_eq!(st["counters"]["claims_won_total"], 1, "{st}");
     let published = data.join("published.tif");
     let key = st["scene_output"]["key"].as_str().unwrap();
-    let bytes = rt
-        .block_on(tilegate_core::object::ObjectStoreExt::get_bytes(
-            b.objects.as_ref(),
-            &tilegate_tests::object_key(key),
-        ))
-        .unwrap()
-        .bytes;
-    std::fs::write(&published, &bytes).unwrap();
+    tilegate_tests::Target::Aws(d.aws.clone()).copy_object(data, key, &published);
     assert_scene_matches_source(&published, &scene);
 }
 
@@ -564,10 +557,10 @@ enum Flow {
 }
 
 impl Flow {
-    fn name(&self) -> &'static str {
+    fn target(&self) -> tilegate_tests::Target {
         match self {
-            Self::Embedded { .. } => "embedded",
-            Self::Aws(..) => "aws",
+            Self::Embedded { .. } => tilegate_tests::Target::Embedded,
+            Self::Aws(d, _) => tilegate_tests::Target::Aws(d.aws.clone()),
         }
     }
 
@@ -782,18 +775,7 @@ fn unattended_flow_under_chaos(flow: &Flow) {
                         .env("TILEGATE_FAULT_MAX_ATTEMPT", "1");
                 }
                 spawned += 1;
-                let log = std::fs::File::create(tilegate_tests::artifacts_dir().join(format!(
-                    "chaos-unattended-{}-work-{spawned}.log",
-                    flow.name()
-                )))
-                .unwrap();
-                let child = cmd
-                    .env("TILEGATE_LOG", "info")
-                    .stdout(log.try_clone().unwrap())
-                    .stderr(log)
-                    .spawn()
-                    .unwrap();
-                *slot = Some((child, armed));
+                *slot = Some((logged(&format!("work-{spawned}"), cmd), armed));
             }
         }
         // Kills from outside, before any message could have come back (visibility 10 s):
@@ -812,7 +794,7 @@ fn unattended_flow_under_chaos(flow: &Flow) {
             outside_kills += 1;
         }
         if t0.elapsed() >= ingest_kill_at && ingests.0.len() == 2 {
-            let (_, mut child) = ingests.0.remove(0);
+            let mut child = ingests.0.remove(0);
             let _ = child.kill();
             let _ = child.wait();
             ingests.spawn("ingest-restarted", flow.ingest());
@@ -878,24 +860,7 @@ fn unattended_flow_under_chaos(flow: &Flow) {
         sources_seen.push(i);
         let published = tmp.path().join(format!("published-{i}.tif"));
         let key = st["scene_output"]["key"].as_str().unwrap();
-        match flow {
-            Flow::Embedded { data, .. } => {
-                std::fs::copy(data.join("objects").join(key), &published).unwrap();
-            }
-            Flow::Aws(d, _) => {
-                let rt = &d.rt;
-                let b =
-                    rt.block_on(tilegate_tests::Target::Aws(d.aws.clone()).backends(flow.data()));
-                let bytes = rt
-                    .block_on(tilegate_core::object::ObjectStoreExt::get_bytes(
-                        b.objects.as_ref(),
-                        &tilegate_tests::object_key(key),
-                    ))
-                    .unwrap()
-                    .bytes;
-                std::fs::write(&published, &bytes).unwrap();
-            }
-        }
+        flow.target().copy_object(flow.data(), key, &published);
         assert_scene_matches_source(&published, &scenes[i]);
     }
     sources_seen.sort_unstable();

@@ -73,6 +73,15 @@ impl Target {
     }
 
     /// The same stores the binary works on, opened in the test process.
+    /// Copy the store's object `key` to the file `out`, for GDAL to look at.
+    pub fn copy_object(&self, data: &Path, key: &str, out: &Path) {
+        use tilegate_core::object::ObjectStoreExt as _;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let b = rt.block_on(self.backends(data));
+        let got = rt.block_on(b.objects.get_bytes(&crate::object_key(key)));
+        std::fs::write(out, &got.expect("read the object").bytes).expect("write its copy");
+    }
+
     pub async fn backends(&self, data: &Path) -> tilegate_core::Backends {
         match self {
             Self::Embedded => tilegate_embedded::open_data_dir(data, 3).expect("open data dir"),

@@ -194,17 +194,8 @@ fn open_sqlite(path: &Path, access: Access) -> anyhow::Result<SqliteBackend> {
 }
 
 async fn open_with(urls: &Urls, access: Access) -> anyhow::Result<Backends> {
-    let create_data = || {
-        std::fs::create_dir_all(&urls.data)
-            .with_context(|| format!("create data directory {}", urls.data.display()))
-    };
-    let embedded_db = || -> anyhow::Result<SqliteBackend> {
-        if access == Access::ReadWrite {
-            create_data()?;
-        }
-        open_sqlite(&urls.data.join("tilegate.db"), access)
-            .with_context(|| format!("open tables in {}", urls.data.display()))
-    };
+    let create_data = || create_data_dir(&urls.data);
+    let embedded_db = || embedded_db(&urls.data, access);
     let objects: Arc<dyn ObjectStore> = match urls.objects.as_deref() {
         None if access == Access::ReadOnly => {
             Arc::new(LocalObjectStore::open_read_only(urls.data.join("objects"))?)
@@ -253,6 +244,13 @@ async fn open_with(urls: &Urls, access: Access) -> anyhow::Result<Backends> {
     })
 }
 
+/// The queue URLs this build opens, for messages.
+const QUEUE_URLS: &str = if cfg!(feature = "aws") {
+    "sqlite://FILE or sqs://queue-name"
+} else {
+    "sqlite://FILE"
+};
+
 /// A queue: `url` (`sqlite://FILE` or `sqs://queue-name`, dead letters in `queue-name-dlq`),
 /// or the queue `name` in the embedded database `embedded`.
 async fn open_queue(
@@ -274,12 +272,7 @@ async fn open_queue(
                 .with_context(|| format!("open queue {u} (run `tilegate init` first?)"))?,
         ),
         Some(u) => {
-            let expected = if cfg!(feature = "aws") {
-                "sqlite://FILE or sqs://queue-name"
-            } else {
-                "sqlite://FILE"
-            };
-            return Err(UnknownUrl::error(flag, u, expected));
+            return Err(UnknownUrl::error(flag, u, QUEUE_URLS));
         }
     })
 }
@@ -290,20 +283,28 @@ pub const ARRIVALS_QUEUE_NAME: &str = "arrivals";
 /// The arrivals queue `tilegate ingest` consumes: `url` (`sqlite://FILE`, `sqs://queue-name`),
 /// or the `arrivals` queue of the embedded database in `urls.data`.
 pub async fn open_arrivals(urls: &Urls, url: Option<&str>) -> anyhow::Result<Arc<dyn WorkQueue>> {
-    let embedded = || -> anyhow::Result<SqliteBackend> {
-        std::fs::create_dir_all(&urls.data)
-            .with_context(|| format!("create data directory {}", urls.data.display()))?;
-        SqliteBackend::open(urls.data.join("tilegate.db"))
-            .with_context(|| format!("open the arrivals queue in {}", urls.data.display()))
-    };
     open_queue(
         "--arrivals",
         url,
         ARRIVALS_QUEUE_NAME,
-        embedded,
+        || embedded_db(&urls.data, Access::ReadWrite),
         Access::ReadWrite,
     )
     .await
+}
+
+fn create_data_dir(data: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(data)
+        .with_context(|| format!("create data directory {}", data.display()))
+}
+
+/// The embedded backend's database in `data` (the directory created first when writing).
+fn embedded_db(data: &Path, access: Access) -> anyhow::Result<SqliteBackend> {
+    if access == Access::ReadWrite {
+        create_data_dir(data)?;
+    }
+    open_sqlite(&data.join("tilegate.db"), access)
+        .with_context(|| format!("open tables in {}", data.display()))
 }
 
 /// GDAL configuration options for reading cloud sources with the same endpoints and
@@ -427,14 +428,7 @@ pub async fn init_arrivals(url: &str, report: &mut InitReport) -> anyhow::Result
             Ok(())
         }
         Some("sqlite") => Ok(()),
-        _ => {
-            let expected = if cfg!(feature = "aws") {
-                "sqlite://FILE or sqs://queue-name"
-            } else {
-                "sqlite://FILE"
-            };
-            Err(UnknownUrl::error("--arrivals", url, expected))
-        }
+        _ => Err(UnknownUrl::error("--arrivals", url, QUEUE_URLS)),
     }
 }
 

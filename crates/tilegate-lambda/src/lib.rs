@@ -222,12 +222,7 @@ impl IngestHandler {
             let retry = match outcome.disposition {
                 Disposition::Done => None,
                 Disposition::DeadLetter(e) => {
-                    let reason = tilegate_core::redact::redact(&format!(
-                        "{}: {}",
-                        e.reason_code().as_str(),
-                        tilegate_core::error::chain(&e)
-                    ))
-                    .into_owned();
+                    let reason = e.dead_letter_reason();
                     tracing::warn!(message_id = %msg.message_id, %reason, "arrival dead-lettered");
                     match self.arrivals.dead_letter(&msg, &reason).await {
                         Ok(()) => {
@@ -241,7 +236,7 @@ impl IngestHandler {
             };
             if let Some(detail) = retry {
                 tracing::warn!(message_id = %msg.message_id, detail, "arrival reported for redelivery");
-                let backoff = Duration::from_secs(5 * u64::from(msg.receive_count.clamp(1, 60)));
+                let backoff = tilegate_pipeline::ingest::retry_backoff(msg.receive_count);
                 let _ = self.arrivals.change_visibility(&msg.receipt, backoff).await;
                 let mut f = BatchItemFailure::default();
                 f.item_identifier = msg.message_id.clone();

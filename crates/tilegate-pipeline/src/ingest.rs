@@ -26,39 +26,32 @@ use tilegate_source::{Origin, Policies, SourceError, resolve};
 
 /// What `ingest` plans and which arrivals it takes: `tilegate ingest … --print-config` prints
 /// it, the Lambda function reads it from `TILEGATE_INGEST`.
+/// A field left out takes its value from [`IngestConfig::default`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct IngestConfig {
     /// The recipe every arrival is planned with.
-    #[serde(default = "Recipe::copy_all")]
     pub recipe: Recipe,
-    #[serde(default)]
     pub prefix: Prefix,
-    #[serde(default)]
     pub tenant: Tenant,
     /// A STAC Item's assets that become the job's bands, in order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub assets: Vec<String>,
-    #[serde(default = "one")]
     pub manifest_shards: u32,
     /// Buckets whose object notifications are planned (`s3://bucket`); a notification from any
     /// other is refused. None: no object notification is accepted.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub buckets: Vec<String>,
     /// Plan only keys (or watched files' paths under the directory) starting with one of
     /// these; none: any.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub key_prefixes: Vec<String>,
     /// Plan only keys (or files) ending with one of these, e.g. `.tif`; none: any.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub key_suffixes: Vec<String>,
     /// Plan only STAC Items of these collections; none: any.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub collections: Vec<String>,
-}
-
-fn one() -> u32 {
-    1
 }
 
 impl Default for IngestConfig {
@@ -127,6 +120,17 @@ impl IngestError {
         }
     }
 
+    /// The dead-letter queue's reason: the code, then the whole chain of causes (the source
+    /// policy's rule among them), redacted.
+    pub fn dead_letter_reason(&self) -> String {
+        tilegate_core::redact::redact(&format!(
+            "{}: {}",
+            self.reason_code().as_str(),
+            tilegate_core::error::chain(self)
+        ))
+        .into_owned()
+    }
+
     /// Whether trying again later may succeed (a throttled table, a network fault).
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -134,6 +138,12 @@ impl IngestError {
             _ => false,
         }
     }
+}
+
+/// How long an arrival whose planning met a passing fault stays hidden before it is tried
+/// again: 5 s a receive so far, at most 5 minutes.
+pub fn retry_backoff(receive_count: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(5 * u64::from(receive_count.clamp(1, 60)))
 }
 
 /// What to do with a message once its arrivals are handled.

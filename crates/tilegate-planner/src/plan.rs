@@ -165,7 +165,7 @@ pub async fn plan_resolved(
     timings.job_row_s = clock.elapsed().as_secs_f64();
     clock = std::time::Instant::now();
 
-    let done = Plan {
+    let mut plan = Plan {
         windows: job.grid.len(),
         already_recorded: 0,
         job,
@@ -173,30 +173,23 @@ pub async fn plan_resolved(
         enqueued: 0,
         timings,
     };
-    if enqueue == Enqueue::Once && done.job.windows_enqueued {
-        tracing::info!(job_id = %done.job.job_id, "windows already enqueued: nothing to do");
-        return Ok(done);
+    if enqueue == Enqueue::Once && plan.job.windows_enqueued {
+        tracing::info!(job_id = %plan.job.job_id, "windows already enqueued: nothing to do");
+        return Ok(plan);
     }
     let only_missing = opts.resume || enqueue == Enqueue::Once;
-    let (enqueued, already_recorded) = enqueue_windows(b, &done.job, only_missing).await?;
+    (plan.enqueued, plan.already_recorded) = enqueue_windows(b, &plan.job, only_missing).await?;
     if enqueue == Enqueue::Once {
         tilegate_core::announce::change_job(
             b.jobs.as_ref(),
-            &done.job.job_id,
+            &plan.job.job_id,
             "mark the windows enqueued",
             |row| !std::mem::replace(&mut row.windows_enqueued, true),
         )
         .await?;
     }
-    Ok(Plan {
-        already_recorded,
-        enqueued,
-        timings: PlanTimings {
-            enqueue_s: clock.elapsed().as_secs_f64(),
-            ..done.timings
-        },
-        ..done
-    })
+    plan.timings.enqueue_s = clock.elapsed().as_secs_f64();
+    Ok(plan)
 }
 
 /// The job `plan` would write for `source`, without writing anything: the source pinned and

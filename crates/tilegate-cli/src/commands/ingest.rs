@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tilegate_core::Exit;
 use tilegate_core::queue::{ReceiveOptions, Received, WorkQueue};
-use tilegate_pipeline::ingest::{Disposition, Ingest, IngestConfig, IngestError, Ingested, Watch};
+use tilegate_pipeline::ingest::{
+    Disposition, Ingest, IngestConfig, IngestError, Ingested, Watch, retry_backoff,
+};
 
 /// How long a received arrival stays hidden: extended every third of it while it is planned (a
 /// large scene's probe and tens of thousands of window messages take a while), so that the
@@ -174,20 +176,14 @@ async fn handle(
                 report,
                 refused(format!("message {}", msg.message_id), &e),
             );
-            let reason = format!(
-                "{}: {}",
-                e.reason_code().as_str(),
-                tilegate_core::error::chain(&e)
-            );
-            arrivals
-                .dead_letter(msg, &tilegate_core::redact::redact(&reason))
-                .await?;
+            arrivals.dead_letter(msg, &e.dead_letter_reason()).await?;
         }
         Disposition::Retry(e) => {
             report.retried += 1;
             tracing::warn!(message_id = %msg.message_id, error = %e, "arrival left for redelivery");
-            let backoff = Duration::from_secs(5 * u64::from(msg.receive_count.clamp(1, 60)));
-            arrivals.change_visibility(&msg.receipt, backoff).await?;
+            arrivals
+                .change_visibility(&msg.receipt, retry_backoff(msg.receive_count))
+                .await?;
         }
     }
     Ok(())
