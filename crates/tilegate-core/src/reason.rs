@@ -208,6 +208,20 @@ reasons! {
     UrlLifetimeEmpty = "url-lifetime-empty",
     /// A signed URL was asked to live longer than the store allows (7 days).
     UrlLifetimeExceeded = "url-lifetime-exceeded",
+    // The job service.
+    /// The request carries no credentials, or a key or token that proves nothing (unknown,
+    /// revoked, expired, signed by another key, issued for another audience or issuer).
+    Unauthenticated = "unauthenticated",
+    /// The request is not one the operation takes (a body, parameter or header it refuses).
+    BadRequest = "bad-request",
+    /// The request's body or headers are larger than the service accepts.
+    RequestTooLarge = "request-too-large",
+    /// The tenant sent more requests than its rate allows; `Retry-After` says when to ask again.
+    RateLimited = "rate-limited",
+    /// The tenant has as many unfinished jobs as the service allows; a new one waits.
+    TooManyJobsInFlight = "too-many-jobs-in-flight",
+    /// The request took longer than the service's request timeout.
+    RequestTimeout = "request-timeout",
     /// A failure tilegate has no name for yet: the message says what happened.
     Unexpected = "unexpected",
 }

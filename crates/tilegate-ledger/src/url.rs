@@ -104,6 +104,57 @@ pub async fn grant(
     })
 }
 
+/// Authorise `tenant` for `subject` of `job` and sign a URL of what a reader gets now: the
+/// accepted attempt where a pointer names one ([`grant`]), else the job's own output — the
+/// window's tile as its manifest row records it, or the assembled scene — which no retention
+/// deletes, so only the request sets the expiry.
+pub async fn grant_published(
+    b: &Backends,
+    job: &JobRecord,
+    subject: Subject,
+    tenant: &Tenant,
+    expires: Duration,
+    now: UnixMillis,
+) -> Result<Grant, LedgerError> {
+    if &job.tenant != tenant {
+        return Err(LedgerError::NotYourTenant {
+            asked: tenant.clone(),
+            job: job.job_id.clone(),
+            subject,
+        });
+    }
+    if b.ledger.get_pointer(&job.job_id, subject).await?.is_some() {
+        return grant(b, job, subject, tenant, expires, now).await;
+    }
+    let key = match subject {
+        Subject::Scene => job.scene_output.as_ref().map(|o| o.key.clone()),
+        Subject::Window(w) => b
+            .manifest
+            .get_entry(&job.job_id, w)
+            .await?
+            .map(|e| e.row.key),
+    }
+    .ok_or_else(|| LedgerError::NothingAccepted {
+        job: job.job_id.clone(),
+        subject,
+    })?;
+    let until = now.saturating_add(i64::try_from(expires.as_millis()).unwrap_or(i64::MAX));
+    let url = b
+        .objects
+        .presign_get(&ObjectKey::checked(&key)?, expires)
+        .await?;
+    tracing::info!(tenant = %tenant, key = %key, valid_s = expires.as_secs(), "url granted");
+    Ok(Grant {
+        key,
+        attempt: String::new(),
+        tenant: tenant.to_string(),
+        expires_at: until,
+        capped_by_retention: false,
+        expiring: !url.starts_with("file:"),
+        url,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -130,6 +130,22 @@ pub async fn plan(b: &Backends, source: &str, opts: &PlanOptions) -> Result<Plan
     plan_resolved(b, resolved, clock, opts, Enqueue::Always).await
 }
 
+/// [`plan`] of a source named by `origin` rather than the operator (a tenant's request to the
+/// job service: `Origin::Document("message://…")`, which reaches no local file and only the
+/// policy's listed hosts and buckets), with `enqueue`: [`Enqueue::Once`] for callers whose
+/// requests repeat, so that a repeat enqueues nothing.
+pub async fn plan_with(
+    b: &Backends,
+    source: &str,
+    opts: &PlanOptions,
+    enqueue: Enqueue,
+    origin: Origin<'_>,
+) -> Result<Plan, PlanError> {
+    let clock = std::time::Instant::now();
+    let resolved = resolve_source_from(b, source, opts, origin).await?;
+    plan_resolved(b, resolved, clock, opts, enqueue).await
+}
+
 /// When [`plan_resolved`] enqueues a job's windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enqueue {
@@ -216,18 +232,21 @@ async fn resolve_source(
     source: &str,
     opts: &PlanOptions,
 ) -> Result<ResolvedSource, PlanError> {
+    resolve_source_from(b, source, opts, Origin::Operator).await
+}
+
+async fn resolve_source_from(
+    b: &Backends,
+    source: &str,
+    opts: &PlanOptions,
+    origin: Origin<'_>,
+) -> Result<ResolvedSource, PlanError> {
     Ok(
         if !opts.assets.is_empty() || tilegate_source::stac::is_item(source) {
-            tilegate_source::stac::resolve_item(
-                b,
-                &opts.policy,
-                source,
-                &opts.assets,
-                Origin::Operator,
-            )
-            .await?
+            tilegate_source::stac::resolve_item(b, &opts.policy, source, &opts.assets, origin)
+                .await?
         } else {
-            resolve(b, &opts.policy, source, Origin::Operator).await?
+            resolve(b, &opts.policy, source, origin).await?
         },
     )
 }
