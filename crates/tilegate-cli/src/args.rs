@@ -132,6 +132,21 @@ pub enum Command {
     /// List or redrive dead letters.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// Serve the job API over HTTP for tenants: plan jobs, follow them live, read reports and
+    /// STAC Items, sign URLs of outputs, regenerate and accept — each request proved by an API
+    /// key (`tilegate keys create`) or an OIDC token, scoped to its tenant, rate-limited and
+    /// audited. Stateless over the selected backends: run as many as the load needs. The
+    /// OpenAPI document is at /v1/openapi.json, a page for people at /.
+    ///
+    ///   tilegate keys create --tenant acme      # prints the key once
+    ///   tilegate serve --listen 127.0.0.1:8080
+    ///   curl -H "Authorization: Bearer $KEY" http://127.0.0.1:8080/v1/jobs
+    #[command(verbatim_doc_comment)]
+    Serve(ServeArgs),
+    /// Make, list, revoke and rotate the API keys `serve` accepts. A key is shown once, when
+    /// it is made; only its hash is stored (in the object store, under `_service/keys/`).
+    #[command(subcommand)]
+    Keys(KeysCommand),
     /// Make a 4096×4096 sample scene (if absent) and run it: 64 tiles.
     Demo(DemoArgs),
     /// List the recipes `--recipe` accepts: the built-in ones with their flags, and those
@@ -708,6 +723,102 @@ pub struct StacArgs {
     /// The Collection's id.
     #[arg(long, default_value = "tilegate-scenes")]
     pub collection_id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where to listen (`127.0.0.1:0`: any free port, printed once bound).
+    #[arg(
+        long,
+        env = "TILEGATE_LISTEN",
+        default_value = "127.0.0.1:8080",
+        value_name = "ADDR"
+    )]
+    pub listen: String,
+    /// Accept OIDC tokens signed by the keys of this JWKS (a file, or an https:// URL fetched
+    /// at start and again when a token names an unknown key). Needs --jwt-issuer and
+    /// --jwt-audience. Without it, only API keys are accepted.
+    #[arg(long, env = "TILEGATE_JWKS", value_name = "FILE|URL", requires_all = ["jwt_issuer", "jwt_audience"])]
+    pub jwks: Option<String>,
+    /// The `iss` a token must carry.
+    #[arg(long, env = "TILEGATE_JWT_ISSUER", value_name = "ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// The `aud` a token must carry.
+    #[arg(long, env = "TILEGATE_JWT_AUDIENCE", value_name = "AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// The token claim whose value is the caller's tenant.
+    #[arg(
+        long,
+        env = "TILEGATE_TENANT_CLAIM",
+        default_value = "tenant",
+        value_name = "CLAIM"
+    )]
+    pub tenant_claim: String,
+    /// The token claim whose value `operator` lets the caller see every tenant's jobs.
+    #[arg(
+        long,
+        env = "TILEGATE_ROLE_CLAIM",
+        default_value = "tilegate_role",
+        value_name = "CLAIM"
+    )]
+    pub role_claim: String,
+    /// Requests a second per tenant, per server process (bursts of two seconds' worth); 0:
+    /// unlimited. Over it: 429 `rate-limited` with Retry-After.
+    #[arg(
+        long,
+        env = "TILEGATE_RATE_LIMIT",
+        default_value_t = 20.0,
+        value_name = "PER_SECOND"
+    )]
+    pub rate_limit: f64,
+    /// A tenant's unpublished jobs, at most; a new job beyond it is refused with 429
+    /// `too-many-jobs-in-flight`.
+    #[arg(
+        long,
+        env = "TILEGATE_MAX_JOBS_IN_FLIGHT",
+        default_value_t = 10,
+        value_name = "N"
+    )]
+    pub max_jobs_in_flight: usize,
+    /// Longest wait for a response to start (planning reads the source).
+    #[arg(long, env = "TILEGATE_REQUEST_TIMEOUT", value_parser = parse_duration, default_value = "60s", value_name = "DURATION")]
+    pub request_timeout: std::time::Duration,
+    /// Longest event stream; clients reconnect.
+    #[arg(long, value_parser = parse_duration, default_value = "5m", value_name = "DURATION")]
+    pub max_stream: std::time::Duration,
+    /// Print the OpenAPI document and exit.
+    #[arg(long)]
+    pub print_openapi: bool,
+    #[command(flatten)]
+    pub prices: PriceArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Make an API key for a tenant. The key is printed once; only its SHA-256 is stored.
+    Create {
+        /// The tenant whose jobs the key reaches (`[A-Za-z0-9._-]`).
+        #[arg(long)]
+        tenant: String,
+        /// Let the key see every tenant's jobs.
+        #[arg(long)]
+        operator: bool,
+        /// A note for `keys list` (who holds it, what for).
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// List the keys: ID, tenant, role, label, when made and revoked (never a secret).
+    List,
+    /// Revoke a key for good (within a request: every request reads revocations).
+    Revoke {
+        /// The key's ID (the 16 hex digits after `tgk_`).
+        key_id: String,
+    },
+    /// Make a new key for the same tenant, role and label, then revoke the old one.
+    Rotate {
+        /// The key's ID (the 16 hex digits after `tgk_`).
+        key_id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

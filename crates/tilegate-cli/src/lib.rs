@@ -20,6 +20,7 @@ mod look;
 mod output;
 mod recipes;
 mod reports;
+mod serve;
 mod sources;
 
 use clap::Parser;
@@ -75,7 +76,9 @@ fn log_directives(verbose: u8) -> &'static str {
 fn init_tracing(verbose: u8) {
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TILEGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives(verbose)));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives(verbose)))
+        // The service's audit lines (URLs issued, jobs planned, accepts) are always written.
+        .add_directive("tilegate::audit=info".parse().expect("a directive"));
     // Colours only on a terminal: logs redirected to a file stay greppable.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     subscriber(filter, ansi, std::io::stderr).init();

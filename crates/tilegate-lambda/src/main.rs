@@ -16,6 +16,10 @@
 //! arrival with the configuration in `TILEGATE_INGEST` (the JSON `tilegate ingest …
 //! --print-config` prints) and dead-letters what it cannot plan to `TILEGATE_ARRIVALS_DLQ_URL`
 //! (the arrivals queue is `TILEGATE_ARRIVALS_URL`).
+//!
+//! With `TILEGATE_MODE=serve` it is the job service behind API Gateway's HTTP API: the router
+//! of `tilegate serve`, configured by the same environment variables (`TILEGATE_JWKS`,
+//! `TILEGATE_JWT_ISSUER`, `TILEGATE_JWT_AUDIENCE`, `TILEGATE_RATE_LIMIT`, …).
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use std::sync::Arc;
@@ -47,6 +51,9 @@ async fn main() -> Result<(), Error> {
     .await?;
     if std::env::var("TILEGATE_MODE").is_ok_and(|m| m == "ingest") {
         return ingest(backends).await;
+    }
+    if std::env::var("TILEGATE_MODE").is_ok_and(|m| m == "serve") {
+        return serve(backends).await;
     }
     let mut cfg = HandlerConfig::default();
     if let Ok(name) = std::env::var("AWS_LAMBDA_FUNCTION_NAME") {
@@ -113,6 +120,34 @@ fn policies() -> Result<Arc<tilegate_source::Policies>, Error> {
             None => tilegate_source::Policies::new(),
         },
     ))
+}
+
+/// The job service behind API Gateway's HTTP API (payload format 2.0): the same router as
+/// `tilegate serve`, configured by the same variables ([`tilegate_service::settings_from_env`]).
+/// Event streams end within 20 s (a Lambda response is sent whole); clients reconnect.
+async fn serve(backends: tilegate_core::Backends) -> Result<(), Error> {
+    let (jwt, mut limits) = tilegate_service::settings_from_env()?;
+    limits.max_stream = Duration::from_secs(20);
+    let jwt = match jwt {
+        Some(cfg) => Some(tilegate_service::jwt::JwtVerifier::new(cfg).await?),
+        None => None,
+    };
+    let service = Arc::new(tilegate_service::Service::new(
+        backends,
+        policies()?,
+        jwt,
+        limits,
+        tilegate_report::PriceTable::default(),
+    ));
+    let router = tilegate_service::router(service);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
+        let router = router.clone();
+        async move {
+            let r = tilegate_service::lambda::handle(router, event.payload).await?;
+            Ok::<_, Error>(serde_json::to_value(r)?)
+        }
+    }))
+    .await
 }
 
 /// The ingest function: arrivals in, planned jobs out.

@@ -66,6 +66,8 @@ async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dlq(c) => dlq(&out, &backends::open(&sel).await?, c).await,
         Command::Announce(a) => announce_cmd(&out, &backends::open(&sel).await?, a).await,
         Command::Ingest(a) => ingest_cmd(&out, &sel, a).await,
+        Command::Serve(a) => crate::serve::serve_cmd(&out, &sel, a).await,
+        Command::Keys(c) => crate::serve::keys_cmd(&out, &backends::open(&sel).await?, c).await,
         Command::Demo(a) => demo(&out, &sel, a).await,
         Command::Recipes => {
             out.emit(&reports::RecipesReport {

@@ -103,6 +103,10 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
             schema_for!(tilegate_ledger::reconcile::ReconcileReport),
         ),
         ("url", schema_for!(tilegate_ledger::url::Grant)),
+        ("serve", schema_for!(crate::serve::Listening)),
+        ("keys-create", schema_for!(crate::serve::KeyMade)),
+        ("keys-list", schema_for!(crate::serve::KeyList)),
+        ("keys-revoke", schema_for!(crate::serve::KeyRevoked)),
         ("error", schema_for!(Failed)),
     ];
     all.into_iter()
