@@ -3,21 +3,27 @@
 
 Checks what the generic linters cannot know about tilegate:
 
-* aws/template.yaml — each function's own role (the worker's, the ingest function's) grants
-  exactly the (action, resource) pairs that function needs and nothing else (no wildcard action,
-  no `Resource: "*"`, no managed policy, no SAM `Policies`, no grant on a wider or different
-  resource); the queues, event sources and tables have the names, redrive, visibility and key
-  schemas the code depends on; the EventBridge rule brings only the source bucket's new objects
-  to the arrivals queue, whose policy admits that rule alone; the functions' environments (the
-  ingest configuration parsed as the JSON the code reads).
+* aws/template.yaml — each function's own role (the worker's, the ingest function's, the serve
+  function's) grants exactly the (action, resource) pairs that function needs and nothing else
+  (no wildcard action, no `Resource: "*"`, no managed policy, no SAM `Policies`, no grant on a
+  wider or different resource); the queues, event sources and tables have the names, redrive,
+  visibility and key schemas the code depends on; the EventBridge rule brings only the source
+  bucket's new objects to the arrivals queue, whose policy admits that rule alone; the functions'
+  environments (the ingest configuration parsed as the JSON the code reads); the job API: one
+  HTTP API whose JWT authorizer (the issuer and audience the serve function also checks) guards
+  every route but the three public ones, answered by the serve function alone, throttled, with
+  a request timeout inside the function's.
 * k8s/*.yaml — the worker's probes, its shutdown grace against the pod's termination grace, its
   security context, its metrics endpoint (bound to the pod IP, reached only from one named
   namespace through the NetworkPolicy), the ingest Deployment (hardened the same, its own
   service account, no port and no probe on one, no ingress, the arrivals queue beside the work
   queue), the assemble CronJob (hardened the same, `assemble --all` one run at a time with a
   deadline, no port and no probe, no ingress, announcing, and memory for more than the jobs the
-  Lambda worker leaves `assembling`), and a structural check of the KEDA objects (whose CRD
-  schemas kubernetes-validate does not ship).
+  Lambda worker leaves `assembling`), the job API's Deployment (hardened the same, its own
+  service account, at least two replicas, listening beyond the loopback, probed on /healthz at
+  its port, its JWT settings all or none), its Service (ClusterIP, to that port) and
+  NetworkPolicy (ingress to that port alone), and a structural check of the KEDA objects (whose
+  CRD schemas kubernetes-validate does not ship).
 
 `--self-test` proves the check itself: the real files must pass, and every fixture in tests/
 (a patch that breaks one rule of the real files) must fail with the message it names.
@@ -114,6 +120,30 @@ LOG_ACTIONS = ["logs:CreateLogStream", "logs:PutLogEvents"]
 INGEST_JOB_ACTIONS = ["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem"]
 INGEST_MANIFEST_ACTIONS = ["dynamodb:Query"]
 SEND_ACTIONS = ["sqs:SendMessage"]
+# -- the serve function (TablePrefix-serve): the job API. It plans jobs as ingest does (the
+# source, the job row, the windows), reads the tables, the queues' depths and the output objects
+# (reports, STAC Items, scenes, _service/keys/*; a signed URL is honoured only if the signer may
+# GetObject), and writes ledger rows (regenerate, accept). No delete, no object write.
+SERVE_OBJECT_ACTIONS = ["s3:GetObject"]
+SERVE_READ_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"]
+SERVE_WRITE_ACTIONS = ["dynamodb:PutItem", "dynamodb:UpdateItem"]
+JOBS_LIST_INDEX = "by-created"  # GET /v1/jobs, newest first
+QUEUE_DEPTH_ACTIONS = ["sqs:GetQueueAttributes"]
+# The routes the HTTP API may answer without its authorizer (method, path); every other route
+# needs the JWT authorizer, and ANY /v1/{proxy+} must be one of them.
+PUBLIC_ROUTES = {("GET", "/"), ("GET", "/healthz"), ("GET", "/v1/openapi.json")}
+V1_ROUTE = ("ANY", "/v1/{proxy+}")
+# An HTTP API waits at most this long for its integration (payload format 2.0).
+HTTP_API_INTEGRATION_MAX_S = 30
+# The environment the serve function's token checks read, each from the template parameter of
+# the same meaning (the authorizer's issuer and audience are the same parameters).
+SERVE_JWT_ENV = {
+    "TILEGATE_JWKS": "${JwksUrl}",
+    "TILEGATE_JWT_ISSUER": "${JwtIssuer}",
+    "TILEGATE_JWT_AUDIENCE": "${JwtAudience}",
+    "TILEGATE_TENANT_CLAIM": "${TenantClaim}",
+    "TILEGATE_ROLE_CLAIM": "${RoleClaim}",
+}
 
 # The queue names the code derives from QueueName, and SQS's limit on a queue name.
 QUEUE_SUFFIXES = ["-dlq", "-arrivals", "-arrivals-dlq"]
@@ -302,9 +332,15 @@ def check_template(doc: dict) -> list[str]:
     ingest = find_one(
         t, "AWS::Serverless::Function", "FunctionName", {"Fn::Sub": "${TablePrefix}-ingest"}, "ingest function"
     )
+    serve = find_one(
+        t, "AWS::Serverless::Function", "FunctionName", {"Fn::Sub": "${TablePrefix}-serve"}, "serve function"
+    )
     for logical in t.of_type("AWS::Serverless::Function"):
-        if logical not in (worker, ingest):
-            t.fail(f"resource {logical}: a third function is not allowed (only PREFIX-worker and PREFIX-ingest)")
+        if logical not in (worker, ingest, serve):
+            t.fail(
+                f"resource {logical}: another function is not allowed (only PREFIX-worker, PREFIX-ingest and "
+                "PREFIX-serve)"
+            )
     check_permission_sources(t)
     check_queue_name_length(t)
 
@@ -375,6 +411,49 @@ def check_template(doc: dict) -> list[str]:
             "TILEGATE_ARRIVALS_DLQ_URL": f"${{{arrivals_dlq}}}" if arrivals_dlq else None,
         })
         check_ingest_config(t, ingest, iprops)
+    if serve:
+        sprops = t.props(serve)
+        _, lg_grants = function_log_group(t, serve, sprops)
+        grants = [(SOURCE_ACTIONS, *source)]
+        if bucket:
+            prefix_objects = f"arn:{part}:s3:::${{{bucket}}}/${{OutputPrefix}}/*"
+            grants.append((SERVE_OBJECT_ACTIONS, [prefix_objects], "output prefix"))
+            grants.append(
+                (OUTPUT_BUCKET_ACTIONS, [f"${{{bucket}.Arn}}", f"arn:{part}:s3:::${{{bucket}}}"], "output bucket")
+            )
+        for suffix, table in tables.items():
+            if table:
+                grants.append((SERVE_READ_ACTIONS, [f"${{{table}.Arn}}"], f"{suffix} table"))
+        if tables["jobs"]:
+            jobs_arn = f"${{{tables['jobs']}.Arn}}"
+            grants.append((SERVE_WRITE_ACTIONS, [jobs_arn], "jobs table"))
+            grants.append(
+                (["dynamodb:Query"], [f"{jobs_arn}/index/{JOBS_LIST_INDEX}"], f"jobs table's {JOBS_LIST_INDEX} index")
+            )
+        if tables["counters"]:
+            grants.append((COUNTER_BATCH_ACTIONS, [f"${{{tables['counters']}.Arn}}"], "counters table"))
+        if tables["ledger"]:
+            grants.append((SERVE_WRITE_ACTIONS, [f"${{{tables['ledger']}.Arn}}"], "ledger table"))
+        if queue:
+            grants.append((SEND_ACTIONS + QUEUE_DEPTH_ACTIONS, [f"${{{queue}.Arn}}"], "work queue"))
+        if dlq:
+            grants.append((QUEUE_DEPTH_ACTIONS, [f"${{{dlq}.Arn}}"], "dead-letter queue"))
+        grants += lg_grants
+        role = check_role(t, serve, sprops, grants, "serve")
+        if role and role in roles:
+            t.fail(f"function {serve}: the serve function must have its own role, not {roles[role]}'s {role}")
+        elif role:
+            roles[role] = serve
+        check_function(t, serve, sprops, {
+            "TILEGATE_MODE": "serve",
+            "TILEGATE_OBJECTS": f"s3://${{{bucket}}}/${{OutputPrefix}}" if bucket else None,
+            "TILEGATE_TABLES": "dynamodb://${TablePrefix}",
+            "TILEGATE_QUEUE_URL": f"${{{queue}}}" if queue else None,
+            "TILEGATE_DLQ_URL": f"${{{dlq}}}" if dlq else None,
+            **SERVE_JWT_ENV,
+        })
+        check_serve_timeouts(t, serve, sprops)
+    check_http_api(t, serve)
     all_roles = t.of_type("AWS::IAM::Role")
     extra = sorted(set(all_roles) - set(roles))
     if extra:
@@ -760,6 +839,148 @@ def check_ingest_config(t: Template, function: str, fprops: dict) -> None:
         t.fail(f"{where}: recipe must be an object with operation and window, found {recipe}")
 
 
+def duration_seconds(value: Any) -> float | None:
+    """A duration as the CLI's flags take it (`25s`, `2m`, `1h`, `1d`, or plain seconds)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?", str(value).strip())
+    if not m:
+        return None
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2) or "s"]
+    return float(m.group(1)) * scale
+
+
+def check_serve_timeouts(t: Template, function: str, fprops: dict) -> None:
+    """The serve function answers within the HTTP API's wait, and its own request timeout ends a
+    request before Lambda's timeout cuts it off (the caller would get a bare 503 instead of
+    `request-timeout`)."""
+    timeout = resolve_number(t, fprops.get("Timeout"), 0)
+    if timeout is None:
+        t.fail(f"function {function}: Timeout must be a number of seconds, found {show(fprops.get('Timeout'))}")
+        return
+    if timeout > HTTP_API_INTEGRATION_MAX_S:
+        t.fail(
+            f"function {function}: Timeout {timeout} s is longer than the HTTP API waits for it "
+            f"({HTTP_API_INTEGRATION_MAX_S} s): the caller gets 503 while it runs on"
+        )
+    env = ((fprops.get("Environment") or {}).get("Variables")) or {}
+    raw = env.get("TILEGATE_REQUEST_TIMEOUT", "60s")  # the code's default
+    seconds = duration_seconds(raw)
+    if seconds is None:
+        t.fail(f"function {function}: environment TILEGATE_REQUEST_TIMEOUT {show(raw)} is not a duration (25s, 1m)")
+    elif seconds >= min(timeout, HTTP_API_INTEGRATION_MAX_S):
+        t.fail(
+            f"function {function}: TILEGATE_REQUEST_TIMEOUT {raw} ({seconds:g} s) is not below the function's "
+            f"Timeout {timeout} s and the HTTP API's {HTTP_API_INTEGRATION_MAX_S} s: a slow request would be cut "
+            "off instead of answered `request-timeout`"
+        )
+
+
+def check_http_api(t: Template, serve: str | None) -> None:
+    """The job API: one HTTP API, a JWT authorizer on the issuer and audience the function also
+    checks, ANY /v1/{proxy+} behind it, no route without it but the public ones, only the serve
+    function behind any route, no other way in (function URL, REST API), stage throttling."""
+    for rtype in ("AWS::Serverless::Api", "AWS::ApiGateway::RestApi", "AWS::ApiGatewayV2::Api", "AWS::Lambda::Url"):
+        for logical in t.of_type(rtype):
+            t.fail(f"resource {logical}: {rtype} is not allowed (the job API is the one AWS::Serverless::HttpApi)")
+    for logical in t.of_type("AWS::Serverless::Function"):
+        fprops = t.props(logical)
+        if "FunctionUrlConfig" in fprops:
+            t.fail(
+                f"function {logical}: FunctionUrlConfig is not allowed (a function URL reaches the function "
+                "without the HTTP API's JWT authorizer and throttling)"
+            )
+        if logical == serve:
+            continue
+        for ename, ev in (fprops.get("Events") or {}).items():
+            if isinstance(ev, dict) and ev.get("Type") in ("Api", "HttpApi"):
+                t.fail(
+                    f"function {logical}, event {ename}: only the serve function answers HTTP, found a {ev['Type']} event"
+                )
+    apis = t.of_type("AWS::Serverless::HttpApi")
+    if len(apis) != 1:
+        t.fail(f"template: expected exactly one AWS::Serverless::HttpApi (the job API), found {len(apis)}")
+        return
+    api = apis[0]
+    ap = t.props(api)
+    where = f"HttpApi {api}"
+    auth = ap.get("Auth") or {}
+    jwt: list[str] = []
+    for name, authorizer in (auth.get("Authorizers") or {}).items():
+        if not isinstance(authorizer, dict) or "JwtConfiguration" not in authorizer:
+            t.fail(f"{where}: authorizer {name} is not a JWT authorizer (JwtConfiguration)")
+            continue
+        jc = authorizer.get("JwtConfiguration") or {}
+        issuer = t.canon(jc.get("issuer"))
+        audience = [t.canon(a) for a in as_list(jc.get("audience"))]
+        if issuer != SERVE_JWT_ENV["TILEGATE_JWT_ISSUER"]:
+            t.fail(
+                f"{where}, authorizer {name}: issuer must be !Ref JwtIssuer (the function's TILEGATE_JWT_ISSUER), "
+                f"found {show(jc.get('issuer'))}"
+            )
+        if audience != [SERVE_JWT_ENV["TILEGATE_JWT_AUDIENCE"]]:
+            t.fail(
+                f"{where}, authorizer {name}: audience must be [!Ref JwtAudience] (the function's "
+                f"TILEGATE_JWT_AUDIENCE), found {[show(a) for a in as_list(jc.get('audience'))]}"
+            )
+        source = authorizer.get("IdentitySource", "$request.header.Authorization")
+        if source != "$request.header.Authorization":
+            t.fail(
+                f"{where}, authorizer {name}: IdentitySource must be $request.header.Authorization, found {source!r}"
+            )
+        jwt.append(name)
+    if not jwt:
+        t.fail(f"{where}: has no JWT authorizer (Auth.Authorizers with a JwtConfiguration); /v1/ would be open")
+    default = auth.get("DefaultAuthorizer")
+    settings = ap.get("DefaultRouteSettings") or {}
+    for key in ("ThrottlingRateLimit", "ThrottlingBurstLimit"):
+        value = settings.get(key)
+        if not isinstance(value, (int, float)) or value <= 0:
+            t.fail(
+                f"{where}: DefaultRouteSettings.{key} must be a positive number (the whole API's bound), "
+                f"found {value!r}"
+            )
+    if not serve:
+        return
+    guarded: list[tuple[str, str]] = []
+    for ename, ev in (t.props(serve).get("Events") or {}).items():
+        ewhere = f"function {serve}, event {ename}"
+        if not isinstance(ev, dict) or ev.get("Type") != "HttpApi":
+            found = ev.get("Type") if isinstance(ev, dict) else ev
+            t.fail(f"{ewhere}: the serve function takes HttpApi events only, found {found!r}")
+            continue
+        ep = ev.get("Properties") or {}
+        if t.canon(ep.get("ApiId")) != f"${{{api}}}":
+            t.fail(
+                f"{ewhere}: ApiId must be !Ref {api} (without it SAM puts the route on an implicit API, "
+                f"without the JWT authorizer), found {show(ep.get('ApiId'))}"
+            )
+            continue
+        if str(ep.get("PayloadFormatVersion", "2.0")) != "2.0":
+            t.fail(
+                f"{ewhere}: PayloadFormatVersion must be 2.0 (the events the function parses), "
+                f"found {ep['PayloadFormatVersion']}"
+            )
+        method = str(ep.get("Method", "ANY")).upper()
+        path = str(ep.get("Path", "$default"))
+        route = (method, path)
+        effective = (ep.get("Auth") or {}).get("Authorizer", default)
+        if effective in jwt:
+            guarded.append(route)
+        elif effective in (None, "NONE"):
+            if route not in PUBLIC_ROUTES:
+                public = ", ".join(" ".join(r) for r in sorted(PUBLIC_ROUTES))
+                t.fail(
+                    f"{ewhere}: route {method} {path} has no authorizer; only {public} may be reached without "
+                    "credentials"
+                )
+        else:
+            t.fail(f"{ewhere}: route {method} {path}: authorizer {effective!r} is not a JWT authorizer of {api}")
+    if V1_ROUTE not in guarded:
+        t.fail(
+            f"{where}: route {' '.join(V1_ROUTE)} must be behind the JWT authorizer "
+            f"(routes behind it: {[' '.join(r) for r in guarded]})"
+        )
+
+
 def check_tables(t: Template, tables: dict[str, str | None]) -> None:
     for suffix, logical in tables.items():
         if not logical:
@@ -873,6 +1094,16 @@ WORKER_CONFIG = ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_R
 INGEST_CONFIG = ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION")
 # `assemble` publishes scenes as the worker does, and announces them (TILEGATE_ANNOUNCE).
 ASSEMBLE_CONFIG = WORKER_CONFIG
+# `serve` plans jobs and reads what the workers wrote: the same backends as ingest.
+SERVE_CONFIG = INGEST_CONFIG
+# A JWT is verified with the key set, against the issuer and for the audience: all three or
+# none (API keys alone). Checked without an audience, a token the issuer made for any other
+# application would do.
+SERVE_JWT_KEYS = ("TILEGATE_JWKS", "TILEGATE_JWT_ISSUER", "TILEGATE_JWT_AUDIENCE")
+SERVE_LISTEN_DEFAULT = "127.0.0.1:8080"  # `serve --listen`'s default (TILEGATE_LISTEN)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# The job API keeps no state: two replicas keep it up through a node drain or a rollout.
+SERVE_REPLICAS_MIN = 2
 # The CronJob's bounds: a failed run is retried at most this often before the Job fails, and at
 # most this many finished Jobs of each outcome are kept.
 ASSEMBLE_BACKOFF_MAX = 3
@@ -954,7 +1185,7 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
         return None
 
     # -- the Deployments, told apart by their command: one `work`, one `ingest`
-    by_command: dict[str, list[tuple[str, dict]]] = {"work": [], "ingest": []}
+    by_command: dict[str, list[tuple[str, dict]]] = {"work": [], "ingest": [], "serve": []}
     for fname, dep in of_kind("Deployment"):
         containers = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
         if len(containers) != 1:
@@ -962,7 +1193,10 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
             continue
         args = [str(a) for a in (containers[0].get("args") or [])]
         if not args or args[0] not in by_command:
-            fail(f"{fname}: container {containers[0].get('name')}: args must start with the `work` or `ingest` command, found {args}")
+            fail(
+                f"{fname}: container {containers[0].get('name')}: args must start with the `work`, `ingest` or "
+                f"`serve` command, found {args}"
+            )
             continue
         by_command[args[0]].append((fname, dep))
     if len(by_command["work"]) != 1:
@@ -970,6 +1204,8 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
         return errors
     if len(by_command["ingest"]) != 1:
         fail(f"k8s: expected one Deployment running `ingest`, found {len(by_command['ingest'])}")
+    if len(by_command["serve"]) != 1:
+        fail(f"k8s: expected one Deployment running `serve` (the job API), found {len(by_command['serve'])}")
 
     def check_pod(fname: str, dep: dict, keys: tuple[str, ...]) -> tuple[dict, dict, dict, str]:
         """Settings every tilegate pod shares: security context, IRSA, its ConfigMap's keys.
@@ -1061,6 +1297,112 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
                     f"{pwhere}: selects the {command} pods, which serve nothing: ingress must be empty, "
                     f"found {show(pspec['ingress'])}"
                 )
+
+    def check_serve(found: tuple[str, dict], ns: str | None, worker_sa: str | None, ingest_sa: str | None) -> None:
+        """The job API: hardened as the others, its own identity, more than one replica, listening
+        beyond the loopback, probed on /healthz at its port, its JWT settings all or none; a
+        ClusterIP Service to that port; a NetworkPolicy admitting that port alone."""
+        sname, sdep = found
+        sns = (sdep.get("metadata") or {}).get("namespace")
+        spod, sc, sconfig, swhere = check_pod(sname, sdep, SERVE_CONFIG)
+        sargs = [str(a) for a in (sc.get("args") or [])]
+        senv = {e.get("name"): e.get("value") for e in (sc.get("env") or []) if isinstance(e, dict) and "value" in e}
+        settings = {**sconfig, **senv}
+        if sns != ns:
+            fail(f"{sname}: must be in the worker's namespace {ns}, found {sns}")
+        replicas = (sdep.get("spec") or {}).get("replicas", 1)
+        if not isinstance(replicas, int) or replicas < SERVE_REPLICAS_MIN:
+            fail(
+                f"{sname}: replicas must be at least {SERVE_REPLICAS_MIN} (the API keeps no state; one replica is "
+                f"down through every rollout and node drain), found {replicas}"
+            )
+        sa = spod.get("serviceAccountName")
+        for other, whose in ((worker_sa, "the worker's"), (ingest_sa, "ingest's")):
+            if other and sa == other:
+                fail(
+                    f"{swhere}: serviceAccountName {sa} is {whose}; serve needs its own (its IAM role plans jobs "
+                    "and reads outputs, and may delete and write no object)"
+                )
+
+        listen = flag_value(sargs, "--listen") or str(settings.get("TILEGATE_LISTEN") or SERVE_LISTEN_DEFAULT)
+        host, _, port_text = listen.rpartition(":")
+        listen_port = int(port_text) if port_text.isdigit() else None
+        if listen_port is None:
+            fail(f"{swhere}: --listen {listen} is not HOST:PORT")
+        if host.strip("[]") in LOOPBACK_HOSTS:
+            fail(
+                f"{swhere}: --listen {listen} is the loopback: neither the Service nor the kubelet's probes can "
+                "reach it (listen on 0.0.0.0:PORT; the NetworkPolicy admits that port alone)"
+            )
+        ports = {p.get("name"): p.get("containerPort") for p in (sc.get("ports") or [])}
+        if listen_port is not None and listen_port not in ports.values():
+            fail(f"{swhere}: ports must declare the --listen port {listen_port}, found {list(ports.values())}")
+
+        def resolve(port: Any) -> Any:
+            return ports.get(port) if isinstance(port, str) else port
+
+        for probe_name in ("livenessProbe", "readinessProbe"):
+            http = (sc.get(probe_name) or {}).get("httpGet") or {}
+            if http.get("path") != "/healthz":
+                fail(f"{swhere}: {probe_name} must be httpGet /healthz, found {http or sc.get(probe_name)}")
+            elif listen_port is not None and resolve(http.get("port")) != listen_port:
+                fail(f"{swhere}: {probe_name} port {http.get('port')} is not the --listen port {listen_port}")
+
+        present = [k for k in SERVE_JWT_KEYS if settings.get(k)]
+        if present and len(present) != len(SERVE_JWT_KEYS):
+            missing = [k for k in SERVE_JWT_KEYS if k not in present]
+            fail(
+                f"{swhere}: {', '.join(missing)} not set beside {', '.join(present)}: set the JWKS, issuer and "
+                "audience together (a JWT checked without its audience or issuer is one made for anyone), "
+                "or none of them (API keys alone)"
+            )
+
+        pod_labels = (pod_template(sdep).get("metadata") or {}).get("labels") or {}
+        services = [
+            (n, d)
+            for n, d in of_kind("Service")
+            if (d.get("metadata") or {}).get("namespace") == sns
+            and ((d.get("spec") or {}).get("selector") or {})
+            and all(pod_labels.get(k) == v for k, v in ((d.get("spec") or {}).get("selector") or {}).items())
+        ]
+        if len(services) != 1:
+            fail(f"k8s: expected one Service in {sns} selecting the serve pods, found {len(services)}")
+        for vname, svc in services:
+            vwhere = f"{vname}: Service {(svc.get('metadata') or {}).get('name')}"
+            vspec = svc.get("spec") or {}
+            if vspec.get("type", "ClusterIP") != "ClusterIP":
+                fail(
+                    f"{vwhere}: type must be ClusterIP (reach it from outside through an Ingress that terminates "
+                    f"TLS), found {vspec.get('type')}"
+                )
+            vports = vspec.get("ports") or []
+            if not vports:
+                fail(f"{vwhere}: no ports")
+            for vp in vports:
+                target = vp.get("targetPort", vp.get("port"))
+                if listen_port is not None and resolve(target) != listen_port:
+                    fail(
+                        f"{vwhere}: port {vp.get('port')} targets {target}, not the serve container's --listen "
+                        f"port {listen_port}"
+                    )
+
+        policies = policies_selecting(sdep, sns)
+        if not policies:
+            fail(f"k8s: no NetworkPolicy in {sns} selects the serve pods (every port of theirs would be open to all)")
+        for pname, pol in policies:
+            pwhere = f"{pname}: NetworkPolicy {(pol.get('metadata') or {}).get('name')}"
+            pspec = pol.get("spec") or {}
+            if "Ingress" not in (pspec.get("policyTypes") or ["Ingress"]):
+                fail(f"{pwhere}: policyTypes must include Ingress")
+            for i, rule in enumerate(pspec.get("ingress") or []):
+                rports = (rule or {}).get("ports") or []
+                if not rports or any(
+                    (p or {}).get("endPort") or resolve((p or {}).get("port")) != listen_port for p in rports
+                ):
+                    fail(
+                        f"{pwhere}: ingress rule {i} must be limited to the serve port {listen_port}, "
+                        f"found {show(rports)}"
+                    )
 
     # -- the worker
     fname, dep = by_command["work"][0]
@@ -1266,6 +1608,10 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
                 f"bytes ({ASSEMBLE_MEMORY_SHARE} x), but the jobs the Lambda worker leaves `assembling` are larger "
                 f"than its TILEGATE_ASSEMBLE_MAX_BYTES {lambda_max_bytes}"
             )
+
+    # -- the job API: a Deployment of `serve`, its Service and its NetworkPolicy
+    if len(by_command["serve"]) == 1:
+        check_serve(by_command["serve"][0], ns, worker_sa, ingest_sa)
 
     # -- KEDA: structural check (kubernetes-validate has no schema for these CRDs)
     sos = of_kind("ScaledObject")
