@@ -15,6 +15,7 @@ mod support {
     pub mod http;
     pub mod raster;
     pub mod scripted;
+    pub mod service;
     pub mod stac;
     pub mod target;
 }
@@ -41,6 +42,9 @@ pub use support::raster::{
 };
 pub use support::scripted::{ScriptedStore, StoreScript};
 pub use support::stac::validate_stac;
+pub mod service {
+    pub use crate::support::service::{Issuer, Reply, Server, epoch_s, request};
+}
 pub use support::target::Target;
 
 /// `k` as an [`tilegate_core::ObjectKey`], for tests that name their keys; panics on a key

@@ -27,5 +27,6 @@ mod scene;
 mod scripted_azure;
 mod scripted_gcs;
 mod security;
+mod service;
 mod short_uploads;
 mod shutdown;

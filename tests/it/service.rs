@@ -1,0 +1,925 @@
+//! The job service (`tilegate serve`) through real HTTP on 127.0.0.1: two tenants, every
+//! route, every way a credential proves nothing; on the embedded backend and on the AWS
+//! emulator. Then its limits, the Lambda adapter against the server, the page in Chromium and
+//! Schemathesis against the served document.
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tilegate_core::object::ObjectStoreExt as _;
+use tilegate_tests::service::{Issuer, Reply, Server, epoch_s, request};
+use tilegate_tests::{HttpServer, Target, object_key, sample, tempdir};
+
+const ISSUER: &str = "https://issuer.test.invalid";
+const AUDIENCE: &str = "tilegate-api";
+
+/// A deployment under test: a source a tenant may name, keys, tokens and a server.
+struct Deployment {
+    target: Target,
+    data: PathBuf,
+    policy: PathBuf,
+    source: String,
+    _http: Option<HttpServer>,
+    key_a: String,
+    key_b: String,
+    key_revoked: String,
+    key_operator: String,
+    token_a: String,
+    token_b: String,
+    token_expired: String,
+    token_other_key: String,
+    token_other_audience: String,
+    server: Server,
+    _dir: tempfile::TempDir,
+}
+
+fn key(target: &Target, data: &Path, args: &[&str]) -> String {
+    let mut a = vec!["keys", "create"];
+    a.extend_from_slice(args);
+    let v = target.json(data, &a);
+    v["key"].as_str().expect("a key").to_owned()
+}
+
+impl Deployment {
+    fn new(target: Target, serve_args: &[&str]) -> Self {
+        let dir = tempdir();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let www = dir.path().join("www");
+        std::fs::create_dir_all(&www).unwrap();
+        sample(&data, &www.join("scene.tif"), 1024, 7);
+        sample(&data, &www.join("other.tif"), 1024, 8);
+        // What a tenant may name: the loopback HTTP server (embedded), or the test's bucket.
+        let policy = dir.path().join("policy.toml");
+        let (source, http) = match &target {
+            Target::Aws(aws) => {
+                let bucket = aws
+                    .objects
+                    .trim_start_matches("s3://")
+                    .split('/')
+                    .next()
+                    .unwrap();
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                rt.block_on(async {
+                    let sdk = tilegate_aws::config::load_sdk_config().await;
+                    let s3 = tilegate_aws::config::s3_client(&sdk);
+                    for name in ["scene.tif", "other.tif"] {
+                        s3.put_object()
+                            .bucket(bucket)
+                            .key(format!("src/{name}"))
+                            .body(std::fs::read(www.join(name)).unwrap().into())
+                            .send()
+                            .await
+                            .unwrap();
+                    }
+                });
+                std::fs::write(&policy, format!("buckets = [\"s3://{bucket}\"]\n")).unwrap();
+                (format!("s3://{bucket}/src/"), None)
+            }
+            _ => {
+                let http = HttpServer::start(&www);
+                std::fs::write(
+                    &policy,
+                    "hosts = [\"127.0.0.1\"]\nallow_addresses = [\"127.0.0.0/8\"]\n",
+                )
+                .unwrap();
+                (format!("http://127.0.0.1:{}/", http.port), Some(http))
+            }
+        };
+        // SAFETY: set before this test starts threads that read the environment.
+        unsafe { std::env::set_var("TILEGATE_SOURCE_POLICY", &policy) };
+        let key_a = key(&target, &data, &["--tenant", "a", "--label", "team a"]);
+        let key_b = key(&target, &data, &["--tenant", "b"]);
+        let key_revoked = key(&target, &data, &["--tenant", "a"]);
+        let id = key_revoked.split('_').nth(1).unwrap();
+        target.json(&data, &["keys", "revoke", id]);
+        let key_operator = key(&target, &data, &["--tenant", "ops", "--operator"]);
+        let issuer = Issuer::new("k1");
+        let stranger = Issuer::new("k1");
+        let jwks = dir.path().join("jwks.json");
+        Issuer::write_jwks(&jwks, &[&issuer]);
+        let now = epoch_s();
+        let claims = |tenant: &str, aud: &str, exp: i64| {
+            json!({"iss": ISSUER, "aud": aud, "sub": format!("user-{tenant}"), "tenant": tenant,
+                   "iat": now, "exp": exp})
+        };
+        let mut args = vec![
+            "--jwks",
+            jwks.to_str().unwrap(),
+            "--jwt-issuer",
+            ISSUER,
+            "--jwt-audience",
+            AUDIENCE,
+        ];
+        args.extend_from_slice(serve_args);
+        let server = Server::start(target.command(&data), &args, dir.path().join("serve.log"));
+        Self {
+            token_a: issuer.token(&claims("a", AUDIENCE, now + 600)),
+            token_b: issuer.token(&claims("b", AUDIENCE, now + 600)),
+            token_expired: issuer.token(&claims("a", AUDIENCE, now - 600)),
+            token_other_key: stranger.token(&claims("a", AUDIENCE, now + 600)),
+            token_other_audience: issuer.token(&claims("a", "someone-else", now + 600)),
+            target,
+            data,
+            policy,
+            source,
+            _http: http,
+            key_a,
+            key_b,
+            key_revoked,
+            key_operator,
+            server,
+            _dir: dir,
+        }
+    }
+
+    fn call(&self, method: &str, path: &str, auth: Option<&str>, body: Option<&Value>) -> Reply {
+        self.server.call(method, path, auth, body)
+    }
+
+    /// Plan `name` (of the deployment's sources) for the caller `auth`.
+    fn plan(&self, auth: &str, name: &str) -> Value {
+        let r = self.call(
+            "POST",
+            "/v1/jobs",
+            Some(auth),
+            Some(&json!({"source": format!("{}{name}", self.source)})),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    /// Work the queue dry, assembling each job that completes.
+    fn work(&self) {
+        let out = self
+            .target
+            .command(&self.data)
+            .env("TILEGATE_SOURCE_POLICY", &self.policy)
+            .args([
+                "--json",
+                "work",
+                "--until-empty",
+                "--assemble",
+                "--visibility",
+                "5",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The bytes a signed URL reads.
+    fn fetch(&self, url: &str) -> Vec<u8> {
+        if let Some(path) = url.strip_prefix("file://") {
+            return std::fs::read(path).expect("read the file URL");
+        }
+        let rest = url
+            .strip_prefix("http://")
+            .expect("an http:// URL from the emulator");
+        let (host, path) = rest.split_at(rest.find('/').unwrap());
+        let r = request(host, "GET", path, &[], None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.body
+    }
+
+    fn object(&self, key: &str) -> Vec<u8> {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let b = rt.block_on(self.target.backends(&self.data));
+        rt.block_on(b.objects.get_bytes(&object_key(key)))
+            .expect("read the object")
+            .bytes
+            .to_vec()
+    }
+}
+
+fn job_ids(r: &Reply) -> Vec<String> {
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn tenants_are_kept_apart(target: Target) {
+    let name = target.name();
+    let d = Deployment::new(target, &["--rate-limit", "0"]);
+    let planned = d.plan(&d.key_a, "scene.tif");
+    assert_eq!(planned["created"], true, "{planned}");
+    let job = planned["job"]["job_id"].as_str().unwrap().to_owned();
+    // The same request again answers the same job and enqueues nothing.
+    let again = d.plan(&d.token_a, "scene.tif");
+    assert_eq!(again["job"]["job_id"], job.as_str(), "{again}");
+    assert_eq!(
+        (again["created"].clone(), again["enqueued"].clone()),
+        (json!(false), json!(0))
+    );
+    // Tenant B naming the same scene gets a job of its own, never A's.
+    let b_job = d.plan(&d.key_b, "scene.tif")["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(b_job, job);
+    d.work();
+
+    let routes: Vec<(&str, String, Option<Value>)> = vec![
+        ("GET", format!("/v1/jobs/{job}"), None),
+        ("GET", format!("/v1/jobs/{job}/report"), None),
+        ("GET", format!("/v1/jobs/{job}/stac"), None),
+        (
+            "GET",
+            format!("/v1/jobs/{job}/events?interval_ms=100"),
+            None,
+        ),
+        (
+            "POST",
+            format!("/v1/jobs/{job}/urls"),
+            Some(json!({"window": "0_0"})),
+        ),
+        ("POST", format!("/v1/jobs/{job}/urls"), Some(json!({}))),
+        (
+            "POST",
+            format!("/v1/jobs/{job}/regenerate"),
+            Some(json!({"window": "1_1", "accept": false})),
+        ),
+        (
+            "POST",
+            format!("/v1/jobs/{job}/accept"),
+            Some(json!({"window": "0_0", "attempt": "0".repeat(32)})),
+        ),
+    ];
+    for (method, path, body) in &routes {
+        for (who, auth) in [("B's key", &d.key_b), ("B's token", &d.token_b)] {
+            let r = d.call(method, path, Some(auth), body.as_ref());
+            assert_eq!(r.status, 404, "{name}: {who} {method} {path}: {}", r.text());
+            assert_eq!(
+                r.json()["error"],
+                "unknown-job",
+                "{name}: {who} {method} {path}"
+            );
+        }
+        for (who, auth) in [
+            ("no credentials", None),
+            ("a revoked key", Some(&d.key_revoked)),
+            ("an expired token", Some(&d.token_expired)),
+            ("a token signed by another key", Some(&d.token_other_key)),
+            (
+                "a token for another audience",
+                Some(&d.token_other_audience),
+            ),
+        ] {
+            let r = d.call(method, path, auth.map(String::as_str), body.as_ref());
+            assert_eq!(r.status, 401, "{name}: {who} {method} {path}: {}", r.text());
+            assert_eq!(r.json()["error"], "unauthenticated");
+            assert!(r.header("www-authenticate").is_some());
+        }
+    }
+    // Listing: each tenant sees its own; the operator sees both.
+    let list = |auth: &str| job_ids(&d.call("GET", "/v1/jobs", Some(auth), None));
+    assert_eq!(list(&d.key_a), vec![job.clone()]);
+    assert_eq!(list(&d.token_b), vec![b_job.clone()]);
+    let all = list(&d.key_operator);
+    assert!(all.contains(&job) && all.contains(&b_job), "{all:?}");
+    assert_eq!(d.call("GET", "/v1/jobs", None, None).status, 401);
+    assert_eq!(
+        d.call("GET", "/v1/jobs", Some(&d.key_revoked), None).status,
+        401
+    );
+
+    // A's own views.
+    let st = d.call("GET", &format!("/v1/jobs/{job}"), Some(&d.token_a), None);
+    assert_eq!(st.status, 200, "{}", st.text());
+    assert_eq!(st.json()["lifecycle"], "published", "{name}: {}", st.text());
+    let page = d.call(
+        "GET",
+        &format!("/v1/jobs/{job}/report"),
+        Some(&d.key_a),
+        None,
+    );
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains(&job) && page.text().starts_with("<!DOCTYPE html>"));
+    let item = d.call("GET", &format!("/v1/jobs/{job}/stac"), Some(&d.key_a), None);
+    assert_eq!(item.status, 200, "{}", item.text());
+    assert_eq!(item.json()["type"], "Feature");
+    let events = d.call(
+        "GET",
+        &format!("/v1/jobs/{job}/events?interval_ms=100"),
+        Some(&d.key_a),
+        None,
+    );
+    assert_eq!(events.status, 200);
+    assert!(
+        events.text().contains("event: progress") && events.text().contains("\"published\":true"),
+        "{}",
+        events.text()
+    );
+    // A URL obtained by A reads A's bytes: the window's tile, then the scene.
+    for (body, key_of) in [
+        (json!({"window": "0_0", "expires_s": 300}), None),
+        (
+            json!({}),
+            Some(
+                st.json()["scene_output"]["key"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            ),
+        ),
+    ] {
+        let r = d.call(
+            "POST",
+            &format!("/v1/jobs/{job}/urls"),
+            Some(&d.key_a),
+            Some(&body),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let g = r.json();
+        let key = key_of.unwrap_or_else(|| g["key"].as_str().unwrap().to_owned());
+        assert_eq!(g["key"], key.as_str());
+        let got = d.fetch(g["url"].as_str().unwrap());
+        assert_eq!(
+            got,
+            d.object(&key),
+            "{name}: the URL reads the object's bytes"
+        );
+        assert!(got.starts_with(b"II*\0") || got.starts_with(b"II+\0"));
+    }
+    // Every URL issued is an audit line, with the caller's key and never the URL.
+    let log = d.server.log();
+    let a_id = d.key_a.split('_').nth(1).unwrap();
+    let audits: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("audit: url issued"))
+        .collect();
+    assert_eq!(audits.len(), 2, "{log}");
+    assert!(
+        audits
+            .iter()
+            .all(|l| l.contains(&format!("key:{a_id}")) && l.contains("expires_at")),
+        "{audits:?}"
+    );
+    assert!(
+        !log.contains("X-Amz-Signature") && !log.contains("file://"),
+        "{log}"
+    );
+    // A's regeneration is accepted; B's was refused before anything was written.
+    let r = d.call(
+        "POST",
+        &format!("/v1/jobs/{job}/regenerate"),
+        Some(&d.key_a),
+        Some(&json!({"window": "1_1", "accept": false})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let attempts = d.target.json(&d.data, &["attempts", &job]);
+    assert_eq!(
+        attempts["attempts"].as_array().unwrap().len(),
+        1,
+        "{attempts}"
+    );
+}
+
+#[test]
+fn every_route_keeps_tenants_apart_embedded() {
+    tenants_are_kept_apart(Target::Embedded);
+}
+
+#[test]
+fn every_route_keeps_tenants_apart_aws() {
+    if let Some(t) = Target::aws("every_route_keeps_tenants_apart_aws") {
+        tenants_are_kept_apart(t);
+    }
+}
+
+#[test]
+fn limits_refuse_with_named_reasons() {
+    let d = Deployment::new(
+        Target::Embedded,
+        &["--rate-limit", "1", "--max-jobs-in-flight", "1"],
+    );
+    // One job in flight: a second job waits, the first asked again is answered.
+    d.plan(&d.key_a, "scene.tif");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let r = d.call(
+        "POST",
+        "/v1/jobs",
+        Some(&d.key_a),
+        Some(&json!({"source": format!("{}other.tif", d.source)})),
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"], "too-many-jobs-in-flight");
+    assert!(r.header("retry-after").is_some());
+    // The rate: a burst of two, then 429 with Retry-After; another tenant's bucket is its own.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| d.call("GET", "/v1/jobs", Some(&d.key_a), None).status)
+        .collect();
+    assert_eq!(&statuses[..2], &[200, 200], "{statuses:?}");
+    assert_eq!(statuses[3], 429, "{statuses:?}");
+    let r = d.call("GET", "/v1/jobs", Some(&d.key_a), None);
+    assert_eq!(r.json()["error"], "rate-limited");
+    assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+    assert_eq!(d.call("GET", "/v1/jobs", Some(&d.key_b), None).status, 200);
+    // Headers and bodies past the caps.
+    let big = vec![("x-filler".to_owned(), "x".repeat(20_000))];
+    let r = request(&d.server.addr, "GET", "/healthz", &big, None);
+    assert_eq!(r.status, 431, "{}", r.text());
+    assert_eq!(r.json()["error"], "request-too-large");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let body = json!({"source": "x".repeat(100_000)});
+    let r = d.call("POST", "/v1/jobs", Some(&d.key_b), Some(&body));
+    assert_eq!(r.status, 413, "{}", r.text());
+    // A tenant's source never reaches a local file, whatever the policy lists.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let r = d.call(
+        "POST",
+        "/v1/jobs",
+        Some(&d.key_b),
+        Some(&json!({"source": "/etc/passwd"})),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert_eq!(r.json()["error"], "source-forbidden");
+}
+
+#[test]
+fn keys_are_shown_once_stored_hashed_and_rotate() {
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let t = Target::Embedded;
+    let made = t.json(
+        &data,
+        &["keys", "create", "--tenant", "acme", "--label", "ci"],
+    );
+    let key = made["key"].as_str().unwrap();
+    let id = made["key_id"].as_str().unwrap();
+    // Nothing stored holds the secret.
+    let secret = key.rsplit('_').next().unwrap();
+    for entry in walk(&data) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(secret),
+            "{} holds the secret",
+            entry.display()
+        );
+    }
+    let list = t.json(&data, &["keys", "list"]);
+    assert_eq!(list["keys"][0]["key_id"], id);
+    assert!(!list.to_string().contains(secret));
+    let rotated = t.json(&data, &["keys", "rotate", id]);
+    assert_eq!(rotated["revoked"], id);
+    assert_eq!(rotated["replaces"], id);
+    assert_eq!(rotated["tenant"], "acme");
+    let list = t.json(&data, &["keys", "list"]);
+    let revoked: Vec<bool> = list["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| !k["revoked_at"].is_null())
+        .collect();
+    assert_eq!(revoked.len(), 2);
+    assert_eq!(revoked.iter().filter(|r| **r).count(), 1);
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// One request as API Gateway's HTTP API hands it to a function (payload format 2.0, the
+/// shape of the AWS documentation's example event).
+fn http_api_event(method: &str, path: &str, auth: Option<&str>, body: Option<&Value>) -> Value {
+    let (raw_path, query) = path.split_once('?').unwrap_or((path, ""));
+    let mut headers = json!({
+        "accept": "*/*", "host": "abc123.execute-api.us-east-1.amazonaws.com",
+        "user-agent": "tilegate-tests", "x-forwarded-proto": "https",
+    });
+    if let Some(a) = auth {
+        headers["authorization"] = json!(format!("Bearer {a}"));
+    }
+    if body.is_some() {
+        headers["content-type"] = json!("application/json");
+    }
+    json!({
+        "version": "2.0",
+        "routeKey": "ANY /v1/{proxy+}",
+        "rawPath": raw_path,
+        "rawQueryString": query,
+        "cookies": [],
+        "headers": headers,
+        "requestContext": {
+            "accountId": "123456789012", "apiId": "abc123",
+            "domainName": "abc123.execute-api.us-east-1.amazonaws.com", "domainPrefix": "abc123",
+            "http": {"method": method, "path": raw_path, "protocol": "HTTP/1.1",
+                     "sourceIp": "192.0.2.1", "userAgent": "tilegate-tests"},
+            "requestId": "JKJaXmPLvHcESHA=", "routeKey": "ANY /v1/{proxy+}", "stage": "$default",
+            "time": "10/Mar/2026:19:03:58 +0000", "timeEpoch": 1_773_169_438_000_i64
+        },
+        "body": body.map(Value::to_string),
+        "isBase64Encoded": false
+    })
+}
+
+/// What two answers must agree on: the status and the body, less what changes per call.
+fn comparable(status: u16, content_type: &str, body: &[u8]) -> (u16, Value) {
+    if !content_type.contains("json") {
+        return (status, json!(!body.is_empty()));
+    }
+    let mut v: Value = serde_json::from_slice(body).unwrap();
+    for f in ["url", "expires_at", "generated_at"] {
+        if let Some(o) = v.as_object_mut() {
+            o.remove(f);
+        }
+    }
+    (status, v)
+}
+
+#[test]
+fn the_lambda_adapter_answers_as_the_server_does() {
+    let d = Deployment::new(Target::Embedded, &["--rate-limit", "0"]);
+    let job = d.plan(&d.key_a, "scene.tif")["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    d.work();
+    // The same router, in this process, answering events.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let router = rt.block_on(async {
+        let b = tilegate_embedded::open_data_dir(&d.data, 3).unwrap();
+        let policies = tilegate_source::policy::from_file(&d.policy).unwrap();
+        let jwks = d.data.parent().unwrap().join("jwks.json");
+        let jwt = tilegate_service::jwt::JwtVerifier::new(tilegate_service::jwt::JwtConfig {
+            jwks: tilegate_service::jwt::JwksSource::File(jwks),
+            issuer: ISSUER.into(),
+            audience: AUDIENCE.into(),
+            tenant_claim: "tenant".into(),
+            role_claim: "tilegate_role".into(),
+        })
+        .await
+        .unwrap();
+        let limits = tilegate_service::Limits {
+            rate_per_s: 0.0,
+            ..Default::default()
+        };
+        tilegate_service::router(std::sync::Arc::new(tilegate_service::Service::new(
+            b,
+            std::sync::Arc::new(policies),
+            Some(jwt),
+            limits,
+            Default::default(),
+        )))
+    });
+    let cases: Vec<(&str, String, Option<&String>, Option<Value>)> = vec![
+        ("GET", "/healthz".into(), None, None),
+        ("GET", "/v1/jobs".into(), None, None),
+        ("GET", "/v1/jobs".into(), Some(&d.key_revoked), None),
+        ("GET", "/v1/jobs".into(), Some(&d.token_expired), None),
+        ("GET", "/v1/jobs".into(), Some(&d.key_a), None),
+        ("GET", "/v1/jobs?limit=1".into(), Some(&d.token_a), None),
+        ("GET", "/v1/jobs?limit=zero".into(), Some(&d.token_a), None),
+        ("GET", "/v1/jobs".into(), Some(&d.key_operator), None),
+        ("GET", format!("/v1/jobs/{job}"), Some(&d.key_b), None),
+        ("GET", format!("/v1/jobs/{job}/stac"), Some(&d.key_a), None),
+        (
+            "GET",
+            format!("/v1/jobs/{job}/report"),
+            Some(&d.key_a),
+            None,
+        ),
+        (
+            "GET",
+            format!("/v1/jobs/{job}/events"),
+            Some(&d.key_a),
+            None,
+        ),
+        (
+            "POST",
+            format!("/v1/jobs/{job}/urls"),
+            Some(&d.key_a),
+            Some(json!({"window": "0_1"})),
+        ),
+        (
+            "POST",
+            format!("/v1/jobs/{job}/urls"),
+            Some(&d.key_b),
+            Some(json!({"window": "0_1"})),
+        ),
+        (
+            "POST",
+            format!("/v1/jobs/{job}/urls"),
+            Some(&d.key_a),
+            Some(json!({"window": "9_9"})),
+        ),
+        (
+            "POST",
+            format!("/v1/jobs/{job}/accept"),
+            Some(&d.key_a),
+            Some(json!({"window": "0_0", "attempt": "f".repeat(32)})),
+        ),
+        (
+            "POST",
+            "/v1/jobs".into(),
+            Some(&d.key_a),
+            Some(json!({"source": 7})),
+        ),
+        (
+            "POST",
+            "/v1/jobs".into(),
+            Some(&d.key_a),
+            Some(json!({"source": format!("{}scene.tif", d.source)})),
+        ),
+        ("GET", "/no/such/route".into(), None, None),
+    ];
+    for (method, path, auth, body) in &cases {
+        let served = d.call(method, path, auth.map(String::as_str), body.as_ref());
+        let event = http_api_event(method, path, auth.map(String::as_str), body.as_ref());
+        let answered = rt
+            .block_on(tilegate_service::lambda::handle(router.clone(), event))
+            .expect("the adapter answers");
+        let ct = |h: Option<&str>| h.unwrap_or("").to_owned();
+        assert!(!answered.is_base64_encoded, "{method} {path}");
+        assert_eq!(
+            comparable(
+                served.status,
+                &ct(served.header("content-type")),
+                &served.body
+            ),
+            comparable(
+                answered.status_code,
+                &ct(answered.headers.get("content-type").map(String::as_str)),
+                answered.body.as_bytes()
+            ),
+            "{method} {path}"
+        );
+        assert_eq!(
+            served.header("content-type"),
+            answered.headers.get("content-type").map(String::as_str),
+            "{method} {path}"
+        );
+    }
+}
+
+/// A WebDriver session on Chromium (Debian's chromedriver), headless.
+struct Browser {
+    driver: std::process::Child,
+    addr: String,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Option<Self> {
+        let bin = Path::new("/usr/bin/chromedriver");
+        if !bin.exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "no chromedriver in CI: .ci/setup installs it"
+            );
+            println!("SKIPPED: no /usr/bin/chromedriver (apt-get install chromium-driver)");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new(bin)
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let addr = format!("127.0.0.1:{port}");
+        let profile = tempdir();
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage",
+                format!("--user-data-dir={}", profile.path().display())]}}}});
+        let mut session = None;
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(&addr).is_ok() {
+                let r = request(&addr, "POST", "/session", &[], Some(caps.to_string()));
+                assert_eq!(r.status, 200, "{}", r.text());
+                session = Some(r.json()["value"]["sessionId"].as_str().unwrap().to_owned());
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Some(Self {
+            driver,
+            addr,
+            session: session.expect("chromedriver answers"),
+            _profile: profile,
+        })
+    }
+
+    fn post(&self, what: &str, body: Value) -> Value {
+        let r = request(
+            &self.addr,
+            "POST",
+            &format!("/session/{}/{what}", self.session),
+            &[],
+            Some(body.to_string()),
+        );
+        assert_eq!(r.status, 200, "{what}: {}", r.text());
+        r.json()["value"].clone()
+    }
+
+    fn script(&self, js: &str) -> Value {
+        self.post("execute/sync", json!({"script": js, "args": []}))
+    }
+
+    /// Wait up to `secs` for `js` to return something other than null or false.
+    fn wait_for(&self, secs: u64, js: &str) -> Value {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let v = self.script(js);
+            if !v.is_null() && v != json!(false) {
+                return v;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "timed out waiting for {js}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = request(
+            &self.addr,
+            "DELETE",
+            &format!("/session/{}", self.session),
+            &[],
+            None,
+        );
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+const ROWS: &str = "return document.body.dataset.loaded === 'true' && \
+    Array.from(document.querySelectorAll('tr.job')).map(r => \
+      [r.dataset.job, Number(r.dataset.recorded), r.dataset.lifecycle]);";
+
+/// The rows once some job has published, or null while none has.
+const PUBLISHED: &str = "const rows = document.body.dataset.loaded === 'true' ? \
+    Array.from(document.querySelectorAll('tr.job')).map(r => \
+      [r.dataset.job, Number(r.dataset.recorded), r.dataset.lifecycle]) : []; \
+    return rows.some(r => r[2] === 'published') ? rows : null;";
+
+#[test]
+fn the_page_shows_a_tenants_jobs_live_in_chromium() {
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    let d = Deployment::new(Target::Embedded, &["--rate-limit", "0"]);
+    let mine = d.plan(&d.key_a, "scene.tif")["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let theirs = d.plan(&d.key_b, "other.tif")["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The key travels in the fragment, which no request carries.
+    browser.post(
+        "url",
+        json!({"url": format!("http://{}/#key={}", d.server.addr, d.key_a)}),
+    );
+    let rows = browser.wait_for(30, ROWS);
+    assert_eq!(
+        rows,
+        json!([[mine, 0, "planned"]]),
+        "only A's job, not {theirs}"
+    );
+    assert_eq!(browser.script("return location.hash"), json!(""));
+    assert!(!d.server.log().contains(&d.key_a));
+    // Windows complete while the page is open: its progress follows without a reload.
+    d.work();
+    let rows = browser.wait_for(30, PUBLISHED);
+    assert_eq!(rows, json!([[mine, 4, "published"]]));
+    let links = browser.script(
+        "return Array.from(document.querySelectorAll('tr.job .outputs a')).map(a => a.className);",
+    );
+    assert_eq!(links, json!(["report", "scene", "stac"]));
+}
+
+/// The documented operations.
+const OPERATIONS: &[&str] = &[
+    "createJob",
+    "listJobs",
+    "getJob",
+    "getReport",
+    "getStacItem",
+    "jobEvents",
+    "signUrl",
+    "regenerate",
+    "accept",
+    "health",
+];
+
+#[test]
+fn schemathesis_finds_nothing_against_the_served_document() {
+    // Event streams end after 2 s, so a stream of a job nobody works is not a hang.
+    let d = Deployment::new(
+        Target::Embedded,
+        &["--rate-limit", "0", "--max-stream", "2s"],
+    );
+    let job = d.plan(&d.key_a, "scene.tif")["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/schemathesis");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(format!("http://{}", d.server.addr))
+        .arg(&d.key_a)
+        .arg(&job)
+        .output()
+        .expect("run .ci/schemathesis");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    assert!(out.status.success(), "schemathesis found problems:\n{text}");
+    // It tested every operation.
+    assert!(
+        text.contains(&format!("Selected: {n}/{n}", n = OPERATIONS.len()))
+            && text.contains(&format!("Tested: {}", OPERATIONS.len())),
+        "not every operation was tested:\n{text}"
+    );
+    assert!(!d.server.log().contains("panicked"), "{}", d.server.log());
+}
+
+/// `docs/openapi.json` is the document the handlers generate (`serve --print-openapi`), the
+/// one the server serves, and a valid OpenAPI 3.1 document (openapi-spec-validator).
+/// `TILEGATE_BLESS=1` writes it.
+#[test]
+fn the_openapi_document_is_committed_served_and_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
+    let out = Command::new(tilegate_tests::tilegate_bin())
+        .args(["serve", "--print-openapi"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = String::from_utf8(out.stdout).unwrap();
+    if std::env::var_os("TILEGATE_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/openapi.json is not what `tilegate serve --print-openapi` prints \
+         (TILEGATE_BLESS=1 cargo nextest run -E 'test(openapi_document)' writes it)"
+    );
+    let d = Deployment::new(Target::Embedded, &[]);
+    let served = d.call("GET", "/v1/openapi.json", None, None);
+    assert_eq!(served.status, 200);
+    let committed: Value = serde_json::from_str(&committed).unwrap();
+    assert_eq!(served.json(), committed);
+    assert_eq!(committed["openapi"], "3.1.0");
+    let ops: Vec<&str> = committed["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|p| p.as_object().unwrap().values())
+        .filter_map(|op| op["operationId"].as_str())
+        .collect();
+    assert_eq!(ops.len(), OPERATIONS.len(), "{ops:?}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/schemathesis");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg("--validate")
+        .arg(&path)
+        .output()
+        .expect("run .ci/schemathesis --validate");
+    assert!(
+        out.status.success(),
+        "docs/openapi.json is not a valid OpenAPI 3.1 document: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
