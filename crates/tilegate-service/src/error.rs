@@ -125,6 +125,31 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A documented response: `description`, and one media type with its schema.
+pub fn documented_response(
+    description: &str,
+    media_type: &str,
+    json_schema: schemars::Schema,
+) -> Response {
+    Response {
+        description: description.to_owned(),
+        content: [(
+            media_type.to_owned(),
+            MediaType {
+                schema: Some(SchemaObject {
+                    json_schema,
+                    example: None,
+                    external_docs: None,
+                }),
+                ..Default::default()
+            },
+        )]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    }
+}
+
 /// The refusals every operation may answer with, as the OpenAPI document lists them.
 pub const REFUSALS: &[(u16, &str)] = &[
     (
@@ -168,23 +193,11 @@ impl OperationOutput for ApiError {
 
     fn operation_response(ctx: &mut GenContext, _op: &mut Operation) -> Option<Response> {
         let schema = ctx.schema.subschema_for::<Problem>();
-        Some(Response {
-            description: "A refusal, with its reason code.".into(),
-            content: [(
-                "application/json".into(),
-                MediaType {
-                    schema: Some(SchemaObject {
-                        json_schema: schema,
-                        example: None,
-                        external_docs: None,
-                    }),
-                    ..Default::default()
-                },
-            )]
-            .into_iter()
-            .collect(),
-            ..Default::default()
-        })
+        Some(documented_response(
+            "A refusal, with its reason code.",
+            "application/json",
+            schema,
+        ))
     }
 
     fn inferred_responses(

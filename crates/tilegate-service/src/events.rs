@@ -10,7 +10,7 @@ use crate::error::ApiError;
 use crate::extract::{JobPath, Query};
 use aide::OperationOutput;
 use aide::generate::GenContext;
-use aide::openapi::{MediaType, Operation, Response, SchemaObject};
+use aide::openapi::{Operation, Response};
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, KeepAliveStream, Sse};
 use axum::response::{IntoResponse, Response as AxumResponse};
@@ -95,39 +95,25 @@ impl OperationOutput for EventStream {
 
     fn operation_response(ctx: &mut GenContext, _op: &mut Operation) -> Option<Response> {
         let progress = ctx.schema.subschema_for::<Progress>();
-        Some(Response {
-            description: "Server-sent events: `progress` events whose data is a `Progress` \
-                          document, the last one when the scene is published. The schema is \
-                          each event's."
-                .into(),
-            content: [(
-                "text/event-stream".into(),
-                MediaType {
-                    schema: Some(SchemaObject {
-                        json_schema: schemars::json_schema!({
-                            "type": "object",
-                            "required": ["event", "data"],
-                            "properties": {
-                                "event": {"const": "progress"},
-                                "data": {
-                                    "type": "string",
-                                    "contentMediaType": "application/json",
-                                    "contentSchema": progress,
-                                },
-                                "id": {"type": "string"},
-                                "retry": {"type": "integer"},
-                            },
-                        }),
-                        example: None,
-                        external_docs: None,
-                    }),
-                    ..Default::default()
+        Some(crate::error::documented_response(
+            "Server-sent events: `progress` events whose data is a `Progress` document, the last \
+             one when the scene is published. The schema is each event's.",
+            "text/event-stream",
+            schemars::json_schema!({
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": {"const": "progress"},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": progress,
+                    },
+                    "id": {"type": "string"},
+                    "retry": {"type": "integer"},
                 },
-            )]
-            .into_iter()
-            .collect(),
-            ..Default::default()
-        })
+            }),
+        ))
     }
 
     fn inferred_responses(
