@@ -252,6 +252,18 @@ fn every_commands_json_validates() {
         ));
     }
     c.run("demo", &["demo", "--size", "256"], 0);
+    // The service's keys, and what `serve` prints once it listens.
+    let made = c.run("keys-create", &["keys", "create", "--tenant", "acme"], 0);
+    let id = made["key_id"].as_str().unwrap().to_owned();
+    let rotated = c.run("keys-create", &["keys", "rotate", &id], 0);
+    let new_id = rotated["key_id"].as_str().unwrap().to_owned();
+    c.run("keys-list", &["keys", "list"], 0);
+    c.run("keys-revoke", &["keys", "revoke", &new_id], 0);
+    let mut serve = Command::new(tilegate_bin());
+    serve.arg("--data").arg(&data);
+    let server = tilegate_tests::service::Server::start(serve, &[], dir.join("serve.log"));
+    c.cases.push(("serve".to_owned(), server.listening.clone()));
+    drop(server);
     // A failure's document.
     c.run("error", &["status", "zzzz"], 1);
 

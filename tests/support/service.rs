@@ -14,6 +14,8 @@ pub struct Server {
     child: Child,
     /// `127.0.0.1:PORT`.
     pub addr: String,
+    /// What it printed once it listened (`--json`).
+    pub listening: Value,
     pub log: PathBuf,
 }
 
@@ -43,6 +45,7 @@ impl Server {
         Self {
             child,
             addr: v["listen"].as_str().expect("listen").to_owned(),
+            listening: v,
             log,
         }
     }
