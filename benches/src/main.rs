@@ -12,6 +12,7 @@ mod fanout;
 mod ledger;
 mod measure;
 mod requests;
+mod serve;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -90,6 +91,25 @@ enum Cmd {
         /// `tilegate work` processes.
         #[arg(long, default_value_t = 1)]
         workers: u32,
+        /// Directory holding the `tilegate` binary [default: this binary's directory].
+        #[arg(long)]
+        bin: Option<PathBuf>,
+        #[arg(long, default_value = ".ci-cache/bench")]
+        work: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// `tilegate serve` under concurrent clients on loopback: `GET /v1/jobs/{id}` on keep-alive
+    /// connections, the event stream opened and read to its first event, and `GET` again while
+    /// 256 streams are held open; requests per second and latency percentiles.
+    Serve {
+        /// Concurrent clients per row (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+        clients: Vec<usize>,
+        /// Seconds per row.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
         /// Directory holding the `tilegate` binary [default: this binary's directory].
         #[arg(long)]
         bin: Option<PathBuf>,
@@ -288,6 +308,27 @@ fn main() -> anyhow::Result<()> {
     } = command
     {
         return decode::run(size, window, &work, json);
+    }
+    if let Cmd::Serve {
+        clients,
+        seconds,
+        bin,
+        work,
+        json,
+    } = command
+    {
+        let doc = serve::run(&serve::Config {
+            bin: bin_dir(bin)?,
+            work,
+            clients,
+            seconds,
+        })?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        } else {
+            println!("{}", serve::table(&doc));
+        }
+        return Ok(());
     }
     if let Cmd::Requests {
         size,
