@@ -445,6 +445,30 @@ fn limits_refuse_with_named_reasons() {
     assert_eq!(r.json()["error"], "source-forbidden");
 }
 
+/// A request that does not finish within `--request-timeout` (here, a body that never
+/// arrives) is answered `503 request-timeout` with `Retry-After`, not held open.
+#[test]
+fn a_stalled_request_is_answered_request_timeout() {
+    use std::io::{Read as _, Write as _};
+    let d = Deployment::new(Target::Embedded, &["--request-timeout", "1s"]);
+    let mut s = std::net::TcpStream::connect(&d.server.addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        s,
+        "POST /v1/jobs HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: 100\r\n\r\n{{",
+        d.server.addr, d.key_a
+    )
+    .unwrap();
+    let mut buf = [0u8; 8192];
+    let n = s.read(&mut buf).expect("an answer before the body arrives");
+    let text = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 503"), "{text}");
+    assert!(text.contains("\"request-timeout\""), "{text}");
+    assert!(text.contains("retry-after: 5"), "{text}");
+}
+
 #[test]
 fn keys_are_shown_once_stored_hashed_and_rotate() {
     let dir = tempdir();
