@@ -14,8 +14,9 @@ const BACKENDS: [&str; 5] = [
     "tilegate-azure",
 ];
 /// What may depend on the pipeline: the shells around it.
-const ABOVE_PIPELINE: [&str; 4] = [
+const ABOVE_PIPELINE: [&str; 5] = [
     "tilegate-cli",
+    "tilegate-service",
     "tilegate-lambda",
     "tilegate-benches",
     "tilegate-tests",
