@@ -15,7 +15,6 @@ use std::process::ExitCode;
 use tilegate_core::Exit;
 use tilegate_core::Reason;
 use tilegate_core::ledger::{AttemptId, PublishOutcome, Retention, Subject};
-use tilegate_core::message::WindowMessage;
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Tenant, Window, now_millis};
 use tilegate_ledger::{attempt, gc, reconcile, url};
@@ -123,13 +122,8 @@ pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::R
             tilegate_pipeline::regenerate::scene(b, &job, req, opts, &counters, now_millis).await?
         }
         Subject::Window(window) if a.enqueue => {
-            let (row, order) =
-                tilegate_worker::regenerate::start(b, &job, window, req, now_millis()).await?;
-            let msg = WindowMessage {
-                attempt: Some(order),
-                ..WindowMessage::for_job(&job, window)
-            };
-            b.queue.send_batch(&[msg.encode()]).await?;
+            let row =
+                tilegate_worker::regenerate::enqueue(b, &job, window, req, now_millis()).await?;
             out.emit(&RegenerateReport {
                 job_id: job.job_id.clone(),
                 subject: subject.to_string(),

@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 use tilegate_core::ledger::{AttemptId, Retention, Subject};
-use tilegate_core::message::WindowMessage;
 use tilegate_core::object::ObjectStoreExt as _;
 use tilegate_core::recipe::Recipe;
 use tilegate_core::table::JobRecord;
@@ -537,18 +536,12 @@ pub async fn regenerate(
         accept: req.accept.unwrap_or(true),
         policy: s.policies.of(job.tenant.as_str()),
     };
-    let (row, order) =
-        tilegate_worker::regenerate::start(&s.backends, &job, window, r, now_millis())
-            .await
-            .map_err(|e| match e {
-                tilegate_worker::regenerate::RegenerateError::Ledger(e) => ledger_error(e),
-                e => ApiError::new(StatusCode::CONFLICT, e.reason_code(), e.to_string()),
-            })?;
-    let msg = WindowMessage {
-        attempt: Some(order),
-        ..WindowMessage::for_job(&job, window)
-    };
-    s.backends.queue.send_batch(&[msg.encode()]).await?;
+    let row = tilegate_worker::regenerate::enqueue(&s.backends, &job, window, r, now_millis())
+        .await
+        .map_err(|e| match e {
+            tilegate_worker::regenerate::RegenerateError::Ledger(e) => ledger_error(e),
+            e => ApiError::new(StatusCode::CONFLICT, e.reason_code(), e.to_string()),
+        })?;
     tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = %caller.credential,
         job = %job.job_id, window = %window, attempt = %row.row.attempt, "audit: regeneration enqueued");
     Ok(Json(Regenerating {

@@ -82,6 +82,24 @@ pub struct Request {
     pub policy: std::sync::Arc<SourcePolicy>,
 }
 
+/// [`start`] the attempt and send its order to the workers' queue: the row, once the order is
+/// enqueued.
+pub async fn enqueue(
+    b: &Backends,
+    job: &JobRecord,
+    window: Window,
+    req: Request,
+    now: UnixMillis,
+) -> Result<Versioned<AttemptRow>, RegenerateError> {
+    let (row, order) = start(b, job, window, req, now).await?;
+    let msg = tilegate_core::message::WindowMessage {
+        attempt: Some(order),
+        ..tilegate_core::message::WindowMessage::for_job(job, window)
+    };
+    b.queue.send_batch(&[msg.encode()]).await?;
+    Ok(row)
+}
+
 /// Write the attempt's row (`uploading`, its upload not yet begun: no deadline until a
 /// worker takes the order) and return the order that finishes it.
 pub async fn start(
