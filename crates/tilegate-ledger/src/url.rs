@@ -64,11 +64,7 @@ pub async fn grant(
     expires: Duration,
     now: UnixMillis,
 ) -> Result<Grant, LedgerError> {
-    let refuse = || LedgerError::NotYourTenant {
-        asked: tenant.clone(),
-        job: job.job_id.clone(),
-        subject,
-    };
+    let refuse = || not_your_tenant(job, subject, tenant);
     // The job's tenant is checked before anything about its rows is revealed.
     if &job.tenant != tenant {
         return Err(refuse());
@@ -87,15 +83,36 @@ pub async fn grant(
         return Err(refuse());
     }
     let (until, capped) = expiry(&row.row, expires, now)?;
+    let attempt = row.row.attempt.to_string();
+    sign(b, row.row.key, attempt, tenant, (until, capped), now).await
+}
+
+fn not_your_tenant(job: &JobRecord, subject: Subject, tenant: &Tenant) -> LedgerError {
+    LedgerError::NotYourTenant {
+        asked: tenant.clone(),
+        job: job.job_id.clone(),
+        subject,
+    }
+}
+
+/// Sign a GET of `key` valid until `until` (`capped`: by retention) for `tenant`.
+async fn sign(
+    b: &Backends,
+    key: String,
+    attempt: String,
+    tenant: &Tenant,
+    (until, capped): (UnixMillis, bool),
+    now: UnixMillis,
+) -> Result<Grant, LedgerError> {
     let valid = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
     let url = b
         .objects
-        .presign_get(&ObjectKey::checked(&row.row.key)?, valid)
+        .presign_get(&ObjectKey::checked(&key)?, valid)
         .await?;
-    tracing::info!(tenant = %tenant, key = %row.row.key, valid_s = valid.as_secs(), capped, "url granted");
+    tracing::info!(tenant = %tenant, key = %key, valid_s = valid.as_secs(), capped, "url granted");
     Ok(Grant {
-        key: row.row.key.clone(),
-        attempt: row.row.attempt.to_string(),
+        key,
+        attempt,
         tenant: tenant.to_string(),
         expires_at: until,
         capped_by_retention: capped,
@@ -117,11 +134,7 @@ pub async fn grant_published(
     now: UnixMillis,
 ) -> Result<Grant, LedgerError> {
     if &job.tenant != tenant {
-        return Err(LedgerError::NotYourTenant {
-            asked: tenant.clone(),
-            job: job.job_id.clone(),
-            subject,
-        });
+        return Err(not_your_tenant(job, subject, tenant));
     }
     if b.ledger.get_pointer(&job.job_id, subject).await?.is_some() {
         return grant(b, job, subject, tenant, expires, now).await;
@@ -139,20 +152,7 @@ pub async fn grant_published(
         subject,
     })?;
     let until = now.saturating_add(i64::try_from(expires.as_millis()).unwrap_or(i64::MAX));
-    let url = b
-        .objects
-        .presign_get(&ObjectKey::checked(&key)?, expires)
-        .await?;
-    tracing::info!(tenant = %tenant, key = %key, valid_s = expires.as_secs(), "url granted");
-    Ok(Grant {
-        key,
-        attempt: String::new(),
-        tenant: tenant.to_string(),
-        expires_at: until,
-        capped_by_retention: false,
-        expiring: !url.starts_with("file:"),
-        url,
-    })
+    sign(b, key, String::new(), tenant, (until, false), now).await
 }
 
 #[cfg(test)]
