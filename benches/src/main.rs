@@ -286,6 +286,16 @@ fn bin_dir(bin: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     })
 }
 
+/// Print `doc` as JSON, or as its table.
+fn print<T: serde::Serialize>(doc: &T, json: bool, table: fn(&T) -> String) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(doc)?);
+    } else {
+        println!("{}", table(doc));
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let command = Cli::parse().command;
     if let Cmd::Simulate(a) = command {
@@ -323,12 +333,7 @@ fn main() -> anyhow::Result<()> {
             clients,
             seconds,
         })?;
-        if json {
-            println!("{}", serde_json::to_string_pretty(&doc)?);
-        } else {
-            println!("{}", serve::table(&doc));
-        }
-        return Ok(());
+        return print(&doc, json, serve::table);
     }
     if let Cmd::Requests {
         size,
@@ -346,12 +351,7 @@ fn main() -> anyhow::Result<()> {
             window,
             workers,
         })?;
-        if json {
-            println!("{}", serde_json::to_string_pretty(&doc)?);
-        } else {
-            println!("{}", requests::table(&doc));
-        }
-        return Ok(());
+        return print(&doc, json, requests::table);
     }
     let Cmd::Fanout {
         rounds,
