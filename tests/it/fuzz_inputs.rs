@@ -8,12 +8,13 @@ use tilegate_core::fuzz;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 5] = [
+const TARGETS: [(&str, Target); 6] = [
     ("window_message", fuzz::window_message),
     ("key_segments", fuzz::key_segments),
     ("condition_list", fuzz::condition_list),
     ("source_policy", fuzz::source_policy),
     ("arrival", fuzz::arrival),
+    ("reference_differential", fuzz::reference_differential),
 ];
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {
@@ -63,6 +64,18 @@ proptest! {
         for (_, f) in TARGETS {
             f(s.as_bytes());
         }
+    }
+
+    /// References built from the pieces parsers disagree on: scheme spellings, `\\`, `@`,
+    /// `:`, brackets, dots, percent-escapes, `?` and `#`.
+    #[test]
+    fn fuzz_inputs_reference_like_strings(
+        scheme in prop::sample::select(vec!["http", "https", "HTTP", "s3", "gs", "az", "file"]),
+        authority in "[a-z0-9.@:\\\\\\[\\]%-]{0,24}",
+        path in "[a-zA-Z0-9./\\\\%@?#=&-]{0,40}",
+    ) {
+        fuzz::reference_differential(format!("{scheme}://{authority}{path}").as_bytes());
+        fuzz::source_policy(format!("\n{scheme}://{authority}{path}").as_bytes());
     }
 
     #[test]

@@ -26,9 +26,19 @@ const ALWAYS: [(&str, &str); 3] = [
 /// Defaults a value the user set wins over: GDAL's own HTTP retries of transient failures
 /// (429, 500, 502, 503, 504 and dropped connections; GDAL doubles the delay each time), so that
 /// one blip on a window read of a remote source is not a failed window.
-const DEFAULTS: [(&str, &str); 2] = [
+///
+/// And limits on a source that answers slowly or not at all (GDAL has none by default): a
+/// trickling or silent server would otherwise hold a worker's blocking thread — and in the
+/// job service the thread of a request whose own timeout cannot cancel GDAL — for as long as
+/// it likes. A connection within 10 s; a transfer slower than 1 KiB/s for 30 s is abandoned
+/// (then retried as above); no single request lasts more than 300 s.
+const DEFAULTS: [(&str, &str); 6] = [
     ("GDAL_HTTP_MAX_RETRY", "3"),
     ("GDAL_HTTP_RETRY_DELAY", "0.5"),
+    ("GDAL_HTTP_CONNECTTIMEOUT", "10"),
+    ("GDAL_HTTP_LOW_SPEED_LIMIT", "1024"),
+    ("GDAL_HTTP_LOW_SPEED_TIME", "30"),
+    ("GDAL_HTTP_TIMEOUT", "300"),
 ];
 
 /// Set the options above. Called once per process, before GDAL opens anything.

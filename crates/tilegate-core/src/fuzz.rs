@@ -207,3 +207,157 @@ pub fn arrival(data: &[u8]) {
         }
     }
 }
+
+/// One parse of every reference, checked against the readers downstream: for any string the
+/// parser accepts ([`crate::reference::Reference::parse`]), the policy's reading, the HTTP
+/// client's request (reqwest parses the canonical form with the same WHATWG parser), and
+/// GDAL's (its `/vsicurl/` URL read by curl's RFC 3986 rules: the authority runs to the first
+/// `/`, `?` or `#`, userinfo to its last `@`, `\` an ordinary character; its `/vsigs/`,
+/// `/vsiaz/` and `/vsis3/` paths with dot segments collapsed, the first segment the bucket) all
+/// name the same scheme, host, port and path — of the canonical form and of the input as typed.
+/// Whatever differs is refused with a named rule.
+pub fn reference_differential(data: &[u8]) {
+    use crate::reference::{Reference, Store};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let r = match Reference::parse(text) {
+        Ok(r) => r,
+        Err(f) => {
+            assert!(is_reason_code(f.rule), "unnamed refusal: {f}");
+            return;
+        }
+    };
+    let canonical = r.canonical();
+    assert_eq!(
+        Reference::parse(&canonical).as_ref(),
+        Ok(&r),
+        "the canonical form is a fixed point: {text:?} → {canonical:?}"
+    );
+    match &r {
+        Reference::Http(u) => {
+            // The HTTP client's request: the same parser on the canonical form.
+            let client = url::Url::parse(&canonical).expect("the canonical form is a URL");
+            assert_eq!(client.host_str(), u.host_str());
+            assert_eq!(client.port_or_known_default(), u.port_or_known_default());
+            assert_eq!(client.path(), u.path());
+            // GDAL: curl's reading of the `/vsicurl/` URL, and of the input as typed.
+            let gdal = r.gdal_path().expect("a URL is read");
+            let gdal_url = gdal
+                .strip_prefix("/vsicurl/")
+                .expect("read through /vsicurl/");
+            for (what, s) in [("GDAL's URL", gdal_url), ("the input", text)] {
+                let c = rfc3986(s).unwrap_or_else(|| panic!("{what} is no URL to curl: {s:?}"));
+                assert_eq!(c.scheme, u.scheme(), "{what}: scheme of {text:?}");
+                assert_eq!(c.userinfo, None, "{what}: userinfo in {text:?}");
+                // The same host: GDAL's exactly; the typed one as the host parser reads it
+                // (case, IDNA, IPv4 spellings), which is where the authority ended.
+                let host = if what == "GDAL's URL" {
+                    Some(c.host.to_owned())
+                } else {
+                    url::Host::parse(c.host).ok().map(|h| h.to_string())
+                };
+                assert_eq!(host.as_deref(), u.host_str(), "{what}: host of {text:?}");
+                let port = match c.port {
+                    "" => u.port_or_known_default(),
+                    p => p.parse().ok(),
+                };
+                assert_eq!(port, u.port_or_known_default(), "{what}: port of {text:?}");
+                assert_eq!(
+                    remove_dot_segments(c.path),
+                    c.path,
+                    "{what}: dot segments in {text:?}"
+                );
+            }
+        }
+        Reference::Object { store, bucket, key } => {
+            let gdal = r.gdal_path().expect("an object is read");
+            let vsi_rest = gdal.splitn(3, '/').nth(2).unwrap_or("");
+            let typed = text.split_once("://").map_or("", |(_, rest)| rest);
+            let typed = match store {
+                // GDAL's `/vsiaz/` path starts at the container.
+                Store::Az => typed.split_once('/').map_or("", |(_, rest)| rest),
+                _ => typed,
+            };
+            for (what, path) in [("GDAL's path", vsi_rest), ("the input", typed)] {
+                let collapsed = remove_dot_segments(&format!("/{path}"));
+                let (b, k) = collapsed[1..]
+                    .split_once('/')
+                    .unwrap_or((&collapsed[1..], ""));
+                let expected_bucket = match store {
+                    Store::Az => bucket.split_once('/').map_or("", |(_, c)| c),
+                    _ => bucket.as_str(),
+                };
+                assert_eq!(b, expected_bucket, "{what}: bucket of {text:?}");
+                assert_eq!(k, key, "{what}: key of {text:?}");
+            }
+        }
+        Reference::Local(_) | Reference::Message(_) => {}
+    }
+}
+
+/// A URL as curl reads it (RFC 3986): scheme, userinfo (to the authority's last `@`), host,
+/// port and path. `None` for what is no `scheme://` URL.
+struct Rfc3986<'a> {
+    scheme: String,
+    userinfo: Option<&'a str>,
+    host: &'a str,
+    port: &'a str,
+    path: &'a str,
+}
+
+fn rfc3986(s: &str) -> Option<Rfc3986<'_>> {
+    let (scheme, rest) = s.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hostport) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (h, after) = v6.split_once(']')?;
+        (h, after.strip_prefix(':').unwrap_or(after))
+    } else {
+        hostport.rsplit_once(':').unwrap_or((hostport, ""))
+    };
+    let host = if hostport.starts_with('[') {
+        // Compare as the URL parser writes an IPv6 host: in brackets.
+        &authority[authority.find('[')?..authority.find(']')? + 1]
+    } else {
+        host
+    };
+    let path = tail.split(['?', '#']).next().unwrap_or("");
+    Some(Rfc3986 {
+        scheme: scheme.to_ascii_lowercase(),
+        userinfo,
+        host,
+        port,
+        path,
+    })
+}
+
+/// RFC 3986's remove_dot_segments, as curl and GDAL's `/vsi*/` paths apply it.
+fn remove_dot_segments(path: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = path.split('/').collect();
+    for (i, seg) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match *seg {
+            "." => {
+                if last {
+                    out.push("");
+                }
+            }
+            ".." => {
+                if out.len() > 1 {
+                    out.pop();
+                }
+                if last {
+                    out.push("");
+                }
+            }
+            s => out.push(s),
+        }
+    }
+    out.join("/")
+}

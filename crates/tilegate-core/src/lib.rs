@@ -20,6 +20,7 @@ pub mod queue;
 pub mod reason;
 pub mod recipe;
 pub mod redact;
+pub mod reference;
 pub mod source;
 pub mod source_policy;
 pub mod table;

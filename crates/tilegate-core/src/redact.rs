@@ -19,8 +19,10 @@
 //!   `Bearer` token anywhere once it is long enough to be one (16 characters);
 //! - URL userinfo: `https://user:pass@host` becomes `https://REDACTED@host`;
 //! - `password`, `secret`, `client_secret`, `access_token`, `refresh_token`, `id_token`,
-//!   `api_key` anywhere; `token`, `key`, `pwd` only as query parameters (after `?` or `&`),
-//!   since `key=…` is also how a log line names an object key.
+//!   `api_key` anywhere; `token`, `key`, `pwd`, `code`, `AWSAccessKeyId` and `GoogleAccessId`
+//!   only as query parameters (after `?` or `&`), since `key=…` is also how a log line names an
+//!   object key. [`crate::source::split_credentials`] takes every one of these off a URL, and
+//!   the signed URL's other parts besides ([`is_credential_parameter`]).
 //!
 //! Not recognised: a name or separator that is itself percent-encoded (`sig%3D…` inside
 //! another URL's query value).
@@ -78,7 +80,7 @@ fn kind(lower: &str) -> Option<Kind> {
         | "apikey"
         | "api-key"
         | "x-api-key" => Kind::Anywhere,
-        "token" | "key" | "pwd" => Kind::Query,
+        "token" | "key" | "pwd" | "awsaccesskeyid" | "googleaccessid" | "code" => Kind::Query,
         "accountkey" | "sharedaccesssignature" | "sharedaccesskey" => Kind::ConnectionString,
         "authorization" | "proxy-authorization" | "x-ms-copy-source-authorization" => {
             Kind::Authorization
@@ -86,6 +88,21 @@ fn kind(lower: &str) -> Option<Kind> {
         "bearer" => Kind::Bearer,
         _ => return None,
     })
+}
+
+/// True if a URL's query parameter `name` carries a credential or belongs to one: every name
+/// whose value [`redact`] hides in a query (signatures, credentials, tokens, keys, passwords,
+/// secrets), and the parts of a signed URL that mean nothing without its signature (a
+/// presigned URL's other `X-Amz-*`/`X-Goog-*`, the V2 `Expires`, an Azure SAS's parameters).
+/// [`crate::source::split_credentials`] takes these off a URL before it is stored; built on
+/// the redactor's own list, so neither knows a secret the other does not.
+pub fn is_credential_parameter(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    SAS_PARAMETERS.contains(&lower.as_str())
+        || lower.starts_with("x-amz-")
+        || lower.starts_with("x-goog-")
+        || lower == "expires"
+        || matches!(kind(&lower), Some(Kind::Anywhere | Kind::Query))
 }
 
 /// The query parameters of an Azure SAS (account, service and user delegation).

@@ -2,6 +2,7 @@
 
 use crate::error::StoreResult;
 use crate::etag::ETag;
+use crate::reference::Reference;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -28,46 +29,6 @@ pub struct SourceInfo {
     pub signed: bool,
 }
 
-/// Query parameters that carry credentials in a URL: S3 and GCS presigned URLs
-/// (`X-Amz-*`, `X-Goog-*`, the V2 `Signature`/`Expires`/`AWSAccessKeyId`/`GoogleAccessId`),
-/// Azure SAS tokens (`sv`, `ss`, `srt`, `sp`, `se`, `st`, `spr`, `sig`, `sr`, `sk*`, …), and
-/// generic tokens and keys.
-fn is_credential_param(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    n.starts_with("x-amz-")
-        || n.starts_with("x-goog-")
-        || n.starts_with("sk")
-        || matches!(
-            n.as_str(),
-            "signature"
-                | "expires"
-                | "awsaccesskeyid"
-                | "googleaccessid"
-                | "sig"
-                | "sv"
-                | "ss"
-                | "srt"
-                | "sp"
-                | "se"
-                | "st"
-                | "spr"
-                | "sr"
-                | "sdd"
-                | "si"
-                | "rscc"
-                | "rscd"
-                | "rsce"
-                | "rscl"
-                | "rsct"
-                | "token"
-                | "access_token"
-                | "key"
-                | "api_key"
-                | "apikey"
-                | "code"
-        )
-}
-
 /// A URL without the query parameters that carry credentials, and whether it had any: what
 /// tilegate stores, sends and publishes of a presigned or SAS URL. The URL's other parameters
 /// keep their order and spelling.
@@ -83,7 +44,7 @@ pub fn split_credentials(uri: &str) -> (String, bool) {
     let mut stripped = false;
     for pair in query.split('&') {
         let name = pair.split('=').next().unwrap_or("");
-        if is_credential_param(name) {
+        if crate::redact::is_credential_parameter(name) {
             stripped = true;
         } else if !pair.is_empty() {
             kept.push(pair);
@@ -177,23 +138,12 @@ pub trait SourceObjects: Send + Sync + std::fmt::Debug {
 }
 
 /// The GDAL path of a source URI: `file:///p` → `/p`, `https://h/p` → `/vsicurl/https://h/p`,
-/// `s3://b/k` → `/vsis3/b/k`,
-/// `gs://b/k` → `/vsigs/b/k`, `az://account/c/k` → `/vsiaz/c/k` (GDAL takes the account from
-/// its configuration, `AZURE_STORAGE_CONNECTION_STRING` or `AZURE_STORAGE_ACCOUNT`).
+/// `s3://b/k` → `/vsis3/b/k`, `gs://b/k` → `/vsigs/b/k`, `az://account/c/k` → `/vsiaz/c/k`
+/// (GDAL takes the account from its configuration, `AZURE_STORAGE_CONNECTION_STRING` or
+/// `AZURE_STORAGE_ACCOUNT`). Always of the URI's canonical form ([`Reference`]); `None` for a
+/// URI that is not one (it is refused, not repaired).
 pub fn gdal_path_of(uri: &str) -> Option<String> {
-    if let Some(p) = uri.strip_prefix("file://") {
-        return Some(p.to_owned());
-    }
-    if uri.starts_with("https://") || uri.starts_with("http://") {
-        return Some(format!("/vsicurl/{uri}"));
-    }
-    if let Some(rest) = uri.strip_prefix("az://") {
-        let (_account, path) = rest.split_once('/')?;
-        return Some(format!("/vsiaz/{path}"));
-    }
-    [("s3://", "/vsis3/"), ("gs://", "/vsigs/")]
-        .into_iter()
-        .find_map(|(scheme, vsi)| uri.strip_prefix(scheme).map(|rest| format!("{vsi}{rest}")))
+    Reference::parse(uri).ok()?.gdal_path()
 }
 
 #[cfg(test)]
@@ -228,6 +178,65 @@ mod tests {
             split_credentials("https://h/x.tif?token=t&b=2#f"),
             ("https://h/x.tif?b=2#f".to_owned(), true)
         );
+    }
+
+    /// What is split off a URL and what is hidden in a log line are one list: every
+    /// credential parameter split off is one `redact` hides, and the other way round.
+    #[test]
+    fn split_and_redact_know_the_same_names() {
+        use super::split_credentials;
+        use crate::redact::{REDACTED, redact};
+        for name in [
+            "password",
+            "secret",
+            "client_secret",
+            "credential",
+            "api-key",
+            "x-api-key",
+            "api_key",
+            "apikey",
+            "token",
+            "access_token",
+            "refresh_token",
+            "id_token",
+            "key",
+            "pwd",
+            "passwd",
+            "code",
+            "sig",
+            "Signature",
+            "AWSAccessKeyId",
+            "GoogleAccessId",
+            "X-Amz-Signature",
+            "X-Amz-Credential",
+            "X-Amz-Security-Token",
+            "X-Goog-Signature",
+            "X-Goog-Credential",
+        ] {
+            let url = format!("https://h/x.tif?a=1&{name}=s3cr3tvalue");
+            assert_eq!(
+                split_credentials(&url),
+                ("https://h/x.tif?a=1".to_owned(), true),
+                "{name}"
+            );
+            assert_eq!(
+                redact(&url),
+                format!("https://h/x.tif?a=1&{name}={REDACTED}"),
+                "{name}"
+            );
+        }
+        // Parts of a signed URL that are no secret: split off with it, left readable in logs.
+        for name in ["X-Amz-Algorithm", "X-Amz-Date", "Expires", "se", "sp"] {
+            let url = format!("https://h/x.tif?a=1&{name}=v");
+            assert_eq!(split_credentials(&url).0, "https://h/x.tif?a=1", "{name}");
+            assert_eq!(redact(&url), url, "{name}");
+        }
+        // Not a credential: kept by both.
+        for name in ["skip", "versionId", "format"] {
+            let url = format!("https://h/x.tif?{name}=1");
+            assert_eq!(split_credentials(&url), (url.clone(), false), "{name}");
+            assert_eq!(redact(&url), url, "{name}");
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! fields for one tenant's jobs. Pure logic, no I/O: `tilegate-source` applies it on the paths
 //! that read, and the fuzz target drives it directly.
 
+use crate::reference::Reference;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -111,73 +112,7 @@ enum Place {
 
 impl Place {
     fn of(uri: &str) -> Result<Self, Forbidden> {
-        // A URL parser drops leading control characters and every tab and newline, so such a
-        // string would not be what the policy judged.
-        if uri.chars().any(|c| c.is_ascii_control()) || uri.trim() != uri {
-            return Err(forbid(
-                "malformed",
-                "control characters, or spaces at either end, in a reference",
-            ));
-        }
-        let Some((scheme, rest)) = uri.split_once("://") else {
-            // `s3:bucket/key` is no path: a URL parser reads it as `s3`, and so would a
-            // reader of the job row. Refuse what is neither a path nor a URL.
-            if let Some((scheme, _)) = uri.split_once(':')
-                && SCHEMES
-                    .iter()
-                    .chain(&["message"])
-                    .any(|s| *s != "file" && s.eq_ignore_ascii_case(scheme))
-            {
-                return Err(forbid(
-                    "malformed",
-                    format!("`{scheme}:` without `//` is neither a path nor a URL"),
-                ));
-            }
-            return Ok(Self::Local);
-        };
-        let scheme = scheme.to_ascii_lowercase();
-        match scheme.as_str() {
-            "file" => Ok(Self::Local),
-            "http" | "https" => {
-                let url = url::Url::parse(uri)
-                    .map_err(|e| forbid("malformed", format!("not a URL ({e})")))?;
-                if !url.username().is_empty() || url.password().is_some() {
-                    return Err(forbid(
-                        "malformed",
-                        "credentials in the URL's authority are not accepted",
-                    ));
-                }
-                let host = url
-                    .host_str()
-                    .ok_or_else(|| forbid("malformed", "the URL names no host"))?
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_ascii_lowercase();
-                Ok(Self::Http {
-                    scheme,
-                    host,
-                    port: url.port_or_known_default(),
-                })
-            }
-            "message" => Ok(Self::Message),
-            "s3" | "gs" | "az" => {
-                let mut segs = rest.split('/');
-                let first = segs.next().unwrap_or("");
-                let bucket = if scheme == "az" {
-                    format!("{first}/{}", segs.next().unwrap_or(""))
-                } else {
-                    first.to_owned()
-                };
-                if first.is_empty() || bucket.ends_with('/') {
-                    return Err(forbid("malformed", "no bucket or container"));
-                }
-                Ok(Self::Bucket { scheme, bucket })
-            }
-            other => Err(forbid(
-                "scheme",
-                format!("`{other}` is not a source scheme"),
-            )),
-        }
+        Ok(Self::from(&Reference::parse(uri)?))
     }
 
     fn scheme(&self) -> &str {
@@ -189,12 +124,48 @@ impl Place {
     }
 }
 
+impl From<&Reference> for Place {
+    fn from(r: &Reference) -> Self {
+        match r {
+            Reference::Local(_) => Self::Local,
+            Reference::Message(_) => Self::Message,
+            Reference::Http(url) => Self::Http {
+                scheme: url.scheme().to_owned(),
+                host: match url.host() {
+                    Some(url::Host::Domain(d)) => d.to_ascii_lowercase(),
+                    Some(url::Host::Ipv4(a)) => a.to_string(),
+                    Some(url::Host::Ipv6(a)) => a.to_string(),
+                    None => String::new(),
+                },
+                port: url.port_or_known_default(),
+            },
+            Reference::Object { store, bucket, .. } => Self::Bucket {
+                scheme: store.scheme().to_owned(),
+                bucket: bucket.clone(),
+            },
+        }
+    }
+}
+
 impl SourcePolicy {
     /// Judge a reference to a source from `origin`, before anything is read from it. HTTP(S)
     /// hosts that are names are judged again on the addresses they resolve to
     /// ([`Self::check_addresses`]) by the HTTP client that reads them.
     pub fn check(&self, uri: &str, origin: Origin<'_>) -> Result<(), Forbidden> {
-        let place = Place::of(uri)?;
+        self.admit(uri, origin).map(drop)
+    }
+
+    /// [`Self::check`], returning the reference as parsed: what the caller hands on (its
+    /// [`Reference::canonical`] form), never the string it was given.
+    pub fn admit(&self, uri: &str, origin: Origin<'_>) -> Result<Reference, Forbidden> {
+        let reference = Reference::parse(uri)?;
+        self.judge(&reference, origin)?;
+        Ok(reference)
+    }
+
+    /// Judge a parsed reference from `origin`.
+    pub fn judge(&self, reference: &Reference, origin: Origin<'_>) -> Result<(), Forbidden> {
+        let place = Place::from(reference);
         if !self.schemes.iter().any(|s| s == place.scheme()) {
             return Err(forbid(
                 "scheme",

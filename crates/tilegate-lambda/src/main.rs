@@ -32,14 +32,18 @@ fn env(name: &str) -> Result<String, Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    {
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        // The same redacting format as the command line's: a store's error can name a signed
+        // URL, and CloudWatch keeps what is written.
+        tilegate_pipeline::logging::subscriber(
             tracing_subscriber::EnvFilter::try_from_env("TILEGATE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            false,
+            std::io::stderr,
         )
-        .with_ansi(false)
-        .without_time()
         .init();
+    }
     tilegate_cog::set_config_options(tilegate_aws::gdal_s3_config());
     let backends = tilegate_aws::AwsBackends::for_function(
         &env("TILEGATE_OBJECTS")?,

@@ -8,6 +8,7 @@ pub mod announce;
 pub mod complete;
 pub mod estimate;
 pub mod ingest;
+pub mod logging;
 pub mod regenerate;
 pub mod run;
 

@@ -57,10 +57,7 @@ fn client(policy: &Arc<SourcePolicy>) -> reqwest::Client {
     c
 }
 
-/// How a URL is named in errors: without credentials in its query.
-fn shown(uri: &str) -> String {
-    tilegate_core::source::split_credentials(uri).0
-}
+use crate::resolve::shown;
 
 fn failure(uri: &str, status: Option<reqwest::StatusCode>, message: String) -> SourceError {
     let uri = &shown(uri);
@@ -103,9 +100,12 @@ async fn send(
     origin: Origin<'_>,
 ) -> Result<reqwest::Response, SourceError> {
     let forbidden = |at: &str, reason| SourceError::forbidden(&shown(at), reason);
-    policy.check(uri, origin).map_err(|r| forbidden(uri, r))?;
+    // What is sent is the reference as the policy parsed it, never the string given.
+    let mut at = policy
+        .admit(uri, origin)
+        .map_err(|r| forbidden(uri, r))?
+        .canonical();
     let client = client(policy);
-    let mut at = uri.to_owned();
     for _ in 0..=policy.max_redirects {
         let resp = client
             .request(method.clone(), &at)
@@ -122,14 +122,24 @@ async fn send(
         else {
             return Ok(resp);
         };
+        if location.contains('\\') {
+            return Err(forbidden(
+                uri,
+                crate::policy::Forbidden {
+                    rule: "malformed",
+                    detail: "a backslash in a redirect's Location".into(),
+                },
+            ));
+        }
         let next = resp
             .url()
             .join(location)
             .map_err(|e| failure(uri, None, format!("redirect to `{location}`: {e}")))?
             .to_string();
-        policy
-            .check(&next, Origin::Document(&at))
-            .map_err(|r| forbidden(uri, r))?;
+        let next = policy
+            .admit(&next, Origin::Document(&at))
+            .map_err(|r| forbidden(uri, r))?
+            .canonical();
         tracing::debug!(from = %shown(&at), to = %shown(&next), "following a redirect");
         at = next;
     }

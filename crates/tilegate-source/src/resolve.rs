@@ -10,6 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 use tilegate_core::Reason;
+use tilegate_core::reference::Reference;
 use tilegate_core::source::LocalStat;
 use tilegate_core::{Backends, ETag, SourceInfo};
 
@@ -139,7 +140,10 @@ pub fn gdal_path(info: &SourceInfo) -> Result<String, SourceError> {
         return crate::stac::stack_path(info);
     }
     let uri = signed_url(info)?;
-    tilegate_core::source::gdal_path_of(&uri).ok_or_else(|| unsupported(&info.uri))
+    Reference::parse(&uri)
+        .map_err(|r| SourceError::forbidden(&info.uri, r))?
+        .gdal_path()
+        .ok_or_else(|| unsupported(&info.uri))
 }
 
 /// The presigned or SAS URLs this process planned, by the URI stored without their credentials.
@@ -170,51 +174,60 @@ fn unsupported(uri: &str) -> SourceError {
 
 /// Resolve a path, `file://`, HTTP(S) or object-store URI (`s3://bucket/key`, through
 /// `Backends::sources`) to a pinned source, after the policy judged it as a reference from
-/// `origin`.
+/// `origin`. The reference is parsed once ([`Reference`]); what is pinned, stored and read is
+/// its canonical form, never `input` as typed.
 pub async fn resolve(
     b: &Backends,
     policy: &Arc<SourcePolicy>,
     input: &str,
     origin: Origin<'_>,
 ) -> Result<ResolvedSource, SourceError> {
-    if crate::http::is_http(input) {
-        let (etag, size) = crate::http::head(policy, input, origin).await?;
-        // A presigned or SAS URL: its credentials stay in this process; what is stored, sent
-        // and published is the URL without them.
-        let (uri, signed) = tilegate_core::source::split_credentials(input);
-        if signed {
-            SIGNED
-                .lock()
-                .expect("signed URLs")
-                .insert(uri.clone(), input.to_owned());
+    let reference = policy
+        .admit(input, origin)
+        .map_err(|r| SourceError::forbidden(&shown(input), r))?;
+    let canonical = reference.canonical();
+    match &reference {
+        Reference::Http(_) => {
+            let (etag, size) = crate::http::head(policy, &canonical, origin).await?;
+            // A presigned or SAS URL: its credentials stay in this process; what is stored,
+            // sent and published is the URL without them.
+            let (uri, signed) = tilegate_core::source::split_credentials(&canonical);
+            if signed {
+                SIGNED
+                    .lock()
+                    .expect("signed URLs")
+                    .insert(uri.clone(), canonical.clone());
+            }
+            let mut pinned = pinned_remote(&uri, etag, size)?;
+            pinned.info.signed = signed;
+            pinned.gdal_path = gdal_path(&pinned.info)?;
+            Ok(pinned)
         }
-        let mut pinned = pinned_remote(&uri, etag, size)?;
-        pinned.info.signed = signed;
-        pinned.gdal_path = gdal_path(&pinned.info)?;
-        return Ok(pinned);
-    }
-    policy
-        .check(input, origin)
-        .map_err(|r| SourceError::forbidden(input, r))?;
-    let Some((scheme, _)) = input.split_once("://").filter(|(s, _)| *s != "file") else {
-        let input = input.to_owned();
-        return tokio::task::spawn_blocking(move || resolve_source(&input))
+        Reference::Local(_) => tokio::task::spawn_blocking(move || resolve_source(&canonical))
             .await
-            .expect("source hashing panicked");
-    };
-    let sources = b
-        .sources
-        .as_ref()
-        .filter(|s| s.schemes().contains(&scheme))
-        .ok_or_else(|| unsupported(input))?;
-    let (etag, size) = sources
-        .head_source(input)
-        .await
-        .map_err(|source| store_error(input, source))?
-        .ok_or_else(|| SourceError::Missing {
-            path: input.to_owned(),
-        })?;
-    pinned_remote(input, etag, size)
+            .expect("source hashing panicked"),
+        Reference::Object { store, .. } => {
+            let sources = b
+                .sources
+                .as_ref()
+                .filter(|s| s.schemes().contains(&store.scheme()))
+                .ok_or_else(|| unsupported(&canonical))?;
+            let (etag, size) = sources
+                .head_source(&canonical)
+                .await
+                .map_err(|source| store_error(&canonical, source))?
+                .ok_or_else(|| SourceError::Missing {
+                    path: canonical.clone(),
+                })?;
+            pinned_remote(&canonical, etag, size)
+        }
+        Reference::Message(_) => Err(unsupported(&canonical)),
+    }
+}
+
+/// How a reference is named in an error: without credentials in its query.
+pub(crate) fn shown(uri: &str) -> String {
+    tilegate_core::source::split_credentials(uri).0
 }
 
 /// A store's error reading a source: a refusal by the source's own rules (an Azure account

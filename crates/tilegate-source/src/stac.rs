@@ -12,7 +12,7 @@
 //! more, and a remote item never names a local file) before anything is read from it; a remote
 //! item is read only up to the policy's document size.
 
-use crate::policy::{Origin, SourcePolicy};
+use crate::policy::{Forbidden, Origin, SourcePolicy};
 use crate::resolve::{ResolvedSource, SourceError, resolve};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -47,10 +47,15 @@ pub async fn resolve_item(
         _ => (input, None),
     };
     let (uri, text) = if crate::http::is_http(input) {
-        (
-            input.to_owned(),
-            crate::http::get(policy, input, origin).await?,
-        )
+        // Read with the URL as given (a presigned one keeps its credentials for this one
+        // GET); the item's identity, and the base of its relative hrefs, is the canonical URL
+        // without them: what goes into the job row, its ID, every message and announcement.
+        let url = policy
+            .admit(input, origin)
+            .map_err(|r| SourceError::forbidden(&crate::resolve::shown(input), r))?
+            .canonical();
+        let text = crate::http::get(policy, &url, origin).await?;
+        (tilegate_core::source::split_credentials(&url).0, text)
     } else {
         policy
             .check(input, origin)
@@ -181,7 +186,7 @@ async fn resolve_document(
                 format!("asset `{key}`: a relative href in an item that arrived in a message"),
             ));
         }
-        let target = join(&base, href);
+        let target = join(&base, href).map_err(|r| SourceError::forbidden(&uri, r))?;
         let resolved = Box::pin(resolve(b, policy, &target, Origin::Document(&base))).await?;
         pinned.push(Asset {
             key: key.clone(),
@@ -214,30 +219,38 @@ fn item_pin(assets: &[Asset]) -> ETag {
     ETag::new(format!("\"stac-{}\"", &h.finalize().to_hex()[..32]))
 }
 
-/// An asset's href resolved against the item's URI: absolute URIs and paths as they are,
-/// relative ones against the item's directory.
-fn join(item_uri: &str, href: &str) -> String {
+/// An asset's href resolved against the item's URI: absolute URIs as they are (the policy
+/// parses and judges them next), local paths against the item's directory, and relative ones
+/// against an HTTP(S) item's URL as a URL parser resolves them (RFC 3986, `../` included: the
+/// result is canonical and judged as any other reference). An href that parsers would read
+/// differently (a backslash, whitespace, a control character) is refused.
+fn join(item_uri: &str, href: &str) -> Result<String, Forbidden> {
+    if href.contains('\\') || href.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Forbidden {
+            rule: "malformed",
+            detail: "a backslash, whitespace or a control character in an asset's href".into(),
+        });
+    }
     if href.contains("://") {
-        return href.to_owned();
+        return Ok(href.to_owned());
     }
     if let Some(path) = item_uri.strip_prefix("file://") {
         if href.starts_with('/') {
-            return format!("file://{href}");
+            return Ok(format!("file://{href}"));
         }
         let dir = std::path::Path::new(path)
             .parent()
             .unwrap_or(std::path::Path::new("/"));
         let rel = href.trim_start_matches("./");
-        return format!("file://{}", dir.join(rel).display());
+        return Ok(format!("file://{}", dir.join(rel).display()));
     }
-    // http(s): a root-relative href keeps the origin; a relative one the item's directory.
-    let (scheme, rest) = item_uri.split_once("://").unwrap_or(("https", item_uri));
-    if href.starts_with('/') {
-        let host = rest.split('/').next().unwrap_or(rest);
-        return format!("{scheme}://{host}{href}");
-    }
-    let dir = &item_uri[..item_uri.rfind('/').map_or(item_uri.len(), |i| i + 1)];
-    format!("{dir}{}", href.trim_start_matches("./"))
+    reqwest::Url::parse(item_uri)
+        .and_then(|base| base.join(href))
+        .map(String::from)
+        .map_err(|e| Forbidden {
+            rule: "malformed",
+            detail: format!("the href `{href}` does not resolve against the item: {e}"),
+        })
 }
 
 /// The VRTs this process made for items, by item pin.
@@ -276,6 +289,7 @@ mod tests {
 
     #[test]
     fn hrefs_resolve_against_the_item() {
+        let join = |i: &str, h: &str| join(i, h).unwrap();
         assert_eq!(
             join("file:///d/i/item.json", "./B04.tif"),
             "file:///d/i/B04.tif"
@@ -293,5 +307,11 @@ mod tests {
             "http://h:8/B04.tif"
         );
         assert_eq!(join("http://h/a/item.json", "s3://b/k.tif"), "s3://b/k.tif");
+        assert_eq!(
+            join("http://h/a/b/item.json", "../B04.tif"),
+            "http://h/a/B04.tif"
+        );
+        assert!(super::join("http://h/a/item.json", "..\\B04.tif").is_err());
+        assert!(super::join("http://h/a/item.json", "B 04.tif").is_err());
     }
 }

@@ -163,8 +163,9 @@ fn refusal(uri: &str, out: &Output) -> (String, String) {
 }
 
 /// An `az://` source whose account is not the configured one — whether by injection
-/// (`evil.example#`, `acct@host`, `host:port`, `%`-escapes, another case) or simply another
-/// account — is refused by the rule it breaks before any request: the recorder, which is the
+/// (`evil.example#`, `acct@host`, `host:port`, `%`-escapes, another case: no account name, so
+/// `malformed` when the reference is parsed) or simply another account — is refused by the rule
+/// it breaks before any request: the recorder, which is the
 /// configured endpoint and every proxy, sees no request at all for it, and the deployment's
 /// SAS only ever goes to the configured account. With no account configured (a SAS token alone)
 /// an `az://` source is refused outright: GDAL, which reads the source, would not know which
@@ -187,20 +188,20 @@ fn an_az_source_never_sends_the_deployments_credentials_to_another_account() {
     ];
     let token_alone = vec![("AZURE_STORAGE_SAS_TOKEN", sas.clone())];
     let attacks = [
-        ("az://evil.example#/c/k", "account-name"),
-        ("az://evil.example#/cont/scene.tif", "account-name"),
+        ("az://evil.example#/c/k", "malformed"),
+        ("az://evil.example#/cont/scene.tif", "malformed"),
         (
             "az://evil.example#.blob.core.windows.net/cont/k",
-            "account-name",
+            "malformed",
         ),
-        ("az://tgacct1@evil.example/cont/k", "account-name"),
-        ("az://evil.example:443/cont/k", "account-name"),
-        ("az://evil.example?/cont/k", "account-name"),
-        ("az://tgacct1.evil.example/cont/k", "account-name"),
-        ("az://evil%2Eexample/cont/k", "account-name"),
-        ("az://TGACCT1/cont/k", "account-name"),
+        ("az://tgacct1@evil.example/cont/k", "malformed"),
+        ("az://evil.example:443/cont/k", "malformed"),
+        ("az://evil.example?/cont/k", "malformed"),
+        ("az://tgacct1.evil.example/cont/k", "malformed"),
+        ("az://evil%2Eexample/cont/k", "malformed"),
+        ("az://TGACCT1/cont/k", "malformed"),
         ("az://evilacct/cont/scene.tif", "other-account"),
-        ("az://tgacct1/Cont/k", "container-name"),
+        ("az://tgacct1/Cont/k", "malformed"),
         ("az://tgacct1/cont/", "blob-name"),
     ];
     let tmp = tempdir();
@@ -232,7 +233,7 @@ fn an_az_source_never_sends_the_deployments_credentials_to_another_account() {
     }
     for (uri, rule) in [
         ("az://tgacct1/cont/scene.tif", "no-configured-account"),
-        ("az://evil.example#/c/k", "account-name"),
+        ("az://evil.example#/c/k", "malformed"),
     ] {
         let out = plan(tmp.path(), &url, &token_alone, uri);
         let (_, message) = refusal(uri, &out);

@@ -9,4 +9,5 @@ mod azure;
 mod gdal;
 mod inputs;
 mod metrics_endpoint;
+mod references;
 mod secrets;

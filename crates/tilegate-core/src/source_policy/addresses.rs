@@ -63,8 +63,9 @@ fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = v6.segments();
     let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     match s {
-        // ::ffff:a.b.c.d (mapped) and ::a.b.c.d (compatible, deprecated; not :: or ::1).
-        [0, 0, 0, 0, 0, 0xffff, _, _] => Some(tail),
+        // ::ffff:a.b.c.d (mapped), ::ffff:0:a.b.c.d (translated, RFC 2765) and ::a.b.c.d
+        // (compatible, deprecated; not :: or ::1).
+        [0, 0, 0, 0, 0, 0xffff, _, _] | [0, 0, 0, 0, 0xffff, 0, _, _] => Some(tail),
         [0, 0, 0, 0, 0, 0, hi, _] if hi != 0 => Some(tail),
         // 64:ff9b::/96, the well-known NAT64 prefix.
         [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(tail),
@@ -106,6 +107,14 @@ pub fn special(ip: IpAddr) -> Option<&'static str> {
                 Some("multicast")
             } else if s[0] == 0x2001 && s[1] == 0x0db8 {
                 Some("documentation")
+            } else if s[..3] == [0x64, 0xff9b, 1] {
+                // 64:ff9b:1::/48, local-use NAT64 (RFC 8215): a deployment's own translator,
+                // into whatever IPv4 network it serves, at any prefix length.
+                Some("local-use NAT64")
+            } else if s[0] == 0x2001 && s[1] < 0x0200 {
+                // 2001::/23, IETF protocol assignments: Teredo (2001::/32, a tunnel to an
+                // IPv4 address it carries obfuscated), ORCHID, benchmarking.
+                Some("IETF protocol assignment (Teredo, ORCHID, benchmarking)")
             } else if s[0] == 0x2002 {
                 // 6to4 carries an IPv4 address in bits 16..48: judge that one.
                 let v4 =
@@ -147,6 +156,12 @@ mod tests {
             "::ffff:169.254.169.254",
             "64:ff9b::a9fe:a9fe",
             "2002:7f00:1::",
+            // Local-use NAT64, Teredo, and an IPv4-translated address (RFC 2765).
+            "64:ff9b:1::a00:5",
+            "64:ff9b:1:ffff::8.8.8.8",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "::ffff:0:10.0.0.5",
+            "::ffff:0:127.0.0.1",
         ] {
             let ip: IpAddr = ip.parse().unwrap();
             assert!(p().check_address(ip).is_err(), "{ip} passed");
