@@ -634,6 +634,17 @@ impl JobTable for Modelled {
             .await?;
         self.inner.jobs.list_jobs(limit).await
     }
+
+    async fn list_jobs_of(
+        &self,
+        tenant: &tilegate_core::Tenant,
+        limit: usize,
+    ) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        self.model
+            .dynamo("Query", tenant.as_str(), Budget::DynamoRead, 1.0)
+            .await?;
+        self.inner.jobs.list_jobs_of(tenant, limit).await
+    }
 }
 
 #[async_trait]

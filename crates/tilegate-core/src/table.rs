@@ -346,6 +346,14 @@ pub trait JobTable: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<UpdateOutcome<JobRecord>>;
     /// Jobs, newest first, at most `limit`.
     async fn list_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>>;
+    /// `tenant`'s jobs, newest first (ties by job ID), at most `limit`: read through an index
+    /// on (tenant, created_at), so the rows read are the tenant's own however many other
+    /// tenants' jobs the table holds.
+    async fn list_jobs_of(
+        &self,
+        tenant: &Tenant,
+        limit: usize,
+    ) -> StoreResult<Vec<Versioned<JobRecord>>>;
 }
 
 /// The manifest: one row per committed window; the assembler counts these, never objects.

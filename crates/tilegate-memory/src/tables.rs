@@ -15,7 +15,7 @@ use tilegate_core::table::{
     JobTable, ManifestEntry, ManifestTable, UpdateOutcome, Versioned, manifest_partition,
     manifest_partitions,
 };
-use tilegate_core::{StoreResult, UnixMillis};
+use tilegate_core::{StoreResult, Tenant, UnixMillis};
 
 /// The in-memory tables (jobs, manifest, claims, counters and the ledger). Clones share the
 /// rows.
@@ -108,6 +108,29 @@ impl JobTable for MemoryTables {
 
     async fn list_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
         let mut jobs: Vec<Versioned<JobRecord>> = self.lock().jobs.values().cloned().collect();
+        jobs.sort_by(|a, b| {
+            b.row
+                .created_at
+                .cmp(&a.row.created_at)
+                .then_with(|| a.row.job_id.as_str().cmp(b.row.job_id.as_str()))
+        });
+        jobs.truncate(limit);
+        Ok(jobs)
+    }
+
+    /// The rows are in memory: filtered by tenant here, in the order of [`Self::list_jobs`].
+    async fn list_jobs_of(
+        &self,
+        tenant: &Tenant,
+        limit: usize,
+    ) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        let mut jobs: Vec<Versioned<JobRecord>> = self
+            .lock()
+            .jobs
+            .values()
+            .filter(|v| &v.row.tenant == tenant)
+            .cloned()
+            .collect();
         jobs.sort_by(|a, b| {
             b.row
                 .created_at

@@ -146,6 +146,7 @@ macro_rules! conformance_suite {
             job_create_twice,
             job_update_versions,
             job_list_newest_first,
+            job_list_of_a_tenant,
             job_cas_race,
             manifest_put_count_list,
             manifest_update_versions,

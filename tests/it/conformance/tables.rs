@@ -164,6 +164,51 @@ pub async fn job_list_newest_first(h: &dyn Harness) {
     assert!(t.list_jobs(1).await.unwrap().len() <= 1);
 }
 
+/// A tenant's listing holds its own jobs only, newest first, ties by job ID, at most `limit`;
+/// another tenant's jobs — newer ones included — are in no page of it, and an update (a job
+/// published) keeps the row in its tenant's listing.
+pub async fn job_list_of_a_tenant(h: &dyn Harness) {
+    let t = h.jobs();
+    let base = now_millis();
+    let tag = unique("job-tenant");
+    let ours = tilegate_core::Tenant::parse(&unique("ours")).unwrap();
+    let theirs = tilegate_core::Tenant::parse(&unique("theirs")).unwrap();
+    let mut mine = Vec::new();
+    for i in 0..4 {
+        let mut j = job(&format!("file:///{tag}-ours-{i}.tif"), base + i / 2);
+        j.tenant = ours.clone();
+        t.create_job(&j).await.unwrap();
+        mine.push(j);
+        // Newer jobs of another tenant around each of ours.
+        let mut other = job(&format!("file:///{tag}-theirs-{i}.tif"), base + 10 + i);
+        other.tenant = theirs.clone();
+        t.create_job(&other).await.unwrap();
+    }
+    let mut published = mine[0].clone();
+    published.scene_output = Some(output("tilegate/scenes/x.tif"));
+    t.update_job(&published, 1).await.unwrap();
+    mine[0] = published;
+    let mut expected: Vec<&JobRecord> = mine.iter().collect();
+    expected.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then_with(|| a.job_id.as_str().cmp(b.job_id.as_str()))
+    });
+    let listed = t.list_jobs_of(&ours, 100).await.unwrap();
+    let rows: Vec<&JobRecord> = listed.iter().map(|v| &v.row).collect();
+    assert_eq!(rows, expected);
+    let updated = listed.iter().find(|v| v.row.job_id == mine[0].job_id);
+    assert_eq!(updated.map(|v| v.version), Some(2));
+    let first_two = t.list_jobs_of(&ours, 2).await.unwrap();
+    let ids: Vec<&JobId> = first_two.iter().map(|v| &v.row.job_id).collect();
+    assert_eq!(ids, vec![&expected[0].job_id, &expected[1].job_id]);
+    let theirs_listed = t.list_jobs_of(&theirs, 100).await.unwrap();
+    assert_eq!(theirs_listed.len(), 4);
+    assert!(theirs_listed.iter().all(|v| v.row.tenant == theirs));
+    let nobody = tilegate_core::Tenant::parse(&unique("nobody")).unwrap();
+    assert!(t.list_jobs_of(&nobody, 100).await.unwrap().is_empty());
+}
+
 /// 8 tasks × 10 version-guarded updates of one job row: every update lands exactly once.
 pub async fn job_cas_race(h: &dyn Harness) {
     const TASKS: i64 = 8;

@@ -1,14 +1,15 @@
 //! The jobs table ([`JobTable`]): one versioned row per job, listed newest first through the
-//! `by-created` index.
+//! `by-created` index, and a tenant's through the `by-tenant` index.
 
 use super::model::{decode_body, job_item, n, s};
 use super::versioned::CondWrite;
-use super::{DynamoTables, Item, JOBS_BY_CREATED, JOBS_LIST_PK};
+use super::{DynamoTables, Item, JOBS_BY_CREATED, JOBS_BY_TENANT, JOBS_LIST_PK};
+use crate::error::{AwsError, own_error};
 use async_trait::async_trait;
 use std::collections::HashMap;
-use tilegate_core::StoreResult;
 use tilegate_core::id::JobId;
 use tilegate_core::table::{CreateOutcome, JobRecord, JobTable, UpdateOutcome, Versioned};
+use tilegate_core::{Retry, StoreResult, Tenant};
 use tracing::debug;
 
 #[async_trait]
@@ -78,6 +79,44 @@ impl JobTable for DynamoTables {
     /// Newest first through the `by-created` GSI. GSI reads are eventually consistent on
     /// DynamoDB: a job created a moment ago may be missing from the list for a moment.
     async fn list_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        self.query_newest(
+            "list jobs",
+            JOBS_BY_CREATED,
+            ("list_pk", JOBS_LIST_PK),
+            limit,
+        )
+        .await
+    }
+
+    /// Newest first through the `by-tenant` GSI (`tenant`, `created_at`): the tenant's items
+    /// only, however many other tenants' the table holds. Eventually consistent, as
+    /// [`Self::list_jobs`]. A table made before the index existed is refused with what to do
+    /// (`tilegate init` adds the index and fills it).
+    async fn list_jobs_of(
+        &self,
+        tenant: &Tenant,
+        limit: usize,
+    ) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        self.query_newest(
+            "list a tenant's jobs",
+            JOBS_BY_TENANT,
+            ("tenant", tenant.as_str()),
+            limit,
+        )
+        .await
+    }
+}
+
+impl DynamoTables {
+    /// Up to `limit` job items whose `key` attribute has the value given, newest first
+    /// through `index` (ranged on `created_at`), a page of at most 1,000 per request.
+    async fn query_newest(
+        &self,
+        operation: &'static str,
+        index: &'static str,
+        (attr, value): (&'static str, &str),
+        limit: usize,
+    ) -> StoreResult<Vec<Versioned<JobRecord>>> {
         let mut out: Vec<Versioned<JobRecord>> = Vec::new();
         let mut start: Option<Item> = None;
         while out.len() < limit {
@@ -86,20 +125,44 @@ impl JobTable for DynamoTables {
                 .min(1000);
             let page = self
                 .sdk()
-                .send("list jobs", &self.jobs, || {
+                .send_raw(operation, &self.jobs, || {
                     self.client
                         .query()
                         .table_name(&self.jobs)
-                        .index_name(JOBS_BY_CREATED)
-                        .key_condition_expression("#lp = :lp")
-                        .expression_attribute_names("#lp", "list_pk")
-                        .expression_attribute_values(":lp", s(JOBS_LIST_PK))
+                        .index_name(index)
+                        .key_condition_expression("#k = :k")
+                        .expression_attribute_names("#k", attr)
+                        .expression_attribute_values(":k", s(value))
                         .scan_index_forward(false)
                         .limit(want)
                         .set_exclusive_start_key(start.clone())
                         .send()
                 })
-                .await?;
+                .await;
+            let page = match page {
+                Ok(page) => page,
+                // DynamoDB answers a query of an index the table lacks with a
+                // ValidationException naming the index ("The table does not have the
+                // specified index").
+                Err(f)
+                    if f.code.as_deref() == Some("ValidationException")
+                        && f.error.to_string().contains("index") =>
+                {
+                    return Err(own_error(
+                        operation,
+                        &self.jobs,
+                        Retry::Permanent,
+                        AwsError::Misconfigured {
+                            what: format!("table `{}`", self.jobs),
+                            reason: format!(
+                                "it has no `{index}` index (a table made by an older \
+                                 tilegate): `tilegate init` adds it"
+                            ),
+                        },
+                    ));
+                }
+                Err(f) => return Err(f.into_store(operation, &self.jobs)),
+            };
             for item in page.items() {
                 let shown = item
                     .get("job_id")

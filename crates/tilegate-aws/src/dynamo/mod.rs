@@ -70,6 +70,8 @@ type Item = HashMap<String, AttributeValue>;
 const JOBS_BY_CREATED: &str = "by-created";
 /// The constant partition of that GSI (jobs are few: one per scene and recipe).
 const JOBS_LIST_PK: &str = "job";
+/// The GSI that lists one tenant's jobs newest first: (`tenant`, `created_at`).
+const JOBS_BY_TENANT: &str = "by-tenant";
 
 /// The tables under one prefix. Cheap to clone.
 #[derive(Debug, Clone)]

@@ -144,6 +144,7 @@ pub(super) fn job_item(job: &JobRecord, version: u64) -> StoreResult<Item> {
         ("body".to_owned(), s(body)),
         ("created_at".to_owned(), n(job.created_at)),
         ("list_pk".to_owned(), s(JOBS_LIST_PK)),
+        ("tenant".to_owned(), s(job.tenant.as_str())),
     ]))
 }
 

@@ -2,11 +2,12 @@
 //! (`PAY_PER_REQUEST`) where missing and waited for until ACTIVE ([`DynamoTables::ensure_tables`]).
 
 use super::model::corrupt;
-use super::{DynamoTables, JOBS_BY_CREATED, SERVICE, ledger};
+use super::{DynamoTables, JOBS_BY_CREATED, JOBS_BY_TENANT, SERVICE, ledger};
 use crate::error::{AwsError, own_error};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, IndexStatus, KeySchemaElement, KeyType,
-    Projection, ProjectionType, ScalarAttributeType, TableStatus,
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
+    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TableStatus,
 };
 use std::time::{Duration, Instant};
 use tilegate_core::{Retry, StoreError, StoreResult};
@@ -22,7 +23,8 @@ struct TableSpec {
     range: Option<&'static str>,
     /// Attribute types of every key attribute (table and GSI).
     attrs: &'static [(&'static str, ScalarAttributeType)],
-    gsi: Option<(&'static str, &'static str, &'static str)>,
+    /// Global secondary indexes: (name, hash, range), each projecting every attribute.
+    gsis: &'static [(&'static str, &'static str, &'static str)],
 }
 
 fn build_error(what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -53,36 +55,44 @@ impl DynamoTables {
                 name: self.jobs.clone(),
                 hash: "job_id",
                 range: None,
-                attrs: &[("job_id", S), ("list_pk", S), ("created_at", N)],
-                gsi: Some((JOBS_BY_CREATED, "list_pk", "created_at")),
+                attrs: &[
+                    ("job_id", S),
+                    ("list_pk", S),
+                    ("created_at", N),
+                    ("tenant", S),
+                ],
+                gsis: &[
+                    (JOBS_BY_CREATED, "list_pk", "created_at"),
+                    (JOBS_BY_TENANT, "tenant", "created_at"),
+                ],
             },
             TableSpec {
                 name: self.manifest.clone(),
                 hash: "pk",
                 range: Some("sk"),
                 attrs: &[("pk", S), ("sk", S)],
-                gsi: None,
+                gsis: &[],
             },
             TableSpec {
                 name: self.claims.clone(),
                 hash: "resource",
                 range: None,
                 attrs: &[("resource", S)],
-                gsi: None,
+                gsis: &[],
             },
             TableSpec {
                 name: self.counters.clone(),
                 hash: "job_id",
                 range: None,
                 attrs: &[("job_id", S)],
-                gsi: None,
+                gsis: &[],
             },
             TableSpec {
                 name: self.ledger.clone(),
                 hash: "pk",
                 range: Some("sk"),
                 attrs: &[("pk", S), ("sk", S), ("due_shard", S), ("gc_due", N)],
-                gsi: Some((ledger::DUE_INDEX, "due_shard", "gc_due")),
+                gsis: &[(ledger::DUE_INDEX, "due_shard", "gc_due")],
             },
         ]
     }
@@ -95,9 +105,132 @@ impl DynamoTables {
         for spec in self.specs() {
             let created = self.create_table(&spec).await?;
             self.wait_active(&spec).await?;
+            if !created && self.add_missing_indexes(&spec).await? {
+                self.wait_active(&spec).await?;
+            }
             out.push((spec.name, created));
         }
         Ok(out)
+    }
+
+    /// Add the indexes `spec` names that an existing table lacks (a table made by an older
+    /// tilegate), one `UpdateTable` each (DynamoDB creates one index per update), then fill
+    /// what they key on where older items lack it. Returns whether any was added.
+    async fn add_missing_indexes(&self, spec: &TableSpec) -> StoreResult<bool> {
+        let out = self
+            .sdk()
+            .send("describe table", &spec.name, || {
+                self.client.describe_table().table_name(&spec.name).send()
+            })
+            .await?;
+        let present: Vec<String> = out
+            .table()
+            .map(|t| {
+                t.global_secondary_indexes()
+                    .iter()
+                    .filter_map(|i| i.index_name().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut added = false;
+        for &(index, hash, range) in spec.gsis {
+            if present.iter().any(|p| p == index) {
+                continue;
+            }
+            if index == JOBS_BY_TENANT {
+                // Before the index is made, so that it is built with every item in it.
+                self.backfill_job_tenants().await?;
+            }
+            let attrs = spec
+                .attrs
+                .iter()
+                .filter(|(a, _)| *a == hash || *a == range)
+                .map(|(a, t)| {
+                    AttributeDefinition::builder()
+                        .attribute_name(*a)
+                        .attribute_type(t.clone())
+                        .build()
+                        .map_err(|e| build_error(&spec.name, e))
+                })
+                .collect::<StoreResult<Vec<_>>>()?;
+            let action = CreateGlobalSecondaryIndexAction::builder()
+                .index_name(index)
+                .key_schema(key_element(hash, KeyType::Hash)?)
+                .key_schema(key_element(range, KeyType::Range)?)
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                )
+                .build()
+                .map_err(|e| build_error(&spec.name, e))?;
+            self.sdk()
+                .send("add an index", &spec.name, || {
+                    self.client
+                        .update_table()
+                        .table_name(&spec.name)
+                        .set_attribute_definitions(Some(attrs.clone()))
+                        .global_secondary_index_updates(
+                            GlobalSecondaryIndexUpdate::builder()
+                                .create(action.clone())
+                                .build(),
+                        )
+                        .send()
+                })
+                .await?;
+            info!(table = %spec.name, index, outcome = "created", "add index");
+            self.wait_active(spec).await?;
+            added = true;
+        }
+        Ok(added)
+    }
+
+    /// Give every job item that lacks one a `tenant` attribute, from its body: items written
+    /// before the `by-tenant` index existed, which the index would otherwise leave out.
+    async fn backfill_job_tenants(&self) -> StoreResult<()> {
+        let mut start = None;
+        loop {
+            let page = self
+                .sdk()
+                .send("fill job tenants", &self.jobs, || {
+                    self.client
+                        .scan()
+                        .table_name(&self.jobs)
+                        .filter_expression("attribute_not_exists(#t)")
+                        .expression_attribute_names("#t", "tenant")
+                        .set_exclusive_start_key(start.clone())
+                        .send()
+                })
+                .await?;
+            for item in page.items() {
+                let id = item
+                    .get("job_id")
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                let row: tilegate_core::table::Versioned<tilegate_core::table::JobRecord> =
+                    super::model::decode_body(item, "job row", &id)?;
+                self.sdk()
+                    .send("fill job tenants", &id, || {
+                        self.client
+                            .update_item()
+                            .table_name(&self.jobs)
+                            .key("job_id", super::model::s(&id))
+                            .update_expression("SET #t = if_not_exists(#t, :t)")
+                            .expression_attribute_names("#t", "tenant")
+                            .expression_attribute_values(
+                                ":t",
+                                super::model::s(row.row.tenant.as_str()),
+                            )
+                            .send()
+                    })
+                    .await?;
+            }
+            start = page.last_evaluated_key.clone();
+            if start.is_none() {
+                return Ok(());
+            }
+        }
     }
 
     async fn create_table(&self, spec: &TableSpec) -> StoreResult<bool> {
@@ -116,21 +249,27 @@ impl DynamoTables {
                     .map_err(|e| build_error(&spec.name, e))
             })
             .collect::<StoreResult<Vec<_>>>()?;
-        let gsi = match spec.gsi {
-            Some((index, hash, range)) => Some(vec![
-                GlobalSecondaryIndex::builder()
-                    .index_name(index)
-                    .key_schema(key_element(hash, KeyType::Hash)?)
-                    .key_schema(key_element(range, KeyType::Range)?)
-                    .projection(
-                        Projection::builder()
-                            .projection_type(ProjectionType::All)
-                            .build(),
-                    )
-                    .build()
-                    .map_err(|e| build_error(&spec.name, e))?,
-            ]),
-            None => None,
+        let gsi = if spec.gsis.is_empty() {
+            None
+        } else {
+            Some(
+                spec.gsis
+                    .iter()
+                    .map(|&(index, hash, range)| {
+                        GlobalSecondaryIndex::builder()
+                            .index_name(index)
+                            .key_schema(key_element(hash, KeyType::Hash)?)
+                            .key_schema(key_element(range, KeyType::Range)?)
+                            .projection(
+                                Projection::builder()
+                                    .projection_type(ProjectionType::All)
+                                    .build(),
+                            )
+                            .build()
+                            .map_err(|e| build_error(&spec.name, e))
+                    })
+                    .collect::<StoreResult<Vec<_>>>()?,
+            )
         };
         let r = self
             .sdk()

@@ -33,16 +33,21 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
 /// The schema version this build writes (`PRAGMA user_version`).
 /// 2 added the ledger (an older build must not open a database whose ledger it ignores).
 /// 3 added the manifest's `shard` column (a sharded job's rows would be miscounted by 2).
-const SCHEMA_VERSION: i64 = 3;
+/// 4 added the jobs' `tenant` column and its index (a tenant's listing reads its own rows; a
+/// job that 3 wrote would be missing from it).
+const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = r"
+-- `tenant` is the job's tenant, as its body says: a tenant's jobs are listed on its index.
 CREATE TABLE IF NOT EXISTS jobs (
     job_id      TEXT PRIMARY KEY,
     version     INTEGER NOT NULL,
     created_at  INTEGER NOT NULL,
-    body        TEXT NOT NULL
+    body        TEXT NOT NULL,
+    tenant      TEXT NOT NULL DEFAULT 'default'
 );
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at DESC, job_id);
+CREATE INDEX IF NOT EXISTS jobs_by_tenant ON jobs (tenant, created_at DESC, job_id);
 
 CREATE TABLE IF NOT EXISTS manifest (
     job_id      TEXT NOT NULL,
@@ -291,6 +296,21 @@ impl SqliteBackend {
             if !has_shard {
                 tx.execute_batch(
                     "ALTER TABLE manifest ADD COLUMN shard INTEGER NOT NULL DEFAULT 0",
+                )?;
+            }
+        }
+        if found < 4 && found > 0 {
+            // Versions 1 to 3 keep a job's tenant in its body only: copy it to the column the
+            // tenant index reads (a body without one is the default tenant's).
+            let has_tenant: bool = tx.query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'tenant'",
+                [],
+                |r| r.get::<_, i64>(0).map(|n| n > 0),
+            )?;
+            if !has_tenant {
+                tx.execute_batch(
+                    "ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+                     UPDATE jobs SET tenant = COALESCE(json_extract(body, '$.tenant'), 'default');",
                 )?;
             }
         }

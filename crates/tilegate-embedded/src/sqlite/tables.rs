@@ -17,7 +17,7 @@ use tilegate_core::table::{
     JobRecord, JobTable, ManifestEntry, ManifestTable, UpdateOutcome, Versioned,
     manifest_partitions, manifest_shard,
 };
-use tilegate_core::{Retry, StoreError, StoreResult, UnixMillis};
+use tilegate_core::{Retry, StoreError, StoreResult, Tenant, UnixMillis};
 use tracing::debug;
 
 fn versioned<T: serde::de::DeserializeOwned>(
@@ -49,9 +49,10 @@ impl JobTable for SqliteBackend {
         self.write("create job", &id.clone(), move |tx| {
             let body = encode("job row", &id, &job)?;
             let n = tx.exec(
-                "INSERT INTO jobs (job_id, version, created_at, body) VALUES (?1, 1, ?2, ?3)
+                "INSERT INTO jobs (job_id, version, created_at, body, tenant)
+                 VALUES (?1, 1, ?2, ?3, ?4)
                  ON CONFLICT (job_id) DO NOTHING",
-                params![id, job.created_at, body],
+                params![id, job.created_at, body, job.tenant.as_str()],
             )?;
             if n == 1 {
                 debug!(store = "sqlite", job_id = %id, outcome = "created", "create job");
@@ -81,9 +82,9 @@ impl JobTable for SqliteBackend {
             let body = encode("job row", &id, &job)?;
             let exp = to_i64("version", &id, expected)?;
             let n = tx.exec(
-                "UPDATE jobs SET version = version + 1, created_at = ?2, body = ?3
+                "UPDATE jobs SET version = version + 1, created_at = ?2, body = ?3, tenant = ?5
                  WHERE job_id = ?1 AND version = ?4",
-                params![id, job.created_at, body, exp],
+                params![id, job.created_at, body, exp, job.tenant.as_str()],
             )?;
             if n == 1 {
                 return Ok(UpdateOutcome::Updated {
@@ -104,6 +105,32 @@ impl JobTable for SqliteBackend {
                  ORDER BY created_at DESC, job_id LIMIT ?1",
             )?;
             let rows = stmt.query_map([limit], |r| {
+                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, version, body) = row?;
+                out.push(versioned("job row", &id, (version, body))?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Read on the `(tenant, created_at, job_id)` index: the tenant's rows only.
+    async fn list_jobs_of(
+        &self,
+        tenant: &Tenant,
+        limit: usize,
+    ) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        let tenant = tenant.as_str().to_owned();
+        self.with_conn("list a tenant's jobs", &tenant.clone(), move |c| {
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut stmt = c.prepare_cached(
+                "SELECT job_id, version, body FROM jobs WHERE tenant = ?1
+                 ORDER BY created_at DESC, job_id LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![tenant, limit], |r| {
                 Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
             })?;
             let mut out = Vec::new();
@@ -461,6 +488,85 @@ mod tests {
             recorded_at: 0,
             facts: Default::default(),
         }
+    }
+
+    fn job_of(tenant: &str) -> JobRecord {
+        use tilegate_core::grid::Grid;
+        use tilegate_core::keys::Prefix;
+        use tilegate_core::recipe::Recipe;
+        use tilegate_core::source::{SceneMeta, SourceInfo};
+        let tenant = Tenant::parse(tenant).unwrap();
+        let source = SourceInfo {
+            uri: format!("file:///{tenant}.tif"),
+            etag: ETag::new("\"e\""),
+            size: 1,
+            stat: None,
+            assets: Vec::new(),
+            signed: false,
+        };
+        let (recipe, prefix) = (Recipe::copy_all(), Prefix::default());
+        JobRecord {
+            job_id: JobId::of(&source, &recipe, &prefix, &tenant),
+            source,
+            recipe,
+            grid: Grid::new(512, 512, 512).unwrap(),
+            prefix,
+            tenant,
+            scene: SceneMeta {
+                width: 512,
+                height: 512,
+                bands: 1,
+                dtype: "Byte".to_owned(),
+                crs_wkt: String::new(),
+                geotransform: [0.0, 1.0, 0.0, 0.0, 0.0, -1.0],
+                nodata: None,
+                placement: None,
+                datetime: None,
+            },
+            created_at: 1,
+            scene_output: None,
+            manifest_shards: 1,
+            redrives: 0,
+            outbox: Vec::new(),
+            windows_enqueued: false,
+        }
+    }
+
+    /// A version-3 database (no `tenant` column) opens with each job's tenant copied from its
+    /// body into the indexed column: a tenant's listing holds the jobs written before.
+    #[test]
+    fn version_three_jobs_gain_the_tenant_column() {
+        let dir = std::env::temp_dir().join(format!("tilegate-v3-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("db.sqlite");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (acme, operator) = (job_of("acme"), job_of(Tenant::DEFAULT));
+        {
+            let db = SqliteBackend::open(&path).unwrap();
+            rt.block_on(db.create_job(&acme)).unwrap();
+            rt.block_on(db.create_job(&operator)).unwrap();
+        }
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(
+            "DROP INDEX jobs_by_tenant; ALTER TABLE jobs DROP COLUMN tenant;
+             PRAGMA user_version = 3;",
+        )
+        .unwrap();
+        drop(c);
+        let db = SqliteBackend::open(&path).unwrap();
+        let of = |t: &str| {
+            rt.block_on(db.list_jobs_of(&Tenant::parse(t).unwrap(), 10))
+                .unwrap()
+                .into_iter()
+                .map(|v| v.row)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(of("acme"), vec![acme]);
+        assert_eq!(of(Tenant::DEFAULT), vec![operator]);
+        assert!(of("other").is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A version-2 database (no `shard` column) opens, keeps its rows in shard 0 and counts them.
