@@ -165,15 +165,17 @@ async fn watch(
         let left = st.windows.saturating_sub(done);
         let eta = (rate > 0.0).then(|| left as f64 / rate);
         let finished = st.complete || st.window_states.missing == 0;
-        if done != last_moved.1 || st.queue.in_flight > 0 {
+        // The operator's own look reads the queue's depth: always there.
+        let queue = st.queue.unwrap_or_default();
+        if done != last_moved.1 || queue.in_flight > 0 {
             last_moved = (now, done);
         }
         let idle = now.duration_since(last_moved.0);
-        let hint = (!finished && st.queue.visible > 0 && idle >= stalled_after).then(|| {
+        let hint = (!finished && queue.visible > 0 && idle >= stalled_after).then(|| {
             format!(
                 "no worker is taking this job's windows ({} waiting, none in flight for {:.0} s): \
                  start one with `tilegate work`, or check the workers' logs",
-                st.queue.visible,
+                queue.visible,
                 idle.as_secs_f64()
             )
         });
@@ -194,8 +196,8 @@ async fn watch(
                 st.window_states.written,
                 st.window_states.already_present,
                 st.window_states.encode_skipped,
-                st.queue.visible,
-                st.queue.in_flight
+                queue.visible,
+                queue.in_flight
             ));
             for (reason, n) in &st.dead_letters_by_reason {
                 lines.push(format!("  dead letters {reason}: {n}"));

@@ -213,7 +213,7 @@ pub fn status_text(st: &JobStatus, objects_root: &str) -> String {
             l.attempts, l.published, l.deletion_overdue_oldest_seconds
         ));
     }
-    let q = &st.queue;
+    let q = st.queue.unwrap_or_default();
     s.push_str(&format!(
         "  queue        {} visible, {} in flight, {} dead ({} of this job)\n  counters\n",
         q.visible, q.in_flight, q.dead, st.dead_letters_for_job

@@ -166,7 +166,7 @@ pub fn help(name: &str) -> &'static str {
 }
 
 /// Split `dead_lettered_total{reason="x"}` into its reason.
-fn reason_of(series: &str) -> Option<&str> {
+pub fn dead_letter_reason(series: &str) -> Option<&str> {
     series
         .strip_prefix(DEAD_LETTERED)?
         .strip_prefix("{reason=\"")?
@@ -184,7 +184,7 @@ pub fn prometheus_text(snapshot: &BTreeMap<String, u64>) -> String {
         let _ = writeln!(out, "# TYPE {name} counter");
         if name == DEAD_LETTERED {
             for (series, v) in snapshot {
-                if let Some(reason) = reason_of(series) {
+                if let Some(reason) = dead_letter_reason(series) {
                     let reason = reason.replace('\\', "\\\\").replace('"', "\\\"");
                     let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {v}");
                 }
@@ -216,7 +216,7 @@ pub fn emf_lines(
         .collect();
     let mut lines = vec![doc(vec!["function"], all, None)];
     for (series, v) in deltas {
-        if let Some(reason) = reason_of(series) {
+        if let Some(reason) = dead_letter_reason(series) {
             lines.push(doc(
                 vec!["function", "reason"],
                 vec![(DEAD_LETTERED, *v)],

@@ -126,15 +126,48 @@ pub struct LedgerSummary {
     pub deletion_overdue_oldest_seconds_all_jobs: u64,
 }
 
+/// What a status reads beyond the job's own rows and counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reach {
+    /// The shared dead-letter queue, read through for the job's letters (each one's window
+    /// and reason). Without it, dead letters are counted from the job's own counters.
+    pub dead_letter_queue: bool,
+    /// The work queue's depth (every job's messages).
+    pub queue_depth: bool,
+    /// The ledger's oldest overdue deletion of every job.
+    pub all_jobs: bool,
+}
+
+impl Reach {
+    /// The operator's own look (`tilegate status`, the report command): everything.
+    pub const OPERATOR: Self = Self {
+        dead_letter_queue: true,
+        queue_depth: true,
+        all_jobs: true,
+    };
+    /// The job's own rows and counters only: what a tenant's request may cost, the same
+    /// however many other jobs and dead letters the deployment holds.
+    pub const JOB: Self = Self {
+        dead_letter_queue: false,
+        queue_depth: false,
+        all_jobs: false,
+    };
+}
+
 /// Everything stored about a job, read once.
 #[derive(Debug, Clone)]
 pub struct Gathered {
     pub job: JobRecord,
     /// Manifest rows, ordered by window.
     pub rows: Vec<ManifestEntry>,
+    /// The job's letters in the dead-letter queue (empty when it was not read).
     pub dead: Vec<JobDeadLetter>,
+    /// Whether the dead-letter queue was read ([`Reach::dead_letter_queue`]); if not, the
+    /// job's dead letters are those its counters count.
+    pub dead_letter_queue_read: bool,
     pub counters: BTreeMap<String, u64>,
-    pub queue: QueueDepth,
+    /// The work queue's depth, where it was read ([`Reach::queue_depth`]).
+    pub queue: Option<QueueDepth>,
     pub ledger: LedgerSummary,
     /// The scene's pointer, when a regenerated scene is published by one.
     pub scene_pointer: Option<tilegate_core::ledger::Pointer>,
@@ -157,6 +190,16 @@ fn window_name<S: serde::Serializer>(w: &Option<Window>, s: S) -> Result<S::Ok, 
 
 /// Read a job's rows, counters, dead letters, queue depth and ledger.
 pub async fn gather(b: &Backends, job: JobRecord, now: UnixMillis) -> StoreResult<Gathered> {
+    gather_with(b, job, now, Reach::OPERATOR).await
+}
+
+/// Read a job's rows, counters and ledger, and what `reach` allows beyond them.
+pub async fn gather_with(
+    b: &Backends,
+    job: JobRecord,
+    now: UnixMillis,
+    reach: Reach,
+) -> StoreResult<Gathered> {
     let rows = b
         .manifest
         .list_entries(&job.job_id)
@@ -168,11 +211,15 @@ pub async fn gather(b: &Backends, job: JobRecord, now: UnixMillis) -> StoreResul
     for name in m::ALL {
         counters.entry(name.to_owned()).or_insert(0);
     }
-    let queue = b.queue.depth().await?;
-    let dead = b
-        .queue
-        .list_dead_letters(DEAD_LETTERS_READ)
-        .await?
+    let queue = match reach.queue_depth {
+        true => Some(b.queue.depth().await?),
+        false => None,
+    };
+    let letters = match reach.dead_letter_queue {
+        true => b.queue.list_dead_letters(DEAD_LETTERS_READ).await?,
+        false => Vec::new(),
+    };
+    let dead = letters
         .into_iter()
         .filter(|d| dead_letter_job(&d.body).as_ref() == Some(&job.job_id))
         .map(|d| JobDeadLetter {
@@ -189,17 +236,19 @@ pub async fn gather(b: &Backends, job: JobRecord, now: UnixMillis) -> StoreResul
         .collect();
     let attempts = b.ledger.list_attempts(&job.job_id).await?;
     let pointers = b.ledger.list_pointers(&job.job_id).await?;
-    let overdue_all = tilegate_ledger::gc::oldest_overdue_seconds(b, now)
-        .await
-        .map_err(|e| match e {
-            tilegate_ledger::LedgerError::Store(e) => e,
-            other => tilegate_core::StoreError::backend(
-                "read the ledger's overdue deletions",
-                job.job_id.as_str(),
-                tilegate_core::Retry::Permanent,
-                tilegate_core::error::chain(&other),
-            ),
-        })?;
+    let overdue_all = match reach.all_jobs {
+        true => tilegate_ledger::gc::oldest_overdue_seconds(b, now).await,
+        false => Ok(0),
+    }
+    .map_err(|e| match e {
+        tilegate_ledger::LedgerError::Store(e) => e,
+        other => tilegate_core::StoreError::backend(
+            "read the ledger's overdue deletions",
+            job.job_id.as_str(),
+            tilegate_core::Retry::Permanent,
+            tilegate_core::error::chain(&other),
+        ),
+    })?;
     let overdue_job = attempts
         .iter()
         .filter(|r| r.row.in_due_index())
@@ -222,6 +271,7 @@ pub async fn gather(b: &Backends, job: JobRecord, now: UnixMillis) -> StoreResul
         job,
         rows,
         dead,
+        dead_letter_queue_read: reach.dead_letter_queue,
         counters,
         queue,
         ledger,
@@ -283,15 +333,32 @@ impl Gathered {
         for (_, s, _, _) in &windows {
             states.bump(*s);
         }
+        let counted = |name: &str| self.counters.get(name).copied().unwrap_or(0);
+        let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
+        let dead_letters_for_job = if self.dead_letter_queue_read {
+            for d in &self.dead {
+                *by_reason.entry(d.code().to_owned()).or_default() += 1;
+            }
+            self.dead.len() as u64
+        } else {
+            // Not read from the queue: the windows the job's workers dead-lettered, by its
+            // counters (in its whole life, redriven ones included), at most the windows that
+            // have no row.
+            for (name, n) in &self.counters {
+                if let Some(reason) = m::dead_letter_reason(name).filter(|_| *n > 0) {
+                    by_reason.insert(reason.to_owned(), *n);
+                }
+            }
+            let dead = counted(m::DEAD_LETTERED).min(states.missing);
+            states.missing -= dead;
+            states.dead_lettered += dead;
+            counted(m::DEAD_LETTERED)
+        };
         let missing: Vec<String> = windows
             .iter()
             .filter(|(_, _, row, _)| row.is_none())
             .map(|(w, ..)| w.to_string())
             .collect();
-        let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
-        for d in &self.dead {
-            *by_reason.entry(d.code().to_owned()).or_default() += 1;
-        }
         let mut workers: BTreeMap<&str, WorkerActivity> = BTreeMap::new();
         for r in &self.rows {
             let name = if r.facts.worker.is_empty() {
@@ -355,12 +422,12 @@ impl Gathered {
                 }),
             },
             counters: self.counters.clone(),
-            queue: QueueBrief {
-                visible: self.queue.visible,
-                in_flight: self.queue.in_flight,
-                dead: self.queue.dead,
-            },
-            dead_letters_for_job: self.dead.len() as u64,
+            queue: self.queue.map(|q| QueueBrief {
+                visible: q.visible,
+                in_flight: q.in_flight,
+                dead: q.dead,
+            }),
+            dead_letters_for_job,
             dead_letters_by_reason: by_reason,
             dead_letters: self.dead.iter().take(50).cloned().collect(),
             announcements: job.outbox.clone(),
@@ -390,7 +457,7 @@ pub struct SceneBrief {
     pub dtype: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct QueueBrief {
     pub visible: u64,
     pub in_flight: u64,
@@ -482,10 +549,16 @@ pub struct JobStatus {
     /// else the assembled scene.
     pub published_scene: Option<PublishedScene>,
     pub counters: BTreeMap<String, u64>,
-    pub queue: QueueBrief,
+    /// The work queue's depth (every job's messages): absent where the reader may not see
+    /// it (a tenant, through the service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueBrief>,
+    /// The job's dead letters: those in the dead-letter queue where it was read (`tilegate
+    /// status`), else those the job's counters count (the service: windows its workers
+    /// dead-lettered, redriven ones included).
     pub dead_letters_for_job: u64,
     pub dead_letters_by_reason: BTreeMap<String, u64>,
-    /// The first 50 of the job's dead letters.
+    /// The first 50 of the job's dead letters (empty where the queue was not read).
     pub dead_letters: Vec<JobDeadLetter>,
     /// The job's outbox: each announcement (published, incomplete) with the sinks that
     /// acknowledged it.

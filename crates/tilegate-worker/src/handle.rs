@@ -231,6 +231,9 @@ async fn dead_letter(
         Ok(()) => {
             shared.counters.dead_lettered(fault.code.as_str());
             deltas.0.push((m::DEAD_LETTERED, 1));
+            // By reason on the job's own counters too: what the service's status reads,
+            // never the shared dead-letter queue.
+            deltas.0.push((dead_lettered_name(fault.code), 1));
             if let (Some(hook), Some(wm)) = (&shared.cfg.on_complete, &job) {
                 hook.job_incomplete(&wm.job_id).await;
             }
@@ -238,6 +241,23 @@ async fn dead_letter(
         }
         Err(e) => WindowOutcome::Retry(format!("dead-letter failed: {}", chain(&e))),
     }
+}
+
+/// `dead_lettered_total{reason="…"}` for `reason`, named once per reason for the life of the
+/// process (the job's counter deltas are named by `&'static str`).
+fn dead_lettered_name(reason: Reason) -> &'static str {
+    static NAMES: std::sync::LazyLock<std::collections::HashMap<Reason, &'static str>> =
+        std::sync::LazyLock::new(|| {
+            Reason::ALL
+                .iter()
+                .map(|r| {
+                    let name: &'static str =
+                        Box::leak(m::dead_lettered_by(r.as_str()).into_boxed_str());
+                    (*r, name)
+                })
+                .collect()
+        });
+    NAMES.get(&reason).copied().unwrap_or(m::DEAD_LETTERED)
 }
 
 /// A retryable fault: hand the message back after a backoff (retries happen by visibility
