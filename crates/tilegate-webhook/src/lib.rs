@@ -22,13 +22,24 @@ use tilegate_retry::RetryPolicy;
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A signed webhook.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Webhook {
     id: String,
     url: reqwest::Url,
     secret: Option<Vec<u8>>,
     client: reqwest::Client,
     retry: RetryPolicy,
+}
+
+/// Shown by its sink name (`webhook:HOST/PATH`): never the secret, nor the URL's query.
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("id", &self.id)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a webhook cannot be set up.
@@ -194,6 +205,23 @@ fn without_url(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_shows_neither_the_secret_nor_the_query() {
+        let w = Webhook::new(
+            "https://hooks.example/in?token=query-secret",
+            Some(b"signing-secret"),
+        )
+        .unwrap();
+        let shown = format!("{w:?} {w:#?}");
+        assert!(!shown.contains("signing-secret"), "{shown}");
+        assert!(!shown.contains("query-secret"), "{shown}");
+        assert!(
+            !shown.contains(&format!("{:?}", b"signing-secret")),
+            "{shown}"
+        );
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
 
     #[test]
     fn the_signature_is_hmac_sha256_of_the_timestamp_and_body() {
