@@ -10,30 +10,32 @@ use tilegate_core::object::ObjectStoreExt as _;
 use tilegate_tests::service::{Issuer, Reply, Server, epoch_s, request};
 use tilegate_tests::{HttpServer, Target, object_key, sample, tempdir};
 
-const ISSUER: &str = "https://issuer.test.invalid";
-const AUDIENCE: &str = "tilegate-api";
+pub(crate) const ISSUER: &str = "https://issuer.test.invalid";
+pub(crate) const AUDIENCE: &str = "tilegate-api";
 
 /// A deployment under test: a source a tenant may name, keys, tokens and a server.
-struct Deployment {
-    target: Target,
-    data: PathBuf,
-    policy: PathBuf,
-    source: String,
+pub(crate) struct Deployment {
+    pub(crate) target: Target,
+    pub(crate) data: PathBuf,
+    pub(crate) policy: PathBuf,
+    pub(crate) source: String,
     _http: Option<HttpServer>,
-    key_a: String,
-    key_b: String,
-    key_revoked: String,
-    key_operator: String,
-    token_a: String,
-    token_b: String,
-    token_expired: String,
-    token_other_key: String,
-    token_other_audience: String,
-    server: Server,
+    pub(crate) key_a: String,
+    pub(crate) key_b: String,
+    pub(crate) key_revoked: String,
+    pub(crate) key_operator: String,
+    pub(crate) token_a: String,
+    pub(crate) token_b: String,
+    pub(crate) token_expired: String,
+    pub(crate) token_other_key: String,
+    pub(crate) token_other_audience: String,
+    pub(crate) server: Server,
+    /// The issuer whose JWKS the server reads: for tokens a test makes itself.
+    pub(crate) issuer: Issuer,
     _dir: tempfile::TempDir,
 }
 
-fn key(target: &Target, data: &Path, args: &[&str]) -> String {
+pub(crate) fn key(target: &Target, data: &Path, args: &[&str]) -> String {
     let mut a = vec!["keys", "create"];
     a.extend_from_slice(args);
     let v = target.json(data, &a);
@@ -41,7 +43,7 @@ fn key(target: &Target, data: &Path, args: &[&str]) -> String {
 }
 
 impl Deployment {
-    fn new(target: Target, serve_args: &[&str]) -> Self {
+    pub(crate) fn new(target: Target, serve_args: &[&str]) -> Self {
         let dir = tempdir();
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data).unwrap();
@@ -129,16 +131,23 @@ impl Deployment {
             key_revoked,
             key_operator,
             server,
+            issuer,
             _dir: dir,
         }
     }
 
-    fn call(&self, method: &str, path: &str, auth: Option<&str>, body: Option<&Value>) -> Reply {
+    pub(crate) fn call(
+        &self,
+        method: &str,
+        path: &str,
+        auth: Option<&str>,
+        body: Option<&Value>,
+    ) -> Reply {
         self.server.call(method, path, auth, body)
     }
 
     /// Plan `name` (of the deployment's sources) for the caller `auth`.
-    fn plan(&self, auth: &str, name: &str) -> Value {
+    pub(crate) fn plan(&self, auth: &str, name: &str) -> Value {
         let r = self.call(
             "POST",
             "/v1/jobs",
@@ -150,7 +159,7 @@ impl Deployment {
     }
 
     /// Work the queue dry, assembling each job that completes.
-    fn work(&self) {
+    pub(crate) fn work(&self) {
         let out = self
             .target
             .command(&self.data)
@@ -233,7 +242,7 @@ fn tenants_are_kept_apart(target: Target) {
         ("GET", format!("/v1/jobs/{job}/stac"), None),
         (
             "GET",
-            format!("/v1/jobs/{job}/events?interval_ms=100"),
+            format!("/v1/jobs/{job}/events?interval_ms=1000"),
             None,
         ),
         (
@@ -308,7 +317,7 @@ fn tenants_are_kept_apart(target: Target) {
     assert_eq!(item.json()["type"], "Feature");
     let events = d.call(
         "GET",
-        &format!("/v1/jobs/{job}/events?interval_ms=100"),
+        &format!("/v1/jobs/{job}/events?interval_ms=1000"),
         Some(&d.key_a),
         None,
     );
@@ -822,17 +831,37 @@ fn the_page_shows_a_tenants_jobs_live_in_chromium() {
         .as_str()
         .unwrap()
         .to_owned();
-    // The key travels in the fragment, which no request carries.
+    // The key travels in the fragment, which no request carries. A link is anyone's to make
+    // (login CSRF): its key fills the form and is used only when the person asks.
     browser.post(
         "url",
         json!({"url": format!("http://{}/#key={}", d.server.addr, d.key_a)}),
     );
+    browser.wait_for(
+        30,
+        "return !document.getElementById('login').hidden && \
+         document.getElementById('key').value.startsWith('tgk_')",
+    );
+    assert_eq!(browser.script("return location.hash"), json!(""));
+    assert_eq!(
+        browser.script("return document.body.dataset.loaded || null"),
+        Value::Null,
+        "nothing listed before the person asks"
+    );
+    browser.script("document.querySelector('#login button').click(); return true;");
     let rows = browser.wait_for(30, ROWS);
     assert_eq!(
         rows,
         json!([[mine, 0, "planned"]]),
         "only A's job, not {theirs}"
     );
+    // A tab that holds a key ignores a link's: B's key does not replace A's.
+    browser.post(
+        "url",
+        json!({"url": format!("http://{}/?again#key={}", d.server.addr, d.key_b)}),
+    );
+    let rows = browser.wait_for(30, ROWS);
+    assert_eq!(rows, json!([[mine, 0, "planned"]]));
     assert_eq!(browser.script("return location.hash"), json!(""));
     assert!(!d.server.log().contains(&d.key_a));
     // Windows complete while the page is open: its progress follows without a reload.

@@ -786,6 +786,15 @@ pub struct ServeArgs {
     /// Longest event stream; clients reconnect.
     #[arg(long, value_parser = parse_duration, default_value = "5m", value_name = "DURATION")]
     pub max_stream: std::time::Duration,
+    /// A tenant's event streams open at once, per server process; one more is refused with
+    /// 429 `too-many-streams`. Each look a stream takes is one of the tenant's requests.
+    #[arg(
+        long,
+        env = "TILEGATE_MAX_STREAMS_PER_TENANT",
+        default_value_t = 8,
+        value_name = "N"
+    )]
+    pub max_streams_per_tenant: usize,
     /// Print the OpenAPI document and exit.
     #[arg(long)]
     pub print_openapi: bool,

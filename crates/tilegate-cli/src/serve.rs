@@ -75,6 +75,7 @@ pub async fn serve_cmd(out: &Out, sel: &Selection, a: ServeArgs) -> anyhow::Resu
         max_jobs_in_flight: a.max_jobs_in_flight.max(1),
         request_timeout: a.request_timeout,
         max_stream: a.max_stream,
+        max_streams_per_tenant: a.max_streams_per_tenant.max(1),
         ..Limits::default()
     };
     let tokens = jwt.is_some();
@@ -191,6 +192,7 @@ fn key_error(e: tilegate_service::keys::KeyError) -> anyhow::Error {
         e @ (K::Unknown(_) | K::BadId(_) | K::AlreadyRevoked(_)) => {
             refused(Reason::BadOption, e.to_string())
         }
+        e @ K::ReservedTenant => refused(Reason::UnsafeKeySegment, e.to_string()),
         e => anyhow::Error::from(e),
     }
 }

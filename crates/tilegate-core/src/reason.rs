@@ -220,6 +220,8 @@ reasons! {
     RateLimited = "rate-limited",
     /// The tenant has as many unfinished jobs as the service allows; a new one waits.
     TooManyJobsInFlight = "too-many-jobs-in-flight",
+    /// The tenant has as many event streams open as the service allows; close one, or ask again after `Retry-After`.
+    TooManyStreams = "too-many-streams",
     /// The request took longer than the service's request timeout.
     RequestTimeout = "request-timeout",
     /// A failure tilegate has no name for yet: the message says what happened.

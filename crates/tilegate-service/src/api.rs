@@ -26,8 +26,6 @@ use tilegate_source::Origin;
 
 /// Longest source reference a request may name.
 pub const MAX_SOURCE_LEN: usize = 2048;
-/// How many jobs the service reads to list a tenant's.
-const LIST_SCAN: usize = 10_000;
 
 /// A job to plan for the caller's tenant.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -207,8 +205,14 @@ fn links(id: &JobId) -> JobLinks {
     }
 }
 
+/// Windows recorded for `job`, from its manifest partitions' row counters: one small read
+/// however many rows the job (or any other) has — never a count of the rows.
+pub async fn recorded(s: &Service, job: &JobId) -> Result<u64, ApiError> {
+    Ok(s.backends.manifest.recorded_all(job).await?.iter().sum())
+}
+
 async fn summary(s: &Service, job: &JobRecord) -> Result<JobSummary, ApiError> {
-    let recorded = s.backends.manifest.count_entries(&job.job_id).await?;
+    let recorded = recorded(s, &job.job_id).await?;
     let windows = job.grid.len();
     Ok(JobSummary {
         job_id: job.job_id.to_string(),
@@ -224,12 +228,18 @@ async fn summary(s: &Service, job: &JobRecord) -> Result<JobSummary, ApiError> {
     })
 }
 
-/// The jobs the caller may see, newest first.
-async fn visible_jobs(s: &Service, caller: &Caller) -> Result<Vec<JobRecord>, ApiError> {
-    Ok(s.backends
-        .jobs
-        .list_jobs(LIST_SCAN)
-        .await?
+/// The newest `limit` jobs the caller may see: its tenant's, read through the table's tenant
+/// index (never other tenants' rows); every tenant's for an operator.
+async fn visible_jobs(
+    s: &Service,
+    caller: &Caller,
+    limit: usize,
+) -> Result<Vec<JobRecord>, ApiError> {
+    let rows = match caller.role {
+        crate::Role::Operator => s.backends.jobs.list_jobs(limit).await?,
+        crate::Role::Tenant => s.backends.jobs.list_jobs_of(&caller.tenant, limit).await?,
+    };
+    Ok(rows
         .into_iter()
         .map(|v| v.row)
         .filter(|j| caller.sees(j))
@@ -358,12 +368,17 @@ pub async fn create_job(
         ));
     }
     let recipe = req.recipe.unwrap_or_else(Recipe::copy_all);
-    // Jobs in flight: the caller's jobs not yet published. A request for one of them again
-    // (the same source, recipe and prefix) is answered; a new one waits.
-    let in_flight: Vec<JobRecord> = visible_jobs(&s, &caller)
+    // Jobs in flight: the caller's tenant's jobs not yet published, all of them, read through
+    // the tenant index. A request for one of them again (the same source, recipe and prefix)
+    // is answered; a new one waits.
+    let in_flight: Vec<JobRecord> = s
+        .backends
+        .jobs
+        .list_jobs_of(&caller.tenant, usize::MAX)
         .await?
         .into_iter()
-        .filter(|j| j.tenant == caller.tenant && j.scene_output.is_none())
+        .map(|v| v.row)
+        .filter(|j| j.scene_output.is_none())
         .collect();
     let again = in_flight
         .iter()
@@ -406,7 +421,7 @@ pub async fn create_job(
         &tilegate_core::metrics::Counters::new(),
     )
     .await;
-    tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = %caller.credential,
+    tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = ?caller.credential,
         job = %p.job.job_id, created = p.newly_planned, enqueued = p.enqueued, "audit: job planned");
     Ok(Json(Planned {
         created: p.newly_planned,
@@ -423,10 +438,20 @@ pub async fn list_jobs(
 ) -> Result<Json<JobList>, ApiError> {
     let limit = crate::extract::within("limit", q.limit, 1..=1000)?.unwrap_or(100) as usize;
     let mut jobs = Vec::new();
-    for j in visible_jobs(&s, &caller).await?.iter().take(limit) {
+    for j in &visible_jobs(&s, &caller, limit).await? {
         jobs.push(summary(&s, j).await?);
     }
     Ok(Json(JobList { jobs }))
+}
+
+/// What the service reads for a status: the job's own rows and counters, and the work
+/// queue's depth for an operator only. Never the shared dead-letter queue (a tenant's
+/// request would cost a read of every job's letters, and hide them from their readers).
+fn reach(caller: &Caller) -> status::Reach {
+    status::Reach {
+        queue_depth: caller.role == crate::Role::Operator,
+        ..status::Reach::JOB
+    }
 }
 
 /// `GET /v1/jobs/{id}`: the job's status.
@@ -436,7 +461,7 @@ pub async fn get_job(
     JobPath(id): JobPath,
 ) -> Result<Json<JobStatus>, ApiError> {
     let job = job_of(&s, &caller, &id).await?;
-    let g = status::gather(&s.backends, job, now_millis()).await?;
+    let g = status::gather_with(&s.backends, job, now_millis(), reach(&caller)).await?;
     Ok(Json(g.status(&s.prices)))
 }
 
@@ -448,7 +473,7 @@ pub async fn report(
 ) -> Result<Html<String>, ApiError> {
     let job = job_of(&s, &caller, &id).await?;
     let now = now_millis();
-    let g = status::gather(&s.backends, job, now).await?;
+    let g = status::gather_with(&s.backends, job, now, reach(&caller)).await?;
     let st = g.status(&s.prices);
     Ok(Html(html::render(
         &g,
@@ -510,7 +535,7 @@ pub async fn sign_url(
     )
     .await
     .map_err(ledger_error)?;
-    tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = %caller.credential,
+    tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = ?caller.credential,
         job = %job.job_id, subject = %subject, object = %g.key, expires_at = g.expires_at, "audit: url issued");
     Ok(Json(SignedUrl {
         url: g.url,
@@ -542,7 +567,7 @@ pub async fn regenerate(
             tilegate_worker::regenerate::RegenerateError::Ledger(e) => ledger_error(e),
             e => ApiError::new(StatusCode::CONFLICT, e.reason_code(), e.to_string()),
         })?;
-    tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = %caller.credential,
+    tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = ?caller.credential,
         job = %job.job_id, window = %window, attempt = %row.row.attempt, "audit: regeneration enqueued");
     Ok(Json(Regenerating {
         job_id: job.job_id.to_string(),
@@ -595,7 +620,7 @@ pub async fn accept(
         P::NotPublishable(_) => "not-publishable",
         P::Outdated { .. } => "outdated",
     };
-    tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = %caller.credential,
+    tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = ?caller.credential,
         job = %job.job_id, subject = %subject, attempt = %attempt, outcome, "audit: accept");
     Ok(Json(Accepted {
         job_id: job.job_id.to_string(),

@@ -25,8 +25,29 @@ pub const SCHEME: &str = "bearer";
 pub struct Caller {
     pub tenant: Tenant,
     pub role: Role,
-    /// What proved it, for the audit log: `key:{id}` or `token:{sub}`; never the secret.
+    /// What proved it, for the audit log: `key:{id}` or `token:{sub}` (the subject escaped to
+    /// printable ASCII); never the secret.
     pub credential: String,
+    /// The bearer credential itself, kept in memory only, so that an open event stream can
+    /// check it again ([`still_proves`]): a revoked key or an expired token ends the stream.
+    pub(crate) bearer: Bearer,
+}
+
+/// A bearer credential: never shown, in `Debug` either.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Bearer(String);
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Bearer(…)")
+    }
+}
+
+/// The only tenant a credential may not name: the operator's own jobs (planned from the
+/// command line, without `--tenant`) are the `default` tenant's, so a tenant key or token for
+/// it would see them. An operator's credential sees every tenant anyway.
+pub fn reserved_tenant(tenant: &Tenant, role: Role) -> bool {
+    role == Role::Tenant && tenant.is_default()
 }
 
 impl Caller {
@@ -59,9 +80,33 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
 /// Prove the caller of `parts`, then charge its tenant one request.
 pub async fn authenticate(s: &Service, parts: &Parts) -> Result<Caller, ApiError> {
     let token = bearer(parts)?;
+    let caller = prove(s, token).await?;
+    s.rates
+        .charge(caller.tenant.as_str(), s.limits.rate_per_s)?;
+    Ok(caller)
+}
+
+/// Whether `caller`'s credential still proves the same caller — for an open event stream,
+/// which asks again as it goes: `Ok(false)` for a key revoked or a token expired since.
+/// An error is a store that did not answer (the stream asks again next time).
+pub async fn still_proves(s: &Service, caller: &Caller) -> Result<bool, ApiError> {
+    match prove(s, &caller.bearer.0).await {
+        Ok(again) => Ok(again.tenant == caller.tenant && again.role == caller.role),
+        Err(e) if e.reason == Reason::Unauthenticated => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The caller `token` proves (charging nothing).
+async fn prove(s: &Service, token: &str) -> Result<Caller, ApiError> {
     let caller = if token.starts_with(KEY_PREFIX) {
         let record = s.keys.verify(token).await.map_err(|e| match e {
             crate::keys::KeyError::Store(e) => ApiError::from(e),
+            crate::keys::KeyError::Throttled { retry_after_s } => ApiError::too_many(
+                Reason::RateLimited,
+                "this server is looking up as many unknown API keys as it allows; ask again",
+                retry_after_s,
+            ),
             e => {
                 tracing::warn!(error = %e, "an API key record is unusable");
                 ApiError::unauthenticated("the API key is not valid")
@@ -69,10 +114,15 @@ pub async fn authenticate(s: &Service, parts: &Parts) -> Result<Caller, ApiError
         })?;
         let record =
             record.ok_or_else(|| ApiError::unauthenticated("the API key is unknown or revoked"))?;
+        if reserved_tenant(&record.tenant, record.role) {
+            tracing::warn!(key = %record.key_id, "a tenant key for the reserved tenant `default` was refused");
+            return Err(ApiError::unauthenticated("the API key is not valid"));
+        }
         Caller {
             tenant: record.tenant,
             role: record.role,
             credential: format!("key:{}", record.key_id),
+            bearer: Bearer(token.to_owned()),
         }
     } else {
         let Some(jwt) = &s.jwt else {
@@ -88,10 +138,9 @@ pub async fn authenticate(s: &Service, parts: &Parts) -> Result<Caller, ApiError
             tenant: t.tenant,
             role: t.role,
             credential: format!("token:{}", t.subject),
+            bearer: Bearer(token.to_owned()),
         }
     };
-    s.rates
-        .charge(caller.tenant.as_str(), s.limits.rate_per_s)?;
     Ok(caller)
 }
 
@@ -111,6 +160,65 @@ impl OperationInput for Caller {
         operation
             .security
             .push([(SCHEME.to_owned(), Vec::new())].into_iter().collect());
+    }
+}
+
+/// Event streams open per tenant (per process), each held by a [`StreamSlot`] for as long as
+/// its stream lives.
+#[derive(Debug, Default)]
+pub struct Streams {
+    open: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// One open stream of a tenant; dropping it (the stream ended, or its client went away)
+/// frees the place.
+#[derive(Debug)]
+pub struct StreamSlot {
+    open: Arc<Mutex<HashMap<String, usize>>>,
+    tenant: String,
+}
+
+impl Streams {
+    /// A place for one more of `tenant`'s streams, if it has fewer than `max` open.
+    pub fn open(&self, tenant: &str, max: usize) -> Result<StreamSlot, ApiError> {
+        let mut open = self.open.lock().expect("not poisoned");
+        let n = open.entry(tenant.to_owned()).or_insert(0);
+        if *n >= max {
+            return Err(ApiError::too_many(
+                Reason::TooManyStreams,
+                format!(
+                    "tenant {tenant} has {n} event streams open, as many as this service allows"
+                ),
+                30,
+            ));
+        }
+        *n += 1;
+        Ok(StreamSlot {
+            open: Arc::clone(&self.open),
+            tenant: tenant.to_owned(),
+        })
+    }
+
+    /// `tenant`'s streams open now.
+    pub fn count(&self, tenant: &str) -> usize {
+        self.open
+            .lock()
+            .expect("not poisoned")
+            .get(tenant)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().expect("not poisoned");
+        if let Some(n) = open.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.tenant);
+            }
+        }
     }
 }
 
@@ -160,5 +268,21 @@ mod tests {
         assert_eq!(e.retry_after_s, Some(1));
         // Another tenant's bucket is its own.
         r.charge("b", 2.0).unwrap();
+    }
+
+    #[test]
+    fn a_tenants_streams_are_capped_and_a_closed_one_frees_its_place() {
+        let s = Streams::default();
+        let first = s.open("a", 2).unwrap();
+        let _second = s.open("a", 2).unwrap();
+        let e = s.open("a", 2).unwrap_err();
+        assert_eq!(e.status.as_u16(), 429);
+        assert_eq!(e.reason, Reason::TooManyStreams);
+        assert!(e.retry_after_s.is_some());
+        // Another tenant's count is its own.
+        let _b = s.open("b", 2).unwrap();
+        drop(first);
+        assert_eq!(s.count("a"), 1);
+        s.open("a", 2).unwrap();
     }
 }

@@ -176,7 +176,7 @@ pub const REFUSALS: &[(u16, &str)] = &[
     ),
     (
         429,
-        "Too many requests from this tenant, or too many of its jobs in flight; `Retry-After` says when to ask again.",
+        "Too many requests from this tenant, too many of its jobs in flight or of its event streams open; `Retry-After` says when to ask again.",
     ),
     (
         431,

@@ -2,10 +2,16 @@
 //! at once and one whenever the figures change, comments as keep-alives, and the stream ends
 //! after the event that says the scene is published, or after the service's longest stream
 //! (a client reconnects; behind API Gateway a response must end within its timeout).
+//!
+//! A stream costs what the requests it replaces would: each look after the first spends one
+//! of the tenant's requests (a look over the tenant's rate is skipped, not made), proves the
+//! credential again (a key revoked or a token expired since ends the stream), and reads the
+//! job's row and its manifest's row counters — never a count of rows. A tenant has at most
+//! `--max-streams-per-tenant` streams open on a server (`429 too-many-streams`).
 
 use crate::Service;
 use crate::api::job_of;
-use crate::auth::Caller;
+use crate::auth::{Caller, StreamSlot};
 use crate::error::ApiError;
 use crate::extract::{JobPath, Query};
 use aide::OperationOutput;
@@ -23,6 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tilegate_core::table::JobRecord;
 
+/// The shortest time between a stream's looks at its job.
+pub const MIN_INTERVAL_MS: u64 = 1000;
+
 /// One `progress` event's data.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Progress {
@@ -39,20 +48,22 @@ pub struct Progress {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventParams {
-    /// Milliseconds between looks at the job (default 1000, at least 100).
+    /// Milliseconds between looks at the job (default 1000, at least 1000). Each look after
+    /// the first is one of the tenant's requests.
     #[serde(default, deserialize_with = "crate::extract::whole")]
-    #[schemars(range(min = 100, max = 60000))]
+    #[schemars(range(min = 1000, max = 60000))]
     pub interval_ms: Option<u64>,
 }
 
-async fn progress(s: &Service, job: &JobRecord) -> Result<Progress, ApiError> {
+/// The job's progress now: its row, and its manifest partitions' row counters.
+pub async fn progress(s: &Service, job: &JobRecord) -> Result<Progress, ApiError> {
     let row = s
         .backends
         .jobs
         .get_job(&job.job_id)
         .await?
         .map_or_else(|| job.clone(), |v| v.row);
-    let recorded = s.backends.manifest.count_entries(&row.job_id).await?;
+    let recorded = crate::api::recorded(s, &row.job_id).await?;
     let windows = row.grid.len();
     let published = row.scene_output.is_some();
     let complete = recorded >= windows;
@@ -128,12 +139,41 @@ impl OperationOutput for EventStream {
 
 struct Watch {
     s: Arc<Service>,
+    caller: Caller,
     job: JobRecord,
     interval: Duration,
     until: Instant,
     last: Option<Progress>,
     first: bool,
     done: bool,
+    /// The stream's place among its tenant's, freed when the stream is dropped.
+    _slot: StreamSlot,
+}
+
+/// What one look after the first found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Look {
+    /// The job's progress.
+    Progress(Progress),
+    /// The tenant is over its rate: nothing was read; look again next time.
+    Skipped,
+    /// The credential proves nothing any more (revoked, expired): the stream ends.
+    Ended,
+}
+
+/// One look after the first: a request of the tenant's, the credential proved again, then
+/// the job's progress. A backend that did not answer is an error (look again next time).
+pub async fn look(s: &Service, caller: &Caller, job: &JobRecord) -> Result<Look, ApiError> {
+    if s.rates
+        .charge(caller.tenant.as_str(), s.limits.rate_per_s)
+        .is_err()
+    {
+        return Ok(Look::Skipped);
+    }
+    if !crate::auth::still_proves(s, caller).await? {
+        return Ok(Look::Ended);
+    }
+    Ok(Look::Progress(progress(s, job).await?))
 }
 
 /// `GET /v1/jobs/{id}/events`.
@@ -145,16 +185,22 @@ pub async fn events(
 ) -> Result<EventStream, ApiError> {
     let job = job_of(&s, &caller, &id).await?;
     let interval = Duration::from_millis(
-        crate::extract::within("interval_ms", q.interval_ms, 100..=60_000)?.unwrap_or(1000),
+        crate::extract::within("interval_ms", q.interval_ms, MIN_INTERVAL_MS..=60_000)?
+            .unwrap_or(MIN_INTERVAL_MS),
     );
+    let slot = s
+        .streams
+        .open(caller.tenant.as_str(), s.limits.max_streams_per_tenant)?;
     let w = Watch {
         until: Instant::now() + s.limits.max_stream,
         s,
+        caller,
         job,
         interval,
         last: None,
         first: true,
         done: false,
+        _slot: slot,
     };
     let stream = futures::stream::unfold(w, |mut w| async move {
         loop {
@@ -169,9 +215,19 @@ pub async fn events(
                     return None;
                 }
             }
-            w.first = false;
-            let p = match progress(&w.s, &w.job).await {
-                Ok(p) => p,
+            // The first look is the request's own (charged and proved as it arrived).
+            let looked = match std::mem::replace(&mut w.first, false) {
+                true => progress(&w.s, &w.job).await.map(Look::Progress),
+                false => look(&w.s, &w.caller, &w.job).await,
+            };
+            let p = match looked {
+                Ok(Look::Progress(p)) => p,
+                Ok(Look::Skipped) => continue,
+                Ok(Look::Ended) => {
+                    tracing::info!(tenant = %w.caller.tenant, caller = ?w.caller.credential,
+                        "an event stream's credential proves nothing any more: stream ended");
+                    return None;
+                }
                 // A backend that did not answer this time: look again next time.
                 Err(_) => continue,
             };

@@ -58,7 +58,7 @@ pub enum JwksError {
 pub struct TokenCaller {
     pub tenant: Tenant,
     pub role: Role,
-    /// `sub`, for the audit log.
+    /// `sub`, for the audit log, escaped ([`printable`]).
     pub subject: String,
 }
 
@@ -157,6 +157,9 @@ impl JwtVerifier {
         v.set_issuer(&[&self.cfg.issuer]);
         v.set_audience(&[&self.cfg.audience]);
         v.set_required_spec_claims(&["exp", "iss", "aud"]);
+        // `nbf` where a token has one, with the same leeway as `exp`: a token is good from
+        // when its issuer says, not from when it was signed.
+        v.validate_nbf = true;
         v.leeway = 30;
         let data = jsonwebtoken::decode::<Value>(token, &key, &v).map_err(|e| e.to_string())?;
         let claims = data.claims;
@@ -169,18 +172,30 @@ impl JwtVerifier {
             Some("operator") => Role::Operator,
             _ => Role::Tenant,
         };
+        if crate::auth::reserved_tenant(&tenant, role) {
+            return Err(format!(
+                "the `{}` claim names the reserved tenant `default`",
+                self.cfg.tenant_claim
+            ));
+        }
         Ok(TokenCaller {
             tenant,
             role,
-            subject: claims
-                .get("sub")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .chars()
-                .take(128)
-                .collect(),
+            subject: printable(claims.get("sub").and_then(Value::as_str).unwrap_or("")),
         })
     }
+}
+
+/// A token's subject as a log may carry it: at most 128 characters, each one outside
+/// printable ASCII (a line break, a control or bidirectional character), a backslash or a
+/// quote escaped (`\n`, `\u{202e}`), so that no subject can start a line of its own or pass
+/// for another field.
+pub fn printable(subject: &str) -> String {
+    subject
+        .chars()
+        .take(128)
+        .flat_map(char::escape_default)
+        .collect()
 }
 
 async fn load(src: &JwksSource, http: &reqwest::Client) -> Result<JwkSet, JwksError> {
@@ -210,4 +225,21 @@ async fn load(src: &JwksSource, http: &reqwest::Client) -> Result<JwkSet, JwksEr
         from,
         error: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subject_cannot_start_a_line_or_pass_for_another_field() {
+        assert_eq!(printable("user-a"), "user-a");
+        let forged = printable("x\n2026-01-01T00:00:00Z INFO audit: tenant=b \"\u{202e}");
+        assert!(!forged.contains('\n') && forged.is_ascii(), "{forged}");
+        assert!(
+            forged.starts_with("x\\n") && forged.contains("\\u{202e}"),
+            "{forged}"
+        );
+        assert_eq!(printable(&"é".repeat(200)).matches("\\u{e9}").count(), 128);
+    }
 }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tilegate_core::StoreError::NotFound;
 use tilegate_core::object::ObjectStore;
 use tilegate_core::object::{GetOutcome, ObjectStoreExt as _, PutOutcome};
@@ -83,6 +84,13 @@ pub enum KeyError {
     BadId(String),
     #[error("API key record {key} is unreadable: {error}")]
     Corrupt { key: String, error: String },
+    #[error(
+        "the tenant `default` is the operator's own (the jobs planned without --tenant): a tenant \
+         key may not name it (make an --operator key, or name another tenant)"
+    )]
+    ReservedTenant,
+    #[error("too many unknown API keys looked up; ask again in {retry_after_s} s")]
+    Throttled { retry_after_s: u64 },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -92,6 +100,72 @@ pub enum KeyError {
 pub struct KeyStore {
     objects: Arc<dyn ObjectStore>,
     records: Arc<Mutex<HashMap<String, KeyRecord>>>,
+    /// What a presented key that is not (yet) known may cost before it proves anything.
+    unknown: Arc<Mutex<Unknown>>,
+    /// Keys found revoked: a revocation is never undone, so it is read once.
+    revoked: Arc<Mutex<HashMap<String, UnixMillis>>>,
+}
+
+/// How long a key ID found to have no record is answered from memory.
+pub const UNKNOWN_FOR: Duration = Duration::from_secs(60);
+/// Unknown key IDs remembered at most (the oldest are forgotten first).
+pub const UNKNOWN_KEPT: usize = 4096;
+/// Record reads for key IDs this server has not seen, a second (bursts of twice that): a
+/// guessed `tgk_…` costs an object-store read only within this budget, shared by every
+/// unauthenticated caller. Known keys' records are kept, so their callers never spend it.
+pub const LOOKUPS_PER_S: f64 = 10.0;
+
+/// The negative cache and the lookup budget.
+#[derive(Debug)]
+struct Unknown {
+    /// Key IDs with no record, and when that was read; oldest first in `order`.
+    seen: HashMap<String, Instant>,
+    order: std::collections::VecDeque<String>,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Default for Unknown {
+    fn default() -> Self {
+        Self {
+            seen: HashMap::new(),
+            order: std::collections::VecDeque::new(),
+            tokens: LOOKUPS_PER_S * 2.0,
+            at: Instant::now(),
+        }
+    }
+}
+
+impl Unknown {
+    /// Whether `id` was found to have no record within [`UNKNOWN_FOR`].
+    fn known_absent(&self, id: &str) -> bool {
+        self.seen.get(id).is_some_and(|t| t.elapsed() < UNKNOWN_FOR)
+    }
+
+    /// Spend one lookup, or say how long until one is left.
+    fn spend(&mut self) -> Result<(), u64> {
+        let now = Instant::now();
+        let burst = LOOKUPS_PER_S * 2.0;
+        self.tokens =
+            (self.tokens + now.duration_since(self.at).as_secs_f64() * LOOKUPS_PER_S).min(burst);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return Ok(());
+        }
+        Err(((1.0 - self.tokens) / LOOKUPS_PER_S).ceil().max(1.0) as u64)
+    }
+
+    fn remember(&mut self, id: &str) {
+        if self.seen.insert(id.to_owned(), Instant::now()).is_none() {
+            self.order.push_back(id.to_owned());
+        }
+        while self.order.len() > UNKNOWN_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -128,6 +202,8 @@ impl KeyStore {
         Self {
             objects,
             records: Arc::default(),
+            unknown: Arc::default(),
+            revoked: Arc::default(),
         }
     }
 
@@ -148,6 +224,9 @@ impl KeyStore {
         replaces: Option<String>,
         now: UnixMillis,
     ) -> Result<NewKey, KeyError> {
+        if crate::auth::reserved_tenant(&tenant, role) {
+            return Err(KeyError::ReservedTenant);
+        }
         loop {
             let id = random_hex(8);
             let secret = random_hex(32);
@@ -214,12 +293,44 @@ impl KeyStore {
         Ok(r)
     }
 
-    /// When key `id` was revoked, if it was.
+    /// When key `id` was revoked, if it was (kept once read: a revocation is for good).
     pub async fn revoked_at(&self, id: &str) -> Result<Option<UnixMillis>, KeyError> {
-        Ok(self
+        if let Some(at) = self.revoked.lock().expect("not poisoned").get(id) {
+            return Ok(Some(*at));
+        }
+        let at = self
             .read_json::<Revocation>(&Self::revoked_key(id))
             .await?
-            .map(|r| r.revoked_at))
+            .map(|r| r.revoked_at);
+        if let Some(at) = at {
+            self.revoked
+                .lock()
+                .expect("not poisoned")
+                .insert(id.to_owned(), at);
+        }
+        Ok(at)
+    }
+
+    /// The record of a presented key `id`: from memory where it is known (or known to be
+    /// absent, for [`UNKNOWN_FOR`]); otherwise read, within the budget of [`LOOKUPS_PER_S`].
+    async fn presented_record(&self, id: &str) -> Result<Option<KeyRecord>, KeyError> {
+        if let Some(r) = self.records.lock().expect("not poisoned").get(id) {
+            return Ok(Some(r.clone()));
+        }
+        {
+            let mut unknown = self.unknown.lock().expect("not poisoned");
+            if unknown.known_absent(id) {
+                return Ok(None);
+            }
+            unknown
+                .spend()
+                .map_err(|retry_after_s| KeyError::Throttled { retry_after_s })?;
+        }
+        let r = self.record(id).await?;
+        if r.is_none() {
+            self.unknown.lock().expect("not poisoned").remember(id);
+        }
+        Ok(r)
     }
 
     /// The record of the key `token` presents, if it is a live key whose secret matches.
@@ -227,7 +338,7 @@ impl KeyStore {
         let Some((id, secret)) = split(token) else {
             return Ok(None);
         };
-        let Some(record) = self.record(id).await? else {
+        let Some(record) = self.presented_record(id).await? else {
             return Ok(None);
         };
         let presented = sha256_hex(secret);
@@ -308,6 +419,76 @@ impl KeyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn store() -> (KeyStore, Arc<dyn ObjectStore>) {
+        let objects: Arc<dyn ObjectStore> = Arc::new(tilegate_memory::MemoryObjectStore::new(
+            Arc::new(tilegate_memory::SystemClock),
+        ));
+        (KeyStore::new(Arc::clone(&objects)), objects)
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A tenant key may not name the operator's tenant; an operator key may.
+    #[test]
+    fn the_default_tenant_is_reserved_for_the_operator() {
+        let (keys, _) = store();
+        let rt = rt();
+        let default = Tenant::parse(Tenant::DEFAULT).unwrap();
+        let e = rt
+            .block_on(keys.create(default.clone(), Role::Tenant, String::new(), None, 0))
+            .unwrap_err();
+        assert!(matches!(e, KeyError::ReservedTenant), "{e}");
+        rt.block_on(keys.create(default, Role::Operator, String::new(), None, 0))
+            .unwrap();
+    }
+
+    /// A guessed key's ID is looked up once, then answered from memory; guesses of new IDs
+    /// past the budget are refused without a lookup.
+    #[test]
+    fn unknown_keys_cost_one_lookup_each_within_a_budget() {
+        let (keys, objects) = store();
+        let rt = rt();
+        let guess = |n: u32| format!("tgk_{n:016x}_{}", "a".repeat(64));
+        assert_eq!(rt.block_on(keys.verify(&guess(1))).unwrap(), None);
+        // The ID now has a record (it cannot, but if it did): the answer is the remembered one.
+        let record = KeyRecord {
+            key_id: format!("{:016x}", 1),
+            tenant: Tenant::parse("a").unwrap(),
+            role: Role::Tenant,
+            secret_sha256: sha256_hex(&"a".repeat(64)),
+            created_at: 0,
+            label: String::new(),
+            replaces: None,
+        };
+        rt.block_on(objects.put_create(
+            &KeyStore::record_key(&record.key_id),
+            Bytes::from(serde_json::to_vec(&record).unwrap()),
+        ))
+        .unwrap();
+        for _ in 0..100 {
+            assert_eq!(rt.block_on(keys.verify(&guess(1))).unwrap(), None);
+        }
+        // New guesses: the burst is looked up, then the rest are refused with a wait.
+        let burst = (LOOKUPS_PER_S * 2.0) as u32;
+        let mut throttled = 0;
+        for n in 2..(2 + burst + 20) {
+            match rt.block_on(keys.verify(&guess(n))) {
+                Ok(None) => {}
+                Err(KeyError::Throttled { retry_after_s }) => {
+                    assert!(retry_after_s >= 1);
+                    throttled += 1;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(throttled >= 15, "{throttled}");
+    }
 
     #[test]
     fn a_key_has_one_shape() {

@@ -50,6 +50,8 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Longest event stream.
     pub max_stream: Duration,
+    /// A tenant's event streams open at once (per process).
+    pub max_streams_per_tenant: usize,
 }
 
 impl Default for Limits {
@@ -61,6 +63,7 @@ impl Default for Limits {
             header_bytes: 16 * 1024,
             request_timeout: Duration::from_secs(60),
             max_stream: Duration::from_secs(300),
+            max_streams_per_tenant: 8,
         }
     }
 }
@@ -74,6 +77,7 @@ pub struct Service {
     pub jwt: Option<jwt::JwtVerifier>,
     pub limits: Limits,
     pub rates: auth::Rates,
+    pub streams: auth::Streams,
     pub prices: PriceTable,
 }
 
@@ -92,6 +96,7 @@ impl Service {
             jwt,
             limits,
             rates: auth::Rates::default(),
+            streams: auth::Streams::default(),
             prices,
         }
     }
@@ -351,7 +356,8 @@ pub async fn serve(listener: tokio::net::TcpListener, router: axum::Router) -> s
 /// The service's settings from the environment, as `tilegate serve` reads its flags' variables
 /// (`TILEGATE_JWKS`, `TILEGATE_JWT_ISSUER`, `TILEGATE_JWT_AUDIENCE`, `TILEGATE_TENANT_CLAIM`,
 /// `TILEGATE_ROLE_CLAIM`, `TILEGATE_RATE_LIMIT`, `TILEGATE_MAX_JOBS_IN_FLIGHT`,
-/// `TILEGATE_REQUEST_TIMEOUT` in seconds or as `25s`): for the Lambda function, which has no
+/// `TILEGATE_MAX_STREAMS_PER_TENANT`, `TILEGATE_REQUEST_TIMEOUT` in seconds or as `25s`): for
+/// the Lambda function, which has no
 /// command line. A value that does not parse is an error, never a silent default.
 pub fn settings_from_env() -> Result<(Option<jwt::JwtConfig>, Limits), String> {
     let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
@@ -367,6 +373,11 @@ pub fn settings_from_env() -> Result<(Option<jwt::JwtConfig>, Limits), String> {
         limits.max_jobs_in_flight = v
             .parse()
             .map_err(|_| format!("TILEGATE_MAX_JOBS_IN_FLIGHT `{v}` is not a count"))?;
+    }
+    if let Some(v) = var("TILEGATE_MAX_STREAMS_PER_TENANT") {
+        limits.max_streams_per_tenant = v
+            .parse()
+            .map_err(|_| format!("TILEGATE_MAX_STREAMS_PER_TENANT `{v}` is not a count"))?;
     }
     if let Some(v) = var("TILEGATE_REQUEST_TIMEOUT") {
         let secs: u64 =

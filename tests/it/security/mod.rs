@@ -11,3 +11,4 @@ mod inputs;
 mod metrics_endpoint;
 mod references;
 mod secrets;
+mod service_scope;
