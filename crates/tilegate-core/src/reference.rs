@@ -242,9 +242,11 @@ fn http(input: &str) -> Result<url::Url, Forbidden> {
 }
 
 fn object(store: Store, rest: &str) -> Result<Reference, Forbidden> {
-    if rest.contains('\\') || rest.chars().any(char::is_whitespace) {
+    // A space is an ordinary character of a key (`incoming/scene 1.tif`, which every client
+    // percent-encodes the same way); no other whitespace is.
+    if rest.contains('\\') || rest.chars().any(|c| c.is_whitespace() && c != ' ') {
         return Err(malformed(
-            "a backslash or whitespace in an object reference",
+            "a backslash, or whitespace other than a space, in an object reference",
         ));
     }
     if rest.contains(['?', '#']) {
@@ -385,6 +387,10 @@ mod tests {
         );
         // Dots inside a name are no dot segments; a relative local path is the operator's.
         assert!(Reference::parse("gs://b/x..y/a.b.tif").is_ok());
+        assert_eq!(
+            got("s3://b/incoming/scene 1.tif"),
+            "/vsis3/b/incoming/scene 1.tif"
+        );
         assert!(Reference::parse("../data/a.tif").is_ok());
         assert_eq!(
             Reference::parse("file://localhost/d/a.tif")
