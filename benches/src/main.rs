@@ -4,7 +4,8 @@
 //! sources whose blocks do not line up with the windows; `tilegate-benches ledger` measures GC
 //! and reconciliation over a large ledger; `tilegate-benches simulate` runs the real worker,
 //! planner and assembler against a model of the cloud services on a simulated clock
-//! (CAPACITY.md); the criterion micro-benchmarks of the hot paths are in
+//! (CAPACITY.md); `tilegate-benches scope` counts the store requests one tenant's service call
+//! sends beside other tenants' jobs and dead letters; the criterion micro-benchmarks of the hot paths are in
 //! `benches/hot_paths.rs`.
 
 mod decode;
@@ -12,6 +13,7 @@ mod fanout;
 mod ledger;
 mod measure;
 mod requests;
+mod scope;
 mod serve;
 mod simulate;
 
@@ -110,6 +112,25 @@ enum Cmd {
         /// Seconds per row.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Directory holding the `tilegate` binary [default: this binary's directory].
+        #[arg(long)]
+        bin: Option<PathBuf>,
+        #[arg(long, default_value = ".ci-cache/bench")]
+        work: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The store requests one tenant's service calls send (a status call, a listing, one look
+    /// of an event stream), alone and beside other tenants' jobs and dead letters, against the
+    /// AWS emulator (`.ci/aws-emulator`): what the tenant costs should not grow with them.
+    Scope {
+        /// Other tenants' jobs.
+        #[arg(long, default_value_t = 10_000)]
+        others: usize,
+        /// Dead letters of theirs.
+        #[arg(long, default_value_t = 1_000)]
+        dead: usize,
         /// Directory holding the `tilegate` binary [default: this binary's directory].
         #[arg(long)]
         bin: Option<PathBuf>,
@@ -319,6 +340,17 @@ fn main() -> anyhow::Result<()> {
     {
         return decode::run(size, window, &work, json);
     }
+    if let Cmd::Scope {
+        others,
+        dead,
+        bin,
+        work,
+        json,
+    } = command
+    {
+        let doc = scope::run(&bin_dir(bin)?.join("tilegate"), &work, others, dead)?;
+        return print(&doc, json, scope::table);
+    }
     if let Cmd::Serve {
         clients,
         seconds,
@@ -370,7 +402,7 @@ fn main() -> anyhow::Result<()> {
         bare_manifest_rows,
     } = command
     else {
-        unreachable!("simulate, requests, decode and ledger returned above")
+        unreachable!("every other command returned above")
     };
     let bin = bin_dir(bin)?;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());

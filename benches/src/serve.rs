@@ -118,6 +118,9 @@ fn start(c: &Config, data: &Path) -> anyhow::Result<Server> {
             "0",
             "--max-stream",
             "10m",
+            // The 256 streams are one tenant's.
+            "--max-streams-per-tenant",
+            "1000",
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
