@@ -220,6 +220,11 @@ fn http(input: &str) -> Result<url::Url, Forbidden> {
             "credentials in the URL's authority are not accepted",
         ));
     }
+    // `http:///host/x` is `host` to a URL parser (it skips the extra slashes) and no host to
+    // curl; `%68ost` is `host` to one and not the other.
+    if authority.is_empty() || authority.contains('%') {
+        return Err(malformed("an empty or percent-encoded host in a URL"));
+    }
     let path = tail.split(['?', '#']).next().unwrap_or("");
     if path.split('/').any(is_dot_segment) {
         return Err(malformed("a `.` or `..` segment in the URL's path"));
@@ -336,6 +341,8 @@ mod tests {
             "https://h/a%5Cb.tif",
             "https://h/a b.tif",
             "https://h/a\tb.tif",
+            "http:///hHa/x.tif",
+            "http://%68ost/x.tif",
             " https://h/a.tif",
             "gs://tenant-a-uploads/../other-bucket/x.tif",
             "gs://b/a/%2e%2e/x.tif",
