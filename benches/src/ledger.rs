@@ -60,6 +60,7 @@ fn synthetic_job(windows: u32) -> JobRecord {
         redrives: 0,
         outbox: Vec::new(),
         windows_enqueued: false,
+        settled: false,
     }
 }
 

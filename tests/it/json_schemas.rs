@@ -238,6 +238,12 @@ fn every_commands_json_validates() {
         0,
     );
     assert_eq!(hook.received().len(), 1);
+    // The reconciler's pass: the jobs above are published or incomplete and announced.
+    c.run(
+        "reconcile-jobs",
+        &["reconcile-jobs", "--once", "--announce", hook.url.as_str()],
+        0,
+    );
     c.run("status", &["status", &dead_job], 0);
     c.run("dlq-list", &["dlq", "list"], 0);
     c.run("dlq-list", &["dlq", "list", "--job", &dead_job], 0);

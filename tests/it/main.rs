@@ -22,6 +22,7 @@ mod ledger;
 mod per_backend;
 mod pipeline;
 mod recipes;
+mod reconcile;
 mod report;
 mod scene;
 mod scripted_azure;

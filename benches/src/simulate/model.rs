@@ -645,6 +645,13 @@ impl JobTable for Modelled {
             .await?;
         self.inner.jobs.list_jobs_of(tenant, limit).await
     }
+
+    async fn list_open_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        self.model
+            .dynamo("Query", "open", Budget::DynamoRead, 1.0)
+            .await?;
+        self.inner.jobs.list_open_jobs(limit).await
+    }
 }
 
 #[async_trait]

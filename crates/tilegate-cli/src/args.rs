@@ -117,9 +117,22 @@ pub enum Command {
     /// `scenes/JOB.json`), and with --stac-collection write a STAC Collection over them.
     Stac(StacArgs),
     /// Deliver jobs' pending announcements (published scenes, jobs left incomplete) to the
-    /// sinks named by --announce: one job, or every recent job with something pending. Run it
-    /// on a schedule beside pools that announce, to deliver what a sink refused earlier.
+    /// sinks named by --announce: one job, or every recent job with something pending.
+    /// `reconcile-jobs` does this on a schedule, with a backoff.
     Announce(AnnounceArgs),
+    /// Move every open job to its end from stored state alone — the safety net under the
+    /// unattended flow's edges. Per open job (read through the tables' index of open jobs, so
+    /// a pass costs what the open jobs cost, never the finished ones): enqueue the windows a
+    /// lost planner never enqueued, assemble a complete job through the claim gate, record
+    /// `incomplete` for windows the queue dead-lettered unannounced, deliver pending
+    /// announcements (backoff per job, a cap per pass), and settle a job with nothing left.
+    /// Every action is the fast path's own conditional write: run it beside the pools, as often
+    /// as you like, on as many hosts as you like.
+    ///
+    ///   tilegate reconcile-jobs --once --announce sns:arn:aws:sns:…:scenes
+    ///   tilegate reconcile-jobs --every 60          # until Ctrl-C / SIGTERM
+    #[command(verbatim_doc_comment)]
+    ReconcileJobs(ReconcileJobsArgs),
     /// Plan each scene that lands, with nobody typing `plan`: consume S3 event notifications
     /// (direct, through EventBridge or SNS) and STAC Items from the arrivals queue, and/or watch
     /// directories for new files, and plan each with the recipe given here. A repeated
@@ -354,6 +367,11 @@ pub struct WorkArgs {
     /// only when a window fills its own (plan large jobs with --manifest-shards).
     #[arg(long)]
     pub assemble: bool,
+    /// With --assemble, also reconcile every open job every this many seconds in the
+    /// background (`tilegate reconcile-jobs`: enqueue what a lost planner did not, assemble what
+    /// a lost trigger did not, announce what was left pending); 0: never.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    pub reconcile_every: f64,
     #[command(flatten)]
     pub assemble_flags: AssembleFlags,
 }
@@ -649,6 +667,31 @@ pub struct GcArgs {
     /// Test hook: judge deadlines at this time (ms since the epoch).
     #[arg(long, hide = true)]
     pub test_now_ms: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileJobsArgs {
+    /// One pass, then exit.
+    #[arg(long, conflicts_with = "every", required_unless_present = "every")]
+    pub once: bool,
+    /// Seconds between passes; passes until stopped (Ctrl-C / SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
+    pub every: Option<f64>,
+    /// Seconds a job's planner has to enqueue its windows before the reconciler does.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    pub grace: f64,
+    /// Open jobs looked at per pass, oldest first.
+    #[arg(long, default_value_t = 1000)]
+    pub limit: usize,
+    /// Jobs whose pending announcements are delivered per pass.
+    #[arg(long, default_value_t = 100)]
+    pub deliveries: usize,
+    /// Assemble only jobs whose tiles total at most this many bytes (larger ones are left to
+    /// a host that can take them, and named stalled).
+    #[arg(long, value_name = "BYTES")]
+    pub max_assemble_bytes: Option<u64>,
+    #[command(flatten)]
+    pub flags: AssembleFlags,
 }
 
 #[derive(Debug, Args)]

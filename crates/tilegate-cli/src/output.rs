@@ -154,6 +154,13 @@ pub fn status_text(st: &JobStatus, objects_root: &str) -> String {
         ));
     }
     s.push('\n');
+    if let Some(stall) = &st.stalled {
+        s.push_str(&format!(
+            "  stalled      {} ({}): `tilegate reconcile-jobs --once` moves it on\n",
+            stall.reason.as_str(),
+            stall.count
+        ));
+    }
     s.push_str(&format!(
         "  states       {} written, {} already present, {} encode skipped, {} dead-lettered, {} missing ({} duplicates absorbed)\n",
         states.written,

@@ -23,6 +23,7 @@ pub mod redact;
 pub mod reference;
 pub mod source;
 pub mod source_policy;
+pub mod stall;
 pub mod table;
 pub mod time;
 

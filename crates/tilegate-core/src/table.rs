@@ -68,11 +68,26 @@ pub struct JobRecord {
     /// sink acknowledges them ([`crate::announce`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::announce::Announcement>,
-    /// Whether every window was enqueued once by an arrival (`ingest`): a duplicate
-    /// notification of the same scene then enqueues nothing. False for jobs `plan` planned,
-    /// which plan again on request.
+    /// Whether every window was enqueued once (by `plan`, `ingest` or the reconciler): a
+    /// duplicate notification of the same scene then enqueues nothing, and the reconciler
+    /// knows a job whose planner died before enqueueing (`plan` itself still enqueues again
+    /// on request).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub windows_enqueued: bool,
+    /// Nothing is left to do for the job: it is published, or incomplete in its current
+    /// redrive generation, and every announcement is delivered (`tilegate reconcile` sets it;
+    /// a redrive clears it). A job that is not settled is **open**: every table keeps an index
+    /// of open jobs with the row's own writes ([`JobTable::list_open_jobs`]), which the
+    /// reconciler reads, so its cost follows the open jobs, never the finished ones.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub settled: bool,
+}
+
+impl JobRecord {
+    /// Whether the job is in the index of open jobs.
+    pub fn is_open(&self) -> bool {
+        !self.settled
+    }
 }
 
 fn one() -> u32 {
@@ -354,6 +369,11 @@ pub trait JobTable: Send + Sync + std::fmt::Debug {
         tenant: &Tenant,
         limit: usize,
     ) -> StoreResult<Vec<Versioned<JobRecord>>>;
+    /// Open jobs ([`JobRecord::is_open`]), oldest first (ties by job ID), at most `limit`:
+    /// read through an index that holds open jobs only (a partial index, a sparse GSI), kept
+    /// by the row's own writes — so the rows read are the open ones however many finished
+    /// jobs the table holds.
+    async fn list_open_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>>;
 }
 
 /// The manifest: one row per committed window; the assembler counts these, never objects.

@@ -7,7 +7,8 @@
 //! regeneration's object written, its row not yet updated); the assembler's `after-claim`
 //! (the claim won, nothing uploaded) and `after-publish`
 //! (the scene object created, the job row — with the scene's announcement — not yet written);
-//! the pipeline's `before-announce` (the row written, its announcement not yet delivered). `TILEGATE_FAULT_MAX_ATTEMPT=N` arms it only
+//! the pipeline's `before-announce` (the row written, its announcement not yet delivered); the
+//! planner's `after-job-row` (the job row written, no window enqueued). `TILEGATE_FAULT_MAX_ATTEMPT=N` arms it only
 //! for deliveries received at most N times; later deliveries pass uncounted. With `1`, a fault
 //! never cuts short a redelivery, so a harness that injects many faults can bound how often one
 //! message is stranded (three strandings would dead-letter it).

@@ -17,6 +17,9 @@
 //! --print-config` prints) and dead-letters what it cannot plan to `TILEGATE_ARRIVALS_DLQ_URL`
 //! (the arrivals queue is `TILEGATE_ARRIVALS_URL`).
 //!
+//! With `TILEGATE_MODE=reconcile` it is the reconciler: one pass over the open jobs per
+//! invocation, on an EventBridge Scheduler schedule (see `tilegate reconcile-jobs`).
+//!
 //! With `TILEGATE_MODE=serve` it is the job service behind API Gateway's HTTP API: the router
 //! of `tilegate serve`, configured by the same environment variables (`TILEGATE_JWKS`,
 //! `TILEGATE_JWT_ISSUER`, `TILEGATE_JWT_AUDIENCE`, `TILEGATE_RATE_LIMIT`, …).
@@ -58,6 +61,9 @@ async fn main() -> Result<(), Error> {
     }
     if std::env::var("TILEGATE_MODE").is_ok_and(|m| m == "serve") {
         return serve(backends).await;
+    }
+    if std::env::var("TILEGATE_MODE").is_ok_and(|m| m == "reconcile") {
+        return reconcile(backends).await;
     }
     let mut cfg = HandlerConfig::default();
     if let Ok(name) = std::env::var("AWS_LAMBDA_FUNCTION_NAME") {
@@ -149,6 +155,49 @@ async fn serve(backends: tilegate_core::Backends) -> Result<(), Error> {
         async move {
             let r = tilegate_service::lambda::handle(router, event.payload).await?;
             Ok::<_, Error>(serde_json::to_value(r)?)
+        }
+    }))
+    .await
+}
+
+/// The reconciler, one pass per invocation (an EventBridge Scheduler schedule invokes it):
+/// `TILEGATE_ANNOUNCE` its sinks (the worker function's), `TILEGATE_ASSEMBLE_MAX_BYTES` the
+/// largest job it assembles, `TILEGATE_RECONCILE_GRACE_S` (default 120) how long a planner
+/// has to enqueue. Answers with the pass's report; a pass a store's failure stopped is an
+/// error, so the schedule's retry policy and the function's metrics see it.
+async fn reconcile(backends: tilegate_core::Backends) -> Result<(), Error> {
+    let max = std::env::var("TILEGATE_ASSEMBLE_MAX_BYTES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(tilegate_pipeline::complete::LAMBDA_ASSEMBLE_MAX_BYTES);
+    let mut opts = tilegate_pipeline::reconcile::ReconcileOptions::new(
+        tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner("lambda-reconcile")),
+    );
+    opts.max_assemble_bytes = Some(max);
+    if let Some(grace) = std::env::var("TILEGATE_RECONCILE_GRACE_S")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        opts.grace = Duration::from_secs(grace);
+    }
+    let specs = tilegate_core::announce::sink_specs(
+        &std::env::var("TILEGATE_ANNOUNCE").unwrap_or_default(),
+    )?;
+    let sinks = if specs.is_empty() {
+        Vec::new()
+    } else {
+        tilegate_backends::open_sinks(&specs).await?
+    };
+    let reconciler = Arc::new(tilegate_pipeline::reconcile::Reconciler::new(
+        backends.clone(),
+        opts,
+        tilegate_pipeline::announce::Announcer::new(backends, sinks),
+    ));
+    lambda_runtime::run(service_fn(move |_event: LambdaEvent<serde_json::Value>| {
+        let reconciler = Arc::clone(&reconciler);
+        async move {
+            let report = reconciler.pass().await?;
+            Ok::<_, Error>(serde_json::to_value(report)?)
         }
     }))
     .await

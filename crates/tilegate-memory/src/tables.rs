@@ -118,6 +118,25 @@ impl JobTable for MemoryTables {
         Ok(jobs)
     }
 
+    /// The rows are in memory: the open ones, oldest first.
+    async fn list_open_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        let mut jobs: Vec<Versioned<JobRecord>> = self
+            .lock()
+            .jobs
+            .values()
+            .filter(|j| j.row.is_open())
+            .cloned()
+            .collect();
+        jobs.sort_by(|a, b| {
+            a.row
+                .created_at
+                .cmp(&b.row.created_at)
+                .then_with(|| a.row.job_id.as_str().cmp(b.row.job_id.as_str()))
+        });
+        jobs.truncate(limit);
+        Ok(jobs)
+    }
+
     /// The rows are in memory: filtered by tenant here, in the order of [`Self::list_jobs`].
     async fn list_jobs_of(
         &self,

@@ -2,13 +2,18 @@
 //! configured sinks — an SNS topic, an EventBridge bus, a signed webhook (opened by
 //! `tilegate_backends::open_sinks`) — each acknowledgement marked on the job row.
 //!
+//! A process settles a job ([`Announcer::settle`]) once its own sinks have taken every
+//! announcement and the outcome is recorded: give the workers and the reconciler the same sinks.
+//!
 //! Delivery is at least once: a sink that took a message but whose acknowledgement was not yet
 //! marked when the process died gets the same message again, under the same idempotency key.
 //! Nothing is lost: the announcement was recorded with the change it announces, and stays
 //! pending on the row until every sink has acknowledged it. Who delivers: the worker that
 //! assembles a completed job or dead-letters a window (at once), any duplicate completion
-//! trigger (a redelivered last window), a pool as its queue drains, and `tilegate announce`
-//! (a sweep over recent jobs; a schedule runs it in `deploy/`).
+//! trigger (a redelivered last window), a pool as its queue drains, `tilegate announce`, and the
+//! reconciler (`tilegate reconcile-jobs`, [`crate::reconcile`]) on every pass, with a backoff:
+//! the schedule that runs it in `deploy/` is what delivers an announcement whose sink was down
+//! for longer than every inline retry.
 
 use std::sync::Arc;
 use tilegate_core::announce::{Announcement, Message, Outcome, Sink, SinkError, change_job};
@@ -124,6 +129,36 @@ impl Announcer {
             .any(|a| !a.delivered_to_all(self.sinks.iter().map(|s| s.id())))
     }
 
+    /// Whether `a` was taken by every one of this announcer's sinks.
+    pub fn delivered_to_mine(&self, a: &Announcement) -> bool {
+        a.delivered_to_all(self.sinks.iter().map(|s| s.id()))
+    }
+
+    /// Settle `job` if nothing is left to do for it here: its outcome is recorded (published,
+    /// or `incomplete` in its current redrive generation) and every announcement was taken by
+    /// each of this announcer's sinks (with none, once the outcome is recorded). Settling takes
+    /// the job out of the tables' index of open jobs, with the version guard of every row
+    /// change; a redrive reopens it. Returns whether this call settled it.
+    pub async fn settle(&self, job: &JobRecord) -> Result<bool, StoreError> {
+        if !self.finished(job) {
+            return Ok(false);
+        }
+        change_job(&*self.b.jobs, &job.job_id, "settle the job", |row| {
+            if !self.finished(row) {
+                return false;
+            }
+            row.settled = true;
+            true
+        })
+        .await
+    }
+
+    fn finished(&self, job: &JobRecord) -> bool {
+        !job.settled
+            && (job.scene_output.is_some() || tilegate_core::stall::announced_incomplete(job))
+            && !self.pending_on(job)
+    }
+
     /// A published scene's STAC Item, as stored beside the scene (none if it is not there: the
     /// message then carries the scene's reference only).
     async fn item_of(&self, a: &Announcement) -> Result<Option<serde_json::Value>, StoreError> {
@@ -163,6 +198,8 @@ impl Announcer {
 pub async fn new_generation(b: &Backends, job: &JobId) -> Result<(), StoreError> {
     change_job(&*b.jobs, job, "start a redrive generation", |row| {
         row.redrives += 1;
+        // Open again: the redriven windows may publish it, or be dead-lettered again.
+        row.settled = false;
         true
     })
     .await

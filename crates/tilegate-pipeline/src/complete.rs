@@ -53,6 +53,20 @@ impl AssembleOnComplete {
         {
             tracing::warn!(job_id = %job, error = %tilegate_core::error::chain(&e), "announcing: the job row could not be read or marked; left pending");
         }
+        // Nothing left for this process's sinks: out of the open index (else the reconciler
+        // delivers, and settles, later).
+        let settler = self
+            .announcer
+            .clone()
+            .unwrap_or_else(|| Announcer::new(self.b.clone(), Vec::new()));
+        let settled = match self.b.jobs.get_job(job).await {
+            Ok(Some(row)) => settler.settle(&row.row).await,
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = settled {
+            tracing::warn!(job_id = %job, error = %tilegate_core::error::chain(&e), "settling the job failed; the reconciler settles it");
+        }
     }
 
     /// Assemble only jobs whose tiles total at most `bytes`; a larger one is left

@@ -9,6 +9,7 @@ pub mod complete;
 pub mod estimate;
 pub mod ingest;
 pub mod logging;
+pub mod reconcile;
 pub mod regenerate;
 pub mod run;
 

@@ -153,12 +153,30 @@ pub async fn run<P: Progress>(
         _ => None,
     };
     record_job_counts(b, &job.job_id, counters).await;
+    if scene.is_some() {
+        // `run` announces to no sink: once published, nothing is left for it to do, and the
+        // job leaves the reconciler's open index.
+        settle_here(b, &job.job_id).await;
+    }
     Ok(RunOutcome {
         plan,
         work,
         manifest_rows,
         scene,
     })
+}
+
+/// Settle `job` for a process with no sinks (a failure is logged: the reconciler settles it).
+async fn settle_here(b: &Backends, job: &JobId) {
+    let settler = crate::announce::Announcer::new(b.clone(), Vec::new());
+    let settled = match b.jobs.get_job(job).await {
+        Ok(Some(row)) => settler.settle(&row.row).await,
+        Ok(None) => Ok(false),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = settled {
+        tracing::warn!(job_id = %job, error = %tilegate_core::error::chain(&e), "settling the job failed; the reconciler settles it");
+    }
 }
 
 /// `pools` workers over one queue, their reports added up. Each pool (and its encoder threads)

@@ -178,6 +178,8 @@ pub async fn plan_resolved(
         CreateOutcome::AlreadyExists(existing) => (existing.row, false),
     };
     tracing::info!(job_id = %job.job_id, windows = job.grid.len(), newly_planned, "job planned");
+    // Crash tests: the row written, no window enqueued (a planner or an arrival lost here).
+    tilegate_fault::point("after-job-row", 1);
     timings.job_row_s = clock.elapsed().as_secs_f64();
     clock = std::time::Instant::now();
 
@@ -195,7 +197,9 @@ pub async fn plan_resolved(
     }
     let only_missing = opts.resume || enqueue == Enqueue::Once;
     (plan.enqueued, plan.already_recorded) = enqueue_windows(b, &plan.job, only_missing).await?;
-    if enqueue == Enqueue::Once {
+    // Every plan marks the row once its windows are all enqueued: a row without the mark,
+    // older than a planner takes, is one whose planner died (the reconciler enqueues it).
+    if !plan.job.windows_enqueued {
         tilegate_core::announce::change_job(
             b.jobs.as_ref(),
             &plan.job.job_id,
@@ -293,6 +297,7 @@ async fn derive_resolved(
         redrives: 0,
         outbox: Vec::new(),
         windows_enqueued: false,
+        settled: false,
     };
     Ok(record)
 }

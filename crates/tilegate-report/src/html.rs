@@ -108,6 +108,15 @@ pub fn render(g: &Gathered, st: &JobStatus, extras: &Extras) -> String {
         "<p class=\"lifecycle\" id=\"lifecycle\">state: {}</p>",
         st.lifecycle.as_str()
     );
+    if let Some(stall) = &st.stalled {
+        let _ = writeln!(
+            h,
+            "<p class=\"stalled\" id=\"stalled\">stalled: {} ({}) — `tilegate reconcile-jobs \
+             --once` moves it on</p>",
+            stall.reason.as_str(),
+            stall.count
+        );
+    }
     identity(&mut h, st, extras);
     grid(&mut h, g, st);
     outcomes(&mut h, st);

@@ -436,6 +436,23 @@ impl Gathered {
             last_recorded_at: last,
             ledger: self.ledger.clone(),
             cost: cost::estimate(&self.counters, self.stored_bytes(), windows_total, prices),
+            stalled: (!job.settled)
+                .then(|| {
+                    tilegate_core::stall::stall_of(
+                        job,
+                        tilegate_core::stall::Seen {
+                            recorded: manifest_rows,
+                            last_recorded_at: last,
+                            dead_letters: if self.dead_letter_queue_read {
+                                self.dead.len() as u64
+                            } else {
+                                0
+                            },
+                        },
+                        self.at,
+                    )
+                })
+                .flatten(),
         }
     }
 }
@@ -568,4 +585,9 @@ pub struct JobStatus {
     pub last_recorded_at: Option<UnixMillis>,
     pub ledger: LedgerSummary,
     pub cost: CostEstimate,
+    /// Why the job is not moving, when an edge that should have moved it was lost for longer
+    /// than the fast path takes (`enqueue-interrupted`, `assembly-pending`, `windows-lost`,
+    /// `announcement-pending`, with how many): what `tilegate reconcile-jobs` acts on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled: Option<tilegate_core::stall::Stall>,
 }

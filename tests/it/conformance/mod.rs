@@ -147,6 +147,7 @@ macro_rules! conformance_suite {
             job_update_versions,
             job_list_newest_first,
             job_list_of_a_tenant,
+            job_list_of_open_jobs,
             job_cas_race,
             manifest_put_count_list,
             manifest_update_versions,

@@ -54,6 +54,7 @@ fn job(source: &str, created_at: i64) -> JobRecord {
         redrives: 0,
         outbox: Vec::new(),
         windows_enqueued: false,
+        settled: false,
     }
 }
 
@@ -207,6 +208,52 @@ pub async fn job_list_of_a_tenant(h: &dyn Harness) {
     assert!(theirs_listed.iter().all(|v| v.row.tenant == theirs));
     let nobody = tilegate_core::Tenant::parse(&unique("nobody")).unwrap();
     assert!(t.list_jobs_of(&nobody, 100).await.unwrap().is_empty());
+}
+
+/// The open jobs: oldest first, ties by job ID, at most `limit`; a job leaves the listing with
+/// the write that settles it and comes back with the one that reopens it (a redrive); a job
+/// created settled is never in it. (The jobs are dated at the epoch's start so that other
+/// tests' open jobs, on a shared table, come after them.)
+pub async fn job_list_of_open_jobs(h: &dyn Harness) {
+    let t = h.jobs();
+    let tag = unique("job-open");
+    let mut ours = Vec::new();
+    for i in 0..3 {
+        let j = job(&format!("file:///{tag}-{i}.tif"), 1 + i);
+        t.create_job(&j).await.unwrap();
+        ours.push(j);
+    }
+    let mut done = job(&format!("file:///{tag}-settled.tif"), 1);
+    done.settled = true;
+    t.create_job(&done).await.unwrap();
+    let listed = |rows: Vec<Versioned<JobRecord>>| -> Vec<JobId> {
+        rows.into_iter()
+            .map(|v| v.row.job_id)
+            .filter(|id| ours.iter().chain([&done]).any(|j| &j.job_id == id))
+            .collect()
+    };
+    let ids = |js: &[&JobRecord]| -> Vec<JobId> { js.iter().map(|j| j.job_id.clone()).collect() };
+    assert_eq!(
+        listed(t.list_open_jobs(1000).await.unwrap()),
+        ids(&[&ours[0], &ours[1], &ours[2]])
+    );
+    assert!(t.list_open_jobs(2).await.unwrap().len() <= 2);
+    let mut settled = ours[1].clone();
+    settled.settled = true;
+    assert!(matches!(
+        t.update_job(&settled, 1).await.unwrap(),
+        UpdateOutcome::Updated { version: 2 }
+    ));
+    assert_eq!(
+        listed(t.list_open_jobs(1000).await.unwrap()),
+        ids(&[&ours[0], &ours[2]])
+    );
+    settled.settled = false;
+    t.update_job(&settled, 2).await.unwrap();
+    let back = t.list_open_jobs(1000).await.unwrap();
+    assert_eq!(listed(back.clone()), ids(&[&ours[0], &ours[1], &ours[2]]));
+    let reopened = back.iter().find(|v| v.row.job_id == ours[1].job_id);
+    assert_eq!(reopened.map(|v| v.version), Some(3));
 }
 
 /// 8 tasks × 10 version-guarded updates of one job row: every update lands exactly once.

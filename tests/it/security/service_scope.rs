@@ -55,6 +55,7 @@ fn row(tenant: &str, n: usize, created_at: i64) -> JobRecord {
         redrives: 0,
         outbox: Vec::new(),
         windows_enqueued: false,
+        settled: false,
     }
 }
 

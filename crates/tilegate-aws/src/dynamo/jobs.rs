@@ -3,7 +3,9 @@
 
 use super::model::{decode_body, job_item, n, s};
 use super::versioned::CondWrite;
-use super::{DynamoTables, Item, JOBS_BY_CREATED, JOBS_BY_TENANT, JOBS_LIST_PK};
+use super::{
+    DynamoTables, Item, JOBS_BY_CREATED, JOBS_BY_OPEN, JOBS_BY_TENANT, JOBS_LIST_PK, JOBS_OPEN_PK,
+};
 use crate::error::{AwsError, own_error};
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -84,6 +86,7 @@ impl JobTable for DynamoTables {
             JOBS_BY_CREATED,
             ("list_pk", JOBS_LIST_PK),
             limit,
+            false,
         )
         .await
     }
@@ -102,20 +105,37 @@ impl JobTable for DynamoTables {
             JOBS_BY_TENANT,
             ("tenant", tenant.as_str()),
             limit,
+            false,
+        )
+        .await
+    }
+
+    /// Oldest first through the sparse `by-open` GSI (`open_pk`, `created_at`): an item has
+    /// `open_pk` only while its job is open, so the index holds the open jobs alone and a
+    /// settled job leaves it with the write that settles it. Eventually consistent.
+    async fn list_open_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        self.query_newest(
+            "list open jobs",
+            JOBS_BY_OPEN,
+            ("open_pk", JOBS_OPEN_PK),
+            limit,
+            true,
         )
         .await
     }
 }
 
 impl DynamoTables {
-    /// Up to `limit` job items whose `key` attribute has the value given, newest first
-    /// through `index` (ranged on `created_at`), a page of at most 1,000 per request.
+    /// Up to `limit` job items whose `key` attribute has the value given, newest first (oldest
+    /// first with `oldest_first`) through `index` (ranged on `created_at`), a page of at most
+    /// 1,000 per request.
     async fn query_newest(
         &self,
         operation: &'static str,
         index: &'static str,
         (attr, value): (&'static str, &str),
         limit: usize,
+        oldest_first: bool,
     ) -> StoreResult<Vec<Versioned<JobRecord>>> {
         let mut out: Vec<Versioned<JobRecord>> = Vec::new();
         let mut start: Option<Item> = None;
@@ -133,7 +153,7 @@ impl DynamoTables {
                         .key_condition_expression("#k = :k")
                         .expression_attribute_names("#k", attr)
                         .expression_attribute_values(":k", s(value))
-                        .scan_index_forward(false)
+                        .scan_index_forward(oldest_first)
                         .limit(want)
                         .set_exclusive_start_key(start.clone())
                         .send()
@@ -178,10 +198,13 @@ impl DynamoTables {
         }
         // Ties on created_at come back in no particular order; make them deterministic.
         out.sort_by(|a, b| {
-            b.row
-                .created_at
-                .cmp(&a.row.created_at)
-                .then_with(|| a.row.job_id.cmp(&b.row.job_id))
+            let (older, newer) = (&a.row, &b.row);
+            let by_date = if oldest_first {
+                older.created_at.cmp(&newer.created_at)
+            } else {
+                newer.created_at.cmp(&older.created_at)
+            };
+            by_date.then_with(|| older.job_id.cmp(&newer.job_id))
         });
         out.truncate(limit);
         Ok(out)

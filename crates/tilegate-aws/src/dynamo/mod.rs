@@ -7,7 +7,7 @@
 //!
 //! | table | key | other attributes |
 //! |---|---|---|
-//! | `P-jobs` | `job_id` (S) | `version` (N), `body` (S, the JSON row), `created_at` (N), `list_pk` (S, always `job`); GSI `by-created` = (`list_pk`, `created_at`) for newest-first listing |
+//! | `P-jobs` | `job_id` (S) | `version` (N), `body` (S, the JSON row), `created_at` (N), `list_pk` (S, always `job`), `tenant` (S), `open_pk` (S, `open` while the job is open, absent once settled); GSI `by-created` = (`list_pk`, `created_at`) for newest-first listing, `by-tenant` = (`tenant`, `created_at`), and the sparse `by-open` = (`open_pk`, `created_at`), the reconciler's open jobs |
 //! | `P-manifest` | `pk` (S) = job ID, or `JOB#NN` when the job's manifest is sharded; `sk` (S) = window `RRRR_CCCC` | `version` (N), `body` (S). Counted with `Select=COUNT` and pagination |
 //! | `P-claims` | `resource` (S) | `owner` (S), `fencing_token` (N), `expires_at` (N), `state` (S `held`/`done`), `output` (S, JSON, once done), `version` (N) |
 //! | `P-counters` | `job_id` (S) | one numeric attribute `c_<name>` per counter, added with `ADD` |
@@ -72,6 +72,11 @@ const JOBS_BY_CREATED: &str = "by-created";
 const JOBS_LIST_PK: &str = "job";
 /// The GSI that lists one tenant's jobs newest first: (`tenant`, `created_at`).
 const JOBS_BY_TENANT: &str = "by-tenant";
+/// The sparse GSI of open jobs, oldest first: (`open_pk`, `created_at`); an item has
+/// `open_pk` only while its job is open.
+const JOBS_BY_OPEN: &str = "by-open";
+/// The value of `open_pk` on an open job's item.
+const JOBS_OPEN_PK: &str = "open";
 
 /// The tables under one prefix. Cheap to clone.
 #[derive(Debug, Clone)]

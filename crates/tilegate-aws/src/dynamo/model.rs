@@ -1,7 +1,7 @@
 //! The row codec of the DynamoDB tables: attribute values, items and keys to and from the
 //! `tilegate-core` rows (`version` + JSON `body`, and the claim row's own attributes).
 
-use super::{Item, JOBS_LIST_PK};
+use super::{Item, JOBS_LIST_PK, JOBS_OPEN_PK};
 use crate::error::AwsError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -138,14 +138,20 @@ pub(super) fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 pub(super) fn job_item(job: &JobRecord, version: u64) -> StoreResult<Item> {
     let id = job.job_id.to_string();
     let body = encode_body(job, "job row", &id)?;
-    Ok(HashMap::from([
+    let mut item = HashMap::from([
         ("job_id".to_owned(), s(&id)),
         ("version".to_owned(), n(version)),
         ("body".to_owned(), s(body)),
         ("created_at".to_owned(), n(job.created_at)),
         ("list_pk".to_owned(), s(JOBS_LIST_PK)),
         ("tenant".to_owned(), s(job.tenant.as_str())),
-    ]))
+    ]);
+    // In the sparse `by-open` index while open; the (whole-item) write that settles the job
+    // takes it out.
+    if job.is_open() {
+        item.insert("open_pk".to_owned(), s(JOBS_OPEN_PK));
+    }
+    Ok(item)
 }
 
 pub(super) fn manifest_key(partition: &str, w: Window) -> Item {

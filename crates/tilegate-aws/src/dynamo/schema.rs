@@ -2,7 +2,7 @@
 //! (`PAY_PER_REQUEST`) where missing and waited for until ACTIVE ([`DynamoTables::ensure_tables`]).
 
 use super::model::corrupt;
-use super::{DynamoTables, JOBS_BY_CREATED, JOBS_BY_TENANT, SERVICE, ledger};
+use super::{DynamoTables, JOBS_BY_CREATED, JOBS_BY_OPEN, JOBS_BY_TENANT, SERVICE, ledger};
 use crate::error::{AwsError, own_error};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
@@ -60,10 +60,12 @@ impl DynamoTables {
                     ("list_pk", S),
                     ("created_at", N),
                     ("tenant", S),
+                    ("open_pk", S),
                 ],
                 gsis: &[
                     (JOBS_BY_CREATED, "list_pk", "created_at"),
                     (JOBS_BY_TENANT, "tenant", "created_at"),
+                    (JOBS_BY_OPEN, "open_pk", "created_at"),
                 ],
             },
             TableSpec {
@@ -141,6 +143,9 @@ impl DynamoTables {
                 // Before the index is made, so that it is built with every item in it.
                 self.backfill_job_tenants().await?;
             }
+            if index == JOBS_BY_OPEN {
+                self.backfill_job_open().await?;
+            }
             let attrs = spec
                 .attrs
                 .iter()
@@ -183,6 +188,54 @@ impl DynamoTables {
             added = true;
         }
         Ok(added)
+    }
+
+    /// Give every job item written before the `by-open` index existed, whose body says it is
+    /// open, its `open_pk`: the reconciler then sees the jobs an older tilegate left open.
+    async fn backfill_job_open(&self) -> StoreResult<()> {
+        let mut start = None;
+        loop {
+            let page = self
+                .sdk()
+                .send("mark open jobs", &self.jobs, || {
+                    self.client
+                        .scan()
+                        .table_name(&self.jobs)
+                        .filter_expression("attribute_not_exists(#o)")
+                        .expression_attribute_names("#o", "open_pk")
+                        .set_exclusive_start_key(start.clone())
+                        .send()
+                })
+                .await?;
+            for item in page.items() {
+                let id = item
+                    .get("job_id")
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                let row: tilegate_core::table::Versioned<tilegate_core::table::JobRecord> =
+                    super::model::decode_body(item, "job row", &id)?;
+                if !row.row.is_open() {
+                    continue;
+                }
+                self.sdk()
+                    .send("mark open jobs", &id, || {
+                        self.client
+                            .update_item()
+                            .table_name(&self.jobs)
+                            .key("job_id", super::model::s(&id))
+                            .update_expression("SET #o = :o")
+                            .expression_attribute_names("#o", "open_pk")
+                            .expression_attribute_values(":o", super::model::s(super::JOBS_OPEN_PK))
+                            .send()
+                    })
+                    .await?;
+            }
+            start = page.last_evaluated_key.clone();
+            if start.is_none() {
+                return Ok(());
+            }
+        }
     }
 
     /// Give every job item that lacks one a `tenant` attribute, from its body: items written

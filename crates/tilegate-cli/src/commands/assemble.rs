@@ -166,14 +166,16 @@ pub(super) async fn cleanup_uploads(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `assemble --all`: every job whose windows are all recorded and whose scene is not yet
-/// published, one after another (as `plan --from` planned them). A job with windows still to
-/// do is listed, not assembled; a job that fails to assemble is reported and the rest go on.
+/// `assemble --all`: every open job whose windows are all recorded and whose scene is not yet
+/// published, one after another (as `plan --from` planned them), each announced to
+/// `--announce` (TILEGATE_ANNOUNCE) once published. A job with windows still to do is listed,
+/// not assembled; a job that fails to assemble is reported and the rest go on.
 async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow::Result<ExitCode> {
     let opts = assemble_options(flags)?;
+    let announcer = announcer(b, &flags.announce).await?;
     let mut jobs = Vec::new();
     let mut failed = 0usize;
-    for job in b.jobs.list_jobs(ALL_JOBS).await? {
+    for job in b.jobs.list_open_jobs(ALL_JOBS).await? {
         let job = job.row;
         if job.scene_output.is_some() {
             continue;
@@ -191,7 +193,10 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
         } else {
             let (assembled, counters) = assemble_job(b, &job.job_id, &opts).await;
             match assembled {
-                Ok(r) => AssembleResult::Assembled(AssembleSummary::of(&r, &counters)),
+                Ok(r) => {
+                    deliver_after(announcer.as_ref(), &job.job_id).await;
+                    AssembleResult::Assembled(AssembleSummary::of(&r, &counters))
+                }
                 Err(e) => {
                     failed += 1;
                     AssembleResult::Failed {
@@ -242,5 +247,5 @@ async fn assemble_job(
     (assembled, counters)
 }
 
-/// How many jobs `assemble --all` looks through.
+/// How many open jobs `assemble --all` looks through.
 const ALL_JOBS: usize = 100_000;

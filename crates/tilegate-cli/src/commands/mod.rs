@@ -6,6 +6,7 @@ mod announce;
 mod assemble;
 mod ingest;
 mod plan;
+mod reconcile;
 mod work;
 
 use crate::errors::refused;
@@ -65,6 +66,9 @@ async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Dlq(c) => dlq(&out, &backends::open(&sel).await?, c).await,
         Command::Announce(a) => announce_cmd(&out, &backends::open(&sel).await?, a).await,
+        Command::ReconcileJobs(a) => {
+            reconcile::reconcile_jobs(&out, &backends::open(&sel).await?, a).await
+        }
         Command::Ingest(a) => ingest_cmd(&out, &sel, a).await,
         Command::Serve(a) => crate::serve::serve_cmd(&out, &sel, a).await,
         Command::Keys(c) => crate::serve::keys_cmd(&out, &backends::open(&sel).await?, c).await,

@@ -14,7 +14,7 @@ use crate::reports::{
 use anyhow::Context;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, Recipe};
@@ -27,6 +27,27 @@ use tilegate_worker::{StopWhen, WorkReport, Worker};
 
 /// How many of the newest jobs a pool looks at for pending announcements as it exits.
 const ANNOUNCE_SWEEP_JOBS: usize = 100;
+
+/// A pool's reconciler: a pass every `every` until the pool stops (the first after one
+/// period, so that a pool's own fast path goes first).
+async fn reconcile_in_background(
+    r: tilegate_pipeline::reconcile::Reconciler,
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        if let Err(e) = r.pass().await {
+            tracing::warn!(error = %tilegate_core::error::chain(&e), "reconcile pass failed; the next one tries again");
+        }
+    }
+}
 
 pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> {
     let stop = if a.until_empty {
@@ -46,6 +67,22 @@ pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result
     }
     let worker = Worker::new(b.clone(), cfg, counters.clone());
     let stop = stop_on_signals();
+    if a.assemble && a.reconcile_every > 0.0 {
+        let reconciler = tilegate_pipeline::reconcile::Reconciler::new(
+            b.clone(),
+            tilegate_pipeline::reconcile::ReconcileOptions::new(assemble_options(
+                &a.assemble_flags,
+            )?),
+            announcer
+                .clone()
+                .unwrap_or_else(|| tilegate_pipeline::announce::Announcer::new(b.clone(), vec![])),
+        );
+        tokio::spawn(reconcile_in_background(
+            reconciler,
+            Duration::from_secs_f64(a.reconcile_every.max(1.0)),
+            stop.clone(),
+        ));
+    }
     if let Some(addr) = a.metrics_addr {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -368,7 +405,7 @@ fn work_progress(out: &Out, counters: &Arc<Counters>) -> indicatif::ProgressBar 
                 counters.get(m::DEAD_LETTERED),
             ));
             bar2.tick();
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
     bar

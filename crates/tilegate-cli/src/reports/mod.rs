@@ -92,6 +92,10 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         ("dlq-list", schema_for!(DlqList)),
         ("dlq-redrive", schema_for!(DlqRedrive)),
         ("announce", schema_for!(AnnounceReport)),
+        (
+            "reconcile-jobs",
+            schema_for!(tilegate_pipeline::reconcile::PassReport),
+        ),
         ("ingest", schema_for!(IngestReport)),
         ("regenerate", schema_for!(RegenerateReport)),
         ("accept", schema_for!(AcceptReport)),

@@ -632,6 +632,37 @@ impl Report for AnnounceReport {
     }
 }
 
+impl Report for tilegate_pipeline::reconcile::PassReport {
+    fn text(&self, _: &Out) -> String {
+        let mut s = format!(
+            "reconcile: {} open job(s): {} enqueued ({} windows), {} assembled ({} held by \
+             another assembler), {} recorded incomplete, {} announcement(s) delivered ({} \
+             pending), {} settled",
+            self.open_jobs,
+            self.jobs_enqueued,
+            self.windows_enqueued,
+            self.assembled,
+            self.assembly_held,
+            self.incomplete_recorded,
+            self.delivered,
+            self.pending,
+            self.settled
+        );
+        for j in &self.stalled {
+            s.push_str(&format!(
+                "\n  stalled {}  {} ({})",
+                j.job_id,
+                j.stall.reason.as_str(),
+                j.stall.count
+            ));
+        }
+        for f in &self.failures {
+            s.push_str(&format!("\n  failed {f}"));
+        }
+        s
+    }
+}
+
 /// `ingest`: what the arrivals came to, when it stops.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct IngestReport {

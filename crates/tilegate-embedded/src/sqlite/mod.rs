@@ -35,7 +35,9 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
 /// 3 added the manifest's `shard` column (a sharded job's rows would be miscounted by 2).
 /// 4 added the jobs' `tenant` column and its index (a tenant's listing reads its own rows; a
 /// job that 3 wrote would be missing from it).
-const SCHEMA_VERSION: i64 = 4;
+/// 5 added the jobs' `open` column and its partial index (the reconciler reads open jobs only;
+/// a job that 4 wrote would be missing from it).
+const SCHEMA_VERSION: i64 = 5;
 
 const SCHEMA: &str = r"
 -- `tenant` is the job's tenant, as its body says: a tenant's jobs are listed on its index.
@@ -44,10 +46,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     version     INTEGER NOT NULL,
     created_at  INTEGER NOT NULL,
     body        TEXT NOT NULL,
-    tenant      TEXT NOT NULL DEFAULT 'default'
+    tenant      TEXT NOT NULL DEFAULT 'default',
+    open        INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created_at DESC, job_id);
 CREATE INDEX IF NOT EXISTS jobs_by_tenant ON jobs (tenant, created_at DESC, job_id);
+-- `open` is 1 until the job is settled (its body's `settled`): the reconciler's index holds the
+-- open jobs only.
+CREATE INDEX IF NOT EXISTS jobs_open ON jobs (created_at, job_id) WHERE open = 1;
 
 CREATE TABLE IF NOT EXISTS manifest (
     job_id      TEXT NOT NULL,
@@ -311,6 +317,21 @@ impl SqliteBackend {
                 tx.execute_batch(
                     "ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
                      UPDATE jobs SET tenant = COALESCE(json_extract(body, '$.tenant'), 'default');",
+                )?;
+            }
+        }
+        if found < 5 && found > 0 {
+            // Versions 1 to 4 have no `open` column: every job is open until the reconciler
+            // settles it (a body that says it is settled is not).
+            let has_open: bool = tx.query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'open'",
+                [],
+                |r| r.get::<_, i64>(0).map(|n| n > 0),
+            )?;
+            if !has_open {
+                tx.execute_batch(
+                    "ALTER TABLE jobs ADD COLUMN open INTEGER NOT NULL DEFAULT 1;
+                     UPDATE jobs SET open = 0 WHERE json_extract(body, '$.settled') = 1;",
                 )?;
             }
         }

@@ -49,10 +49,10 @@ impl JobTable for SqliteBackend {
         self.write("create job", &id.clone(), move |tx| {
             let body = encode("job row", &id, &job)?;
             let n = tx.exec(
-                "INSERT INTO jobs (job_id, version, created_at, body, tenant)
-                 VALUES (?1, 1, ?2, ?3, ?4)
+                "INSERT INTO jobs (job_id, version, created_at, body, tenant, open)
+                 VALUES (?1, 1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (job_id) DO NOTHING",
-                params![id, job.created_at, body, job.tenant.as_str()],
+                params![id, job.created_at, body, job.tenant.as_str(), job.is_open()],
             )?;
             if n == 1 {
                 debug!(store = "sqlite", job_id = %id, outcome = "created", "create job");
@@ -82,9 +82,17 @@ impl JobTable for SqliteBackend {
             let body = encode("job row", &id, &job)?;
             let exp = to_i64("version", &id, expected)?;
             let n = tx.exec(
-                "UPDATE jobs SET version = version + 1, created_at = ?2, body = ?3, tenant = ?5
+                "UPDATE jobs SET version = version + 1, created_at = ?2, body = ?3, tenant = ?5,
+                     open = ?6
                  WHERE job_id = ?1 AND version = ?4",
-                params![id, job.created_at, body, exp, job.tenant.as_str()],
+                params![
+                    id,
+                    job.created_at,
+                    body,
+                    exp,
+                    job.tenant.as_str(),
+                    job.is_open()
+                ],
             )?;
             if n == 1 {
                 return Ok(UpdateOutcome::Updated {
@@ -103,6 +111,27 @@ impl JobTable for SqliteBackend {
             let mut stmt = c.prepare_cached(
                 "SELECT job_id, version, body FROM jobs
                  ORDER BY created_at DESC, job_id LIMIT ?1",
+            )?;
+            let rows = stmt.query_map([limit], |r| {
+                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, version, body) = row?;
+                out.push(versioned("job row", &id, (version, body))?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Read on the partial index of open jobs (`WHERE open = 1`): open rows only.
+    async fn list_open_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        self.with_conn("list open jobs", "jobs", move |c| {
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut stmt = c.prepare_cached(
+                "SELECT job_id, version, body FROM jobs INDEXED BY jobs_open WHERE open = 1
+                 ORDER BY created_at, job_id LIMIT ?1",
             )?;
             let rows = stmt.query_map([limit], |r| {
                 Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
@@ -529,6 +558,7 @@ mod tests {
             redrives: 0,
             outbox: Vec::new(),
             windows_enqueued: false,
+            settled: false,
         }
     }
 
