@@ -12,6 +12,7 @@ mod decode;
 mod fanout;
 mod ledger;
 mod measure;
+mod reconcile;
 mod requests;
 mod scope;
 mod serve;
@@ -112,6 +113,25 @@ enum Cmd {
         /// Seconds per row.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Directory holding the `tilegate` binary [default: this binary's directory].
+        #[arg(long)]
+        bin: Option<PathBuf>,
+        #[arg(long, default_value = ".ci-cache/bench")]
+        work: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The store requests one reconciler pass sends with OPEN open jobs, alone and beside
+    /// FINISHED settled jobs, against the AWS emulator (`.ci/aws-emulator`): a pass reads the
+    /// open jobs' index, so it should not grow with the finished ones.
+    Reconcile {
+        /// Open jobs.
+        #[arg(long, default_value_t = 10)]
+        open: usize,
+        /// Finished (settled) jobs beside them.
+        #[arg(long, default_value_t = 10_000)]
+        finished: usize,
         /// Directory holding the `tilegate` binary [default: this binary's directory].
         #[arg(long)]
         bin: Option<PathBuf>,
@@ -339,6 +359,17 @@ fn main() -> anyhow::Result<()> {
     } = command
     {
         return decode::run(size, window, &work, json);
+    }
+    if let Cmd::Reconcile {
+        open,
+        finished,
+        bin,
+        work,
+        json,
+    } = command
+    {
+        let doc = reconcile::run(&bin_dir(bin)?.join("tilegate"), &work, open, finished)?;
+        return print(&doc, json, reconcile::table);
     }
     if let Cmd::Scope {
         others,

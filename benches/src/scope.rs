@@ -21,7 +21,7 @@ use tilegate_core::{Backends, ETag, JobId, Tenant};
 use tilegate_service::{Caller, Limits, Role, Service};
 
 /// A job row of `tenant`'s, as the planner writes one (a source nobody reads).
-fn job(tenant: &Tenant, n: usize, created_at: i64) -> JobRecord {
+pub(crate) fn job(tenant: &Tenant, n: usize, created_at: i64) -> JobRecord {
     let recipe = Recipe::copy_all();
     let source = SourceInfo {
         uri: format!("https://imagery.example/{tenant}/{n}.tif"),
@@ -61,7 +61,7 @@ fn job(tenant: &Tenant, n: usize, created_at: i64) -> JobRecord {
 }
 
 /// Requests sent by `f`, by `service:Operation`.
-async fn counted<F: Future>(f: F) -> (F::Output, BTreeMap<String, u64>) {
+pub(crate) async fn counted<F: Future>(f: F) -> (F::Output, BTreeMap<String, u64>) {
     let before = tilegate_retry::meter::unattributed();
     let out = f.await;
     let after = tilegate_retry::meter::unattributed();
@@ -84,7 +84,7 @@ async fn counted<F: Future>(f: F) -> (F::Output, BTreeMap<String, u64>) {
     (out, diff)
 }
 
-fn total(c: &BTreeMap<String, u64>) -> u64 {
+pub(crate) fn total(c: &BTreeMap<String, u64>) -> u64 {
     c.values().sum()
 }
 

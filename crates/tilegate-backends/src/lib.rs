@@ -553,6 +553,15 @@ pub async fn open_sinks(
     for spec in specs {
         match spec {
             SinkSpec::Webhook(url) => {
+                if secret.is_none() {
+                    // Said at every start, on every process that delivers: a receiver of an
+                    // unsigned body cannot tell tilegate's messages from a forger's.
+                    tracing::warn!(
+                        webhook = %tilegate_core::redact::redact(url.as_str()),
+                        "TILEGATE_WEBHOOK_SECRET is not set: this webhook's messages go unsigned \
+                         (no X-Tilegate-Signature); set it so that receivers can refuse forgeries"
+                    );
+                }
                 let mut hook =
                     tilegate_webhook::Webhook::new(url, secret.as_deref().map(str::as_bytes))?;
                 // Test hook: a shorter first backoff (milliseconds), so that a refused delivery
