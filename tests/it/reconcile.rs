@@ -292,3 +292,124 @@ fn assemble_all_announces_what_it_publishes() {
         "{st}"
     );
 }
+
+per_backend!(an_arrival_dead_lettered_after_its_row_strands_no_job);
+
+/// Fault 1: an arrival that leaves the arrivals queue after its job row was written (its
+/// ingest killed then, the arrival sent to the arrivals' dead-letter queue — as three crashes
+/// against `maxReceiveCount 3` would) leaves a job `planned` with nothing enqueued; the
+/// reconciler enqueues its windows, and once workers have done them, assembles and settles it.
+fn an_arrival_dead_lettered_after_its_row_strands_no_job(target: Target) {
+    use tilegate_core::queue::ReceiveOptions;
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let www = tmp.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    sample(tmp.path(), &www.join("B04.tif"), 128, 61);
+    let http = tilegate_tests::HttpServer::start(&www);
+    // A message's item reaches listed hosts only.
+    let policy = tmp.path().join("arrivals-policy.toml");
+    std::fs::write(
+        &policy,
+        "hosts = [\"127.0.0.1\"]\nallow_addresses = [\"127.0.0.0/8\"]\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap().to_owned();
+    let env = [("TILEGATE_SOURCE_POLICY", policy.as_str())];
+    let arrivals = match &target {
+        Target::Aws(aws) => {
+            let a = format!("{}-arrivals", aws.queue);
+            json(&target, &data, &["init", "--arrivals", &a]);
+            Some(a)
+        }
+        _ => None,
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let queue = rt
+        .block_on(tilegate_backends::open_arrivals(
+            &tilegate_backends::Urls {
+                data: data.clone(),
+                objects: None,
+                tables: None,
+                queue: None,
+            },
+            arrivals.as_deref(),
+        ))
+        .unwrap();
+    let item = serde_json::json!({
+        "type": "Feature", "stac_version": "1.0.0", "id": "scene-a", "collection": "c",
+        "geometry": null, "properties": {"datetime": "2026-12-07T00:00:00Z"}, "links": [],
+        "assets": {"B04": {"href": http.url("B04.tif")}}
+    });
+    rt.block_on(queue.send_batch(&[item.to_string()])).unwrap();
+    let mut ingest = vec![
+        "ingest",
+        "--until-idle",
+        "--assets",
+        "B04",
+        "--window",
+        "64",
+    ];
+    if let Some(a) = &arrivals {
+        ingest.extend(["--arrivals", a.as_str()]);
+    }
+    let out = tg(
+        &target,
+        &data,
+        &ingest,
+        &[env[0], ("TILEGATE_FAULT", "after-job-row")],
+    );
+    assert!(!out.status.success(), "ingest was not killed after the row");
+    // The arrival comes back after its visibility (30 s), and goes to the dead-letter queue.
+    std::thread::sleep(std::time::Duration::from_secs(31));
+    let mut moved = false;
+    for _ in 0..20 {
+        let got = rt
+            .block_on(queue.receive(ReceiveOptions {
+                max: 1,
+                wait: std::time::Duration::from_secs(1),
+                visibility: std::time::Duration::from_secs(60),
+            }))
+            .unwrap();
+        if let Some(m) = got.first() {
+            rt.block_on(queue.dead_letter(m, "max-receives-exceeded: lost after its row"))
+                .unwrap();
+            moved = true;
+            break;
+        }
+    }
+    assert!(moved, "the arrival never came back");
+    assert_eq!(rt.block_on(queue.list_dead_letters(10)).unwrap().len(), 1);
+    // Left alone, the job would stay planned for good: nothing is enqueued.
+    let st = json(&target, &data, &["status"]);
+    let job = st["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(st["lifecycle"], "planned", "{st}");
+    assert_eq!(st["manifest_rows"], 0, "{st}");
+    let reconcile = ["--json", "reconcile-jobs", "--once", "--grace", "0"];
+    let pass: serde_json::Value =
+        serde_json::from_slice(&tg(&target, &data, &reconcile, &env).stdout).unwrap();
+    assert_eq!(pass["jobs_enqueued"], 1, "{pass}");
+    assert_eq!(pass["windows_enqueued"], 4, "{pass}");
+    let out = tg(&target, &data, &["work", "--until-empty"], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pass: serde_json::Value =
+        serde_json::from_slice(&tg(&target, &data, &reconcile, &env).stdout).unwrap();
+    assert_eq!(pass["assembled"], 1, "{pass}");
+    assert_eq!(pass["settled"], 1, "{pass}");
+    let st = json(&target, &data, &["status", &job]);
+    assert_eq!(st["lifecycle"], "published", "{st}");
+    let copy = tmp.path().join("scene.tif");
+    target.copy_object(&data, st["scene_output"]["key"].as_str().unwrap(), &copy);
+    let got = tilegate_cog::read_raster(copy.to_str().unwrap(), None, None).unwrap();
+    let want =
+        tilegate_cog::read_raster(www.join("B04.tif").to_str().unwrap(), None, None).unwrap();
+    assert!(
+        got.bytes == want.bytes,
+        "the scene's pixels are not its source's"
+    );
+}
