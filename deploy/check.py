@@ -12,14 +12,17 @@ Checks what the generic linters cannot know about tilegate:
   environments (the ingest configuration parsed as the JSON the code reads); the job API: one
   HTTP API whose JWT authorizer (the issuer and audience the serve function also checks) guards
   every route but the three public ones, answered by the serve function alone, throttled, with
-  a request timeout inside the function's.
+  a request timeout inside the function's; the reconcile function (TILEGATE_MODE=reconcile,
+  announcing, its own role with the by-open index and no delete) and the one EventBridge
+  Scheduler schedule that invokes it through a role that may invoke nothing else; the jobs
+  table's by-created, by-tenant and by-open indexes.
 * k8s/*.yaml — the worker's probes, its shutdown grace against the pod's termination grace, its
   security context, its metrics endpoint (bound to the pod IP, reached only from one named
   namespace through the NetworkPolicy), the ingest Deployment (hardened the same, its own
   service account, no port and no probe on one, no ingress, the arrivals queue beside the work
-  queue), the assemble CronJob (hardened the same, `assemble --all` one run at a time with a
+  queue), the reconcile CronJob (hardened the same, `reconcile --once` one run at a time with a
   deadline, no port and no probe, no ingress, announcing, and memory for more than the jobs the
-  Lambda worker leaves `assembling`), the job API's Deployment (hardened the same, its own
+  Lambda functions leave `assembling`), the job API's Deployment (hardened the same, its own
   service account, at least two replicas, listening beyond the loopback, probed on /healthz at
   its port, its JWT settings all or none), its Service (ClusterIP, to that port) and
   NetworkPolicy (ingress to that port alone), and a structural check of the KEDA objects (whose
@@ -127,8 +130,20 @@ SEND_ACTIONS = ["sqs:SendMessage"]
 SERVE_OBJECT_ACTIONS = ["s3:GetObject"]
 SERVE_READ_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"]
 SERVE_WRITE_ACTIONS = ["dynamodb:PutItem", "dynamodb:UpdateItem"]
-JOBS_LIST_INDEX = "by-created"  # GET /v1/jobs, newest first
+JOBS_LIST_INDEX = "by-created"  # GET /v1/jobs, newest first (an operator's listing)
+JOBS_TENANT_INDEX = "by-tenant"  # GET /v1/jobs, a tenant's own jobs
 QUEUE_DEPTH_ACTIONS = ["sqs:GetQueueAttributes"]
+# -- the reconcile function (TablePrefix-reconcile): one pass over the open jobs per scheduled
+# invocation. It assembles and announces as the worker does (the worker's grants on the tiles,
+# the tables and the topic), reads the open jobs through the jobs table's by-open index, sends
+# the windows a lost planner never sent, and reads the dead-letter queue (receive for a moment,
+# make visible again, its depth) to record windows the queue dead-lettered. No delete of an
+# item or a message, no source read, no receive on the work queue.
+JOBS_OPEN_INDEX = "by-open"
+RECONCILE_DLQ_ACTIONS = ["sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
+# Its schedule: EventBridge Scheduler, with a role of its own that may invoke it and nothing else.
+SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
+INVOKE_ACTIONS = ["lambda:InvokeFunction"]
 # The routes the HTTP API may answer without its authorizer (method, path); every other route
 # needs the JWT authorizer, and ANY /v1/{proxy+} must be one of them.
 PUBLIC_ROUTES = {("GET", "/"), ("GET", "/healthz"), ("GET", "/v1/openapi.json")}
@@ -168,8 +183,14 @@ ASSEMBLE_MEMORY_SHARE = 0.4
 TABLES: dict[str, tuple[list[tuple[str, str]], dict[str, str], dict[str, list[tuple[str, str]]]]] = {
     "jobs": (
         [("job_id", "HASH")],
-        {"job_id": "S", "list_pk": "S", "created_at": "N"},
-        {"by-created": [("list_pk", "HASH"), ("created_at", "RANGE")]},
+        {"job_id": "S", "list_pk": "S", "created_at": "N", "tenant": "S", "open_pk": "S"},
+        {
+            "by-created": [("list_pk", "HASH"), ("created_at", "RANGE")],
+            # GET /v1/jobs of a tenant (crates/tilegate-aws/src/dynamo/schema.rs)
+            "by-tenant": [("tenant", "HASH"), ("created_at", "RANGE")],
+            # sparse: only open jobs carry open_pk; the reconciler's O(open jobs) read
+            "by-open": [("open_pk", "HASH"), ("created_at", "RANGE")],
+        },
     ),
     "manifest": ([("pk", "HASH"), ("sk", "RANGE")], {"pk": "S", "sk": "S"}, {}),
     "claims": ([("resource", "HASH")], {"resource": "S"}, {}),
@@ -335,11 +356,14 @@ def check_template(doc: dict) -> list[str]:
     serve = find_one(
         t, "AWS::Serverless::Function", "FunctionName", {"Fn::Sub": "${TablePrefix}-serve"}, "serve function"
     )
+    reconcile = find_one(
+        t, "AWS::Serverless::Function", "FunctionName", {"Fn::Sub": "${TablePrefix}-reconcile"}, "reconcile function"
+    )
     for logical in t.of_type("AWS::Serverless::Function"):
-        if logical not in (worker, ingest, serve):
+        if logical not in (worker, ingest, serve, reconcile):
             t.fail(
-                f"resource {logical}: another function is not allowed (only PREFIX-worker, PREFIX-ingest and "
-                "PREFIX-serve)"
+                f"resource {logical}: another function is not allowed (only PREFIX-worker, PREFIX-ingest, "
+                "PREFIX-serve and PREFIX-reconcile)"
             )
     check_permission_sources(t)
     check_queue_name_length(t)
@@ -427,9 +451,8 @@ def check_template(doc: dict) -> list[str]:
         if tables["jobs"]:
             jobs_arn = f"${{{tables['jobs']}.Arn}}"
             grants.append((SERVE_WRITE_ACTIONS, [jobs_arn], "jobs table"))
-            grants.append(
-                (["dynamodb:Query"], [f"{jobs_arn}/index/{JOBS_LIST_INDEX}"], f"jobs table's {JOBS_LIST_INDEX} index")
-            )
+            for index in (JOBS_LIST_INDEX, JOBS_TENANT_INDEX):
+                grants.append((["dynamodb:Query"], [f"{jobs_arn}/index/{index}"], f"jobs table's {index} index"))
         if tables["counters"]:
             grants.append((COUNTER_BATCH_ACTIONS, [f"${{{tables['counters']}.Arn}}"], "counters table"))
         if tables["ledger"]:
@@ -454,6 +477,50 @@ def check_template(doc: dict) -> list[str]:
         })
         check_serve_timeouts(t, serve, sprops)
     check_http_api(t, serve)
+    if reconcile:
+        cprops = t.props(reconcile)
+        _, lg_grants = function_log_group(t, reconcile, cprops)
+        grants = []
+        if bucket:
+            grants.append((TILES_ACTIONS, [f"arn:{part}:s3:::${{{bucket}}}/${{OutputPrefix}}/*"], "tiles prefix"))
+            grants.append((OUTPUT_BUCKET_ACTIONS, [f"${{{bucket}.Arn}}", f"arn:{part}:s3:::${{{bucket}}}"], "output bucket"))
+        for suffix, table in tables.items():
+            if table:
+                grants.append((TABLE_ACTIONS, [f"${{{table}.Arn}}"], f"{suffix} table"))
+        if tables["counters"]:
+            grants.append((COUNTER_BATCH_ACTIONS, [f"${{{tables['counters']}.Arn}}"], "counters table"))
+        if tables["jobs"]:
+            grants.append((
+                ["dynamodb:Query"],
+                [f"${{{tables['jobs']}.Arn}}/index/{JOBS_OPEN_INDEX}"],
+                f"jobs table's {JOBS_OPEN_INDEX} index",
+            ))
+        if queue:
+            grants.append((SEND_ACTIONS, [f"${{{queue}.Arn}}"], "work queue"))
+        if dlq:
+            grants.append((RECONCILE_DLQ_ACTIONS, [f"${{{dlq}.Arn}}"], "dead-letter queue"))
+        if topic:
+            grants.append((PUBLISH_ACTIONS, [f"${{{topic}}}"], "announcements topic"))
+        grants += lg_grants
+        role = check_role(t, reconcile, cprops, grants, "reconcile")
+        if role and role in roles:
+            t.fail(f"function {reconcile}: the reconcile function must have its own role, not {roles[role]}'s {role}")
+        elif role:
+            roles[role] = reconcile
+        check_function(t, reconcile, cprops, {
+            "TILEGATE_MODE": "reconcile",
+            "TILEGATE_OBJECTS": f"s3://${{{bucket}}}/${{OutputPrefix}}" if bucket else None,
+            "TILEGATE_TABLES": "dynamodb://${TablePrefix}",
+            "TILEGATE_QUEUE_URL": f"${{{queue}}}" if queue else None,
+            "TILEGATE_DLQ_URL": f"${{{dlq}}}" if dlq else None,
+            "TILEGATE_ANNOUNCE": f"sns:${{{topic}}}" if topic else None,
+        })
+        check_assembly_memory(t, reconcile, cprops)
+        if cprops.get("Events"):
+            t.fail(f"function {reconcile}: no event source (its schedule is an AWS::Scheduler::Schedule)")
+        schedule_role = check_reconcile_schedule(t, reconcile)
+        if schedule_role:
+            roles[schedule_role] = reconcile
     all_roles = t.of_type("AWS::IAM::Role")
     extra = sorted(set(all_roles) - set(roles))
     if extra:
@@ -464,6 +531,69 @@ def check_template(doc: dict) -> list[str]:
     check_tables(t, tables)
     check_bucket(t, bucket)
     return t.errors
+
+
+def check_reconcile_schedule(t: Template, function: str) -> str | None:
+    """One enabled EventBridge Scheduler schedule invokes the reconcile function, through a role
+    that only the scheduler (of this account) may assume and that may invoke only that function.
+    Answers the role's logical ID."""
+    want = "${" + function + ".Arn}"
+    schedules = [k for k in t.of_type("AWS::Scheduler::Schedule") if t.canon((t.props(k).get("Target") or {}).get("Arn")) == want]
+    if len(schedules) != 1:
+        t.fail(
+            f"function {function}: expected exactly one AWS::Scheduler::Schedule whose Target is !GetAtt {function}.Arn "
+            f"(nothing else runs the reconciler), found {len(schedules)}"
+        )
+        return None
+    sched = schedules[0]
+    sp = t.props(sched)
+    where = f"schedule {sched}"
+    expr = str(sp.get("ScheduleExpression", ""))
+    if not re.fullmatch(r"(rate\(\d+ (minute|minutes|hour|hours)\)|cron\(.+\))", expr):
+        t.fail(f"{where}: ScheduleExpression must be a rate(...) or cron(...) expression, found {expr!r}")
+    if sp.get("State", "ENABLED") != "ENABLED":
+        t.fail(f"{where}: State must be ENABLED, found {sp.get('State')!r}")
+    role_ref = (sp.get("Target") or {}).get("RoleArn")
+    role = None
+    if isinstance(role_ref, dict) and "Fn::GetAtt" in role_ref:
+        parts = role_ref["Fn::GetAtt"]
+        parts = parts.split(".", 1) if isinstance(parts, str) else parts
+        if isinstance(parts, list) and len(parts) == 2 and parts[1] == "Arn":
+            role = parts[0]
+    if role is None or t.resources.get(role, {}).get("Type") != "AWS::IAM::Role":
+        t.fail(f"{where}: Target.RoleArn must be !GetAtt <an AWS::IAM::Role in this template>.Arn")
+        return None
+    rprops = t.props(role)
+    if rprops.get("ManagedPolicyArns"):
+        t.fail(f"role {role}: managed policies are not allowed: {rprops['ManagedPolicyArns']}")
+    trust = [st for st in as_list((rprops.get("AssumeRolePolicyDocument") or {}).get("Statement")) if st.get("Effect") == "Allow"]
+    if not trust:
+        t.fail(f"role {role}: trust policy does not let EventBridge Scheduler assume it")
+    for st in trust:
+        principal = st.get("Principal") or {}
+        if set(principal) != {"Service"} or as_list(principal.get("Service")) != [SCHEDULER_PRINCIPAL]:
+            t.fail(f"role {role}: trust policy principal must be the service {SCHEDULER_PRINCIPAL}, found {principal}")
+        if as_list(st.get("Action")) != ["sts:AssumeRole"]:
+            t.fail(f"role {role}: trust policy action must be sts:AssumeRole, found {st.get('Action')}")
+    granted = []
+    for pol in as_list(rprops.get("Policies")):
+        pdoc = pol.get("PolicyDocument") or {}
+        for i, st in enumerate(as_list(pdoc.get("Statement"))):
+            if st.get("Effect") != "Allow":
+                continue
+            swhere = f"role {role}, policy {pol.get('PolicyName', '?')}, statement {st.get('Sid', i)}"
+            for key in ("NotAction", "NotResource"):
+                if key in st:
+                    t.fail(f"{swhere}: {key} is not allowed")
+            for a in as_list(st.get("Action")):
+                for r in as_list(st.get("Resource")):
+                    if str(a).lower() not in [x.lower() for x in INVOKE_ACTIONS] or t.canon(r) != want:
+                        t.fail(f"{swhere}: grant of {a} on {show(r)} is not allowed (only {INVOKE_ACTIONS[0]} on {function})")
+                    else:
+                        granted.append(a)
+    if not granted:
+        t.fail(f"role {role}: missing grant of {INVOKE_ACTIONS[0]} on {function} (the schedule invokes it)")
+    return role
 
 
 def check_permission_sources(t: Template) -> None:
@@ -1054,7 +1184,7 @@ def check_function(t: Template, function: str, fprops: dict, expected: dict[str,
 def check_assembly_memory(t: Template, function: str, fprops: dict) -> None:
     """A function that assembles is told how large a job it may assemble in its memory."""
     env = ((fprops.get("Environment") or {}).get("Variables")) or {}
-    if env.get("TILEGATE_ASSEMBLE") != "1":
+    if env.get("TILEGATE_ASSEMBLE") != "1" and env.get("TILEGATE_MODE") != "reconcile":
         return
     memory = resolve_number(t, fprops.get("MemorySize"), 0)
     most = str(env.get("TILEGATE_ASSEMBLE_MAX_BYTES", ""))
@@ -1092,8 +1222,8 @@ AWS_SQS_METADATA = {
 # What each command reads from its ConfigMap (the CLI's flags' environment variables).
 WORKER_CONFIG = ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION", "TILEGATE_ANNOUNCE")
 INGEST_CONFIG = ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION")
-# `assemble` publishes scenes as the worker does, and announces them (TILEGATE_ANNOUNCE).
-ASSEMBLE_CONFIG = WORKER_CONFIG
+# `reconcile` publishes scenes as the worker does, and delivers announcements (TILEGATE_ANNOUNCE).
+RECONCILE_CONFIG = WORKER_CONFIG
 # `serve` plans jobs and reads what the workers wrote: the same backends as ingest.
 SERVE_CONFIG = INGEST_CONFIG
 # A JWT is verified with the key set, against the issuer and for the audience: all three or
@@ -1155,13 +1285,14 @@ def pod_template(obj: dict) -> dict:
 
 
 def lambda_assemble_max_bytes(doc: dict) -> int | None:
-    """The largest job a Lambda function of the template assembles (TILEGATE_ASSEMBLE=1); the
-    jobs above it are left `assembling` for the CronJob. None when no function assembles."""
+    """The largest job a Lambda function of the template assembles (TILEGATE_ASSEMBLE=1, or the
+    reconcile function); the jobs above it are left `assembling` for the CronJob. None when no
+    function assembles."""
     t = Template(doc)
     most = None
     for logical in t.of_type("AWS::Serverless::Function"):
         env = ((t.props(logical).get("Environment") or {}).get("Variables")) or {}
-        if env.get("TILEGATE_ASSEMBLE") != "1":
+        if env.get("TILEGATE_ASSEMBLE") != "1" and env.get("TILEGATE_MODE") != "reconcile":
             continue
         raw = str(env.get("TILEGATE_ASSEMBLE_MAX_BYTES", ""))
         value = int(raw) if raw.isdigit() else LAMBDA_ASSEMBLE_MAX_BYTES_DEFAULT
@@ -1520,8 +1651,9 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
                 f"other bucket is refused), found {buckets}"
             )
 
-    # -- the assemble CronJob: where the jobs the Lambda worker leaves `assembling` (and any
-    # job whose assembly on completion did not happen) are assembled, one run at a time
+    # -- the reconcile CronJob: one pass of the reconciler at a time (open jobs moved to their
+    # end: missing windows enqueued, complete jobs assembled — among them the jobs the Lambda
+    # worker leaves `assembling` — lost windows recorded, pending announcements delivered)
     ingest_sa = None
     if len(by_command["ingest"]) == 1:
         ingest_sa = (pod_template(by_command["ingest"][0][1]).get("spec") or {}).get("serviceAccountName")
@@ -1532,29 +1664,35 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
             fail(f"{cname}: expected one container, found {len(containers)}")
             continue
         cargs = [str(a) for a in (containers[0].get("args") or [])]
-        if not cargs or cargs[0] != "assemble":
-            fail(f"{cname}: container {containers[0].get('name')}: args must start with the `assemble` command, found {cargs}")
+        if not cargs or cargs[0] != "reconcile":
+            fail(f"{cname}: container {containers[0].get('name')}: args must start with the `reconcile` command, found {cargs}")
             continue
         cronjobs.append((cname, cj))
     if len(cronjobs) != 1:
         fail(
-            f"k8s: expected one CronJob running `assemble --all` (it assembles the jobs the Lambda worker "
-            f"leaves `assembling`), found {len(cronjobs)}"
+            f"k8s: expected one CronJob running `reconcile --once` (it moves every open job to its end, and "
+            f"assembles the jobs the Lambda worker leaves `assembling`), found {len(cronjobs)}"
         )
     else:
         aname, cj = cronjobs[0]
         ans = (cj.get("metadata") or {}).get("namespace")
         cwhere = f"{aname}: CronJob {(cj.get('metadata') or {}).get('name')}"
-        apod, ac, aconfig, awhere = check_pod(aname, cj, ASSEMBLE_CONFIG)
+        apod, ac, aconfig, awhere = check_pod(aname, cj, RECONCILE_CONFIG)
         aargs = [str(a) for a in (ac.get("args") or [])]
         if ans != ns:
             fail(f"{aname}: must be in the worker's namespace {ns}, found {ans}")
-        if "--all" not in aargs:
+        if "--once" not in aargs or flag_value(aargs, "--every") is not None or "--every" in aargs:
             fail(
-                f"{awhere}: args must be `assemble --all` (every job whose windows are all recorded; without "
-                f"--all it assembles one job), found {aargs}"
+                f"{awhere}: args must be `reconcile --once` (one pass, then exit; with --every the run would "
+                f"never end and activeDeadlineSeconds would fail it), found {aargs}"
             )
-        for sink in str(aconfig.get("TILEGATE_ANNOUNCE", "sns:")).split(","):
+        sinks = flag_value(aargs, "--announce") or aconfig.get("TILEGATE_ANNOUNCE")
+        if not sinks:
+            fail(
+                f"{awhere}: TILEGATE_ANNOUNCE (or --announce) must be set: the reconciler delivers the "
+                "announcements left pending, to nowhere without sinks"
+            )
+        for sink in str(sinks or "sns:").split(","):
             if not sink.strip().startswith(ANNOUNCE_SCHEMES):
                 fail(f"{awhere}: TILEGATE_ANNOUNCE sink {sink!r} is none of {', '.join(ANNOUNCE_SCHEMES)}")
         if ingest_sa and apod.get("serviceAccountName") == ingest_sa:
@@ -1562,7 +1700,7 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
                 f"{awhere}: serviceAccountName {ingest_sa} is ingest's, whose IAM role neither reads tiles "
                 "nor writes scenes; use the worker's (or one of its own with the same grants)"
             )
-        check_serves_nothing(cj, ans, ac, awhere, "assemble")
+        check_serves_nothing(cj, ans, ac, awhere, "reconcile")
 
         cspec = cj.get("spec") or {}
         schedule = cspec.get("schedule")
