@@ -20,7 +20,7 @@ Checks what the generic linters cannot know about tilegate:
   security context, its metrics endpoint (bound to the pod IP, reached only from one named
   namespace through the NetworkPolicy), the ingest Deployment (hardened the same, its own
   service account, no port and no probe on one, no ingress, the arrivals queue beside the work
-  queue), the reconcile CronJob (hardened the same, `reconcile --once` one run at a time with a
+  queue), the reconcile CronJob (hardened the same, `reconcile-jobs --once` one run at a time with a
   deadline, no port and no probe, no ingress, announcing, and memory for more than the jobs the
   Lambda functions leave `assembling`), the job API's Deployment (hardened the same, its own
   service account, at least two replicas, listening beyond the loopback, probed on /healthz at
@@ -1222,7 +1222,7 @@ AWS_SQS_METADATA = {
 # What each command reads from its ConfigMap (the CLI's flags' environment variables).
 WORKER_CONFIG = ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION", "TILEGATE_ANNOUNCE")
 INGEST_CONFIG = ("TILEGATE_OBJECTS", "TILEGATE_TABLES", "TILEGATE_QUEUE", "AWS_REGION")
-# `reconcile` publishes scenes as the worker does, and delivers announcements (TILEGATE_ANNOUNCE).
+# `reconcile-jobs` publishes scenes as the worker does, and delivers announcements (TILEGATE_ANNOUNCE).
 RECONCILE_CONFIG = WORKER_CONFIG
 # `serve` plans jobs and reads what the workers wrote: the same backends as ingest.
 SERVE_CONFIG = INGEST_CONFIG
@@ -1664,13 +1664,13 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
             fail(f"{cname}: expected one container, found {len(containers)}")
             continue
         cargs = [str(a) for a in (containers[0].get("args") or [])]
-        if not cargs or cargs[0] != "reconcile":
-            fail(f"{cname}: container {containers[0].get('name')}: args must start with the `reconcile` command, found {cargs}")
+        if not cargs or cargs[0] != "reconcile-jobs":
+            fail(f"{cname}: container {containers[0].get('name')}: args must start with the `reconcile-jobs` command, found {cargs}")
             continue
         cronjobs.append((cname, cj))
     if len(cronjobs) != 1:
         fail(
-            f"k8s: expected one CronJob running `reconcile --once` (it moves every open job to its end, and "
+            f"k8s: expected one CronJob running `reconcile-jobs --once` (it moves every open job to its end, and "
             f"assembles the jobs the Lambda worker leaves `assembling`), found {len(cronjobs)}"
         )
     else:
@@ -1683,7 +1683,7 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
             fail(f"{aname}: must be in the worker's namespace {ns}, found {ans}")
         if "--once" not in aargs or flag_value(aargs, "--every") is not None or "--every" in aargs:
             fail(
-                f"{awhere}: args must be `reconcile --once` (one pass, then exit; with --every the run would "
+                f"{awhere}: args must be `reconcile-jobs --once` (one pass, then exit; with --every the run would "
                 f"never end and activeDeadlineSeconds would fail it), found {aargs}"
             )
         sinks = flag_value(aargs, "--announce") or aconfig.get("TILEGATE_ANNOUNCE")
@@ -1700,7 +1700,7 @@ def check_k8s(files: dict[str, list[dict]], lambda_max_bytes: int | None = None)
                 f"{awhere}: serviceAccountName {ingest_sa} is ingest's, whose IAM role neither reads tiles "
                 "nor writes scenes; use the worker's (or one of its own with the same grants)"
             )
-        check_serves_nothing(cj, ans, ac, awhere, "reconcile")
+        check_serves_nothing(cj, ans, ac, awhere, "reconcile-jobs")
 
         cspec = cj.get("spec") or {}
         schedule = cspec.get("schedule")
