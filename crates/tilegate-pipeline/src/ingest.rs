@@ -375,12 +375,30 @@ impl Ingest {
 ///
 /// A file is planned once it has the same size and modification time on two scans in a row
 /// (a copy in progress keeps changing), and once per process per (size, time); a restarted
-/// process plans them again, which the job IDs absorb.
+/// process plans them again, which the job IDs absorb. A file whose planning met a fault that
+/// may pass ([`Watch::retry_later`]) is handed out again by a later scan, after
+/// [`retry_backoff`]; a refusal is final for that (size, time).
 #[derive(Debug, Default)]
 pub struct Watch {
     root: PathBuf,
-    /// Each file's (size, modified) on the last scan, and whether it was handed out.
-    seen: std::collections::HashMap<PathBuf, ((u64, std::time::SystemTime), bool)>,
+    /// Each file's (size, modified) on the last scan, and where it stands.
+    seen: std::collections::HashMap<PathBuf, ((u64, std::time::SystemTime), Watched)>,
+    /// Tries a file gets when its planning keeps meeting passing faults; none: no limit.
+    max_attempts: Option<u32>,
+}
+
+/// Where a watched file stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watched {
+    /// Seen, not yet standing still.
+    Settling,
+    /// Handed out to be planned (planned, skipped or refused: done with).
+    Handed {
+        /// How many times it was handed out.
+        attempts: u32,
+    },
+    /// Handed out, its planning met a passing fault: handed out again from `at`.
+    Retry { attempts: u32, at: Instant },
 }
 
 impl Watch {
@@ -388,20 +406,53 @@ impl Watch {
         Self {
             root,
             seen: Default::default(),
+            max_attempts: None,
         }
+    }
+
+    /// Give a file at most `n` tries when its planning keeps meeting passing faults (a one-off
+    /// round that must end); without it a file is tried again as long as the process runs.
+    #[must_use]
+    pub fn with_max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n.max(1));
+        self
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    /// Whether a file seen on the last scan is still waiting to stand still.
+    /// Whether a file seen on the last scan is still waiting to stand still, or to be tried
+    /// again after a passing fault: work to come.
     pub fn settling(&self) -> bool {
-        self.seen.values().any(|(_, handed)| !handed)
+        self.seen
+            .values()
+            .any(|(_, w)| matches!(w, Watched::Settling | Watched::Retry { .. }))
+    }
+
+    /// A file handed out by the last scan could not be planned because of a fault that may
+    /// pass (a busy table, a network fault): hand it out again after [`retry_backoff`] of its
+    /// tries so far. Returns when it will be tried again, or `None` if it has had its tries
+    /// (then it is final, as a refusal is, until it changes).
+    pub fn retry_later(&mut self, path: &Path) -> Option<std::time::Duration> {
+        let (_, w) = self.seen.get_mut(path)?;
+        let Watched::Handed { attempts } = *w else {
+            return None;
+        };
+        if self.max_attempts.is_some_and(|max| attempts >= max) {
+            return None;
+        }
+        let wait = retry_backoff(attempts);
+        *w = Watched::Retry {
+            attempts,
+            at: Instant::now() + wait,
+        };
+        Some(wait)
     }
 
     /// Scan the directory (recursively, hidden files and directories left out): the files
-    /// that stood still since the last scan and were not handed out yet.
+    /// that stood still since the last scan and were not handed out yet, and those whose
+    /// retry is due.
     pub fn scan(&mut self) -> std::io::Result<Vec<PathBuf>> {
         let mut files = Vec::new();
         let mut dirs = vec![self.root.clone()];
@@ -422,18 +473,27 @@ impl Watch {
                 }
             }
         }
+        let now = Instant::now();
         let mut ready = Vec::new();
         for (path, stamp) in files {
             match self.seen.get_mut(&path) {
-                Some((last, handed)) if *last == stamp => {
-                    if !*handed {
-                        *handed = true;
+                Some((last, w)) if *last == stamp => match *w {
+                    Watched::Settling => {
+                        *w = Watched::Handed { attempts: 1 };
                         ready.push(path);
                     }
-                }
-                Some(entry) => *entry = (stamp, false),
+                    Watched::Retry { attempts, at } if at <= now => {
+                        *w = Watched::Handed {
+                            attempts: attempts + 1,
+                        };
+                        ready.push(path);
+                    }
+                    Watched::Retry { .. } | Watched::Handed { .. } => {}
+                },
+                // Changed: a new version, planned once it stands still (its tries start over).
+                Some(entry) => *entry = (stamp, Watched::Settling),
                 None => {
-                    self.seen.insert(path, (stamp, false));
+                    self.seen.insert(path, (stamp, Watched::Settling));
                 }
             }
         }
@@ -461,5 +521,40 @@ mod tests {
             serde_json::from_str(&serde_json::to_string(&cfg).unwrap()).unwrap();
         assert_eq!(again, cfg);
         assert!(serde_json::from_str::<IngestConfig>(r#"{"bucket":["s3://x"]}"#).is_err());
+    }
+
+    /// A file handed out is handed out again after a passing fault, once its backoff is over,
+    /// and never after a refusal; a round with a limit gives up after its tries.
+    #[test]
+    fn a_passing_fault_hands_a_file_out_again() {
+        let dir = std::env::temp_dir().join(format!("tilegate-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a.tif");
+        std::fs::write(&file, b"scene").unwrap();
+        let mut w = Watch::new(dir.clone());
+        assert!(w.scan().unwrap().is_empty(), "not yet standing still");
+        assert_eq!(w.scan().unwrap(), std::slice::from_ref(&file));
+        assert!(w.scan().unwrap().is_empty(), "handed out once");
+        assert!(!w.settling());
+        assert_eq!(w.retry_later(&file), Some(retry_backoff(1)));
+        assert!(w.settling(), "a retry to come is work to come");
+        assert!(w.scan().unwrap().is_empty(), "not before its backoff");
+        // The backoff over: handed out again, once.
+        for (_, (_, st)) in w.seen.iter_mut() {
+            if let Watched::Retry { at, .. } = st {
+                *at = Instant::now();
+            }
+        }
+        assert_eq!(w.scan().unwrap(), std::slice::from_ref(&file));
+        assert!(w.scan().unwrap().is_empty());
+        assert_eq!(w.retry_later(&file), Some(retry_backoff(2)));
+
+        let mut once = Watch::new(dir.clone()).with_max_attempts(1);
+        once.scan().unwrap();
+        assert_eq!(once.scan().unwrap(), std::slice::from_ref(&file));
+        assert_eq!(once.retry_later(&file), None, "its one try is spent");
+        assert!(!once.settling());
+        assert!(once.scan().unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -54,7 +54,21 @@ pub(super) async fn ingest_cmd(
     let b = backends::open(sel).await?;
     let arrivals = backends::open_arrivals(sel, a.arrivals.as_deref()).await?;
     let ingest = Ingest::new(b, cfg, crate::sources::all());
-    let mut watches: Vec<Watch> = a.watch.iter().cloned().map(Watch::new).collect();
+    // A file whose planning meets a passing fault is tried again by a later scan; a one-off
+    // round gives it as many tries as an arrival gets receives, then says it refused.
+    let mut watches: Vec<Watch> = a
+        .watch
+        .iter()
+        .cloned()
+        .map(|root| {
+            let w = Watch::new(root);
+            if a.until_idle {
+                w.with_max_attempts(arrivals.max_receive_count())
+            } else {
+                w
+            }
+        })
+        .collect();
     let stop = super::stop_on_signals();
     let poll = Duration::from_secs_f64(a.poll_s.clamp(0.05, 3600.0));
     let mut report = IngestReport {
@@ -86,15 +100,25 @@ pub(super) async fn ingest_cmd(
                     match outcome {
                         Ok(i) => note(out, &mut report, line_of(i)),
                         Err(e) => {
-                            tracing::warn!(error = %e, "file not planned");
-                            report.refused += 1;
-                            note(out, &mut report, refused(path.display().to_string(), &e));
+                            let retry = if e.is_retryable() {
+                                w.retry_later(&path)
+                            } else {
+                                None
+                            };
+                            if let Some(wait) = retry {
+                                report.retried += 1;
+                                tracing::warn!(file = %path.display(), error = %e, retry_in_s = wait.as_secs(), "file not planned yet: a fault that may pass; a later scan tries it again");
+                            } else {
+                                tracing::warn!(file = %path.display(), error = %e, "file not planned");
+                                report.refused += 1;
+                                note(out, &mut report, refused(path.display().to_string(), &e));
+                            }
                         }
                     }
                 }
             }
         }
-        // A file still settling is work to come.
+        // A file still settling, or waiting to be tried again, is work to come.
         busy |= watches.iter().any(Watch::settling);
         let wait = if watches.is_empty() {
             Duration::from_secs(5)
