@@ -3,41 +3,69 @@
 
 use super::{
     ATTR_DEAD_AT, ATTR_MESSAGE_ID, ATTR_REASON, ATTR_RECEIVE_COUNT, MAX_BATCH, MAX_REASON_BYTES,
-    SCAN_CAP, SCAN_VISIBILITY_SECONDS, SqsQueue, attr_str, construction, logical_id, number_attr,
+    SCAN_VISIBILITY_SECONDS, SqsQueue, attr_str, construction, logical_id, number_attr,
     string_attr, sys_attr,
 };
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, Message, MessageSystemAttributeName,
     SendMessageBatchRequestEntry,
 };
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use tilegate_core::queue::{AckOutcome, DeadLetter, Received, WorkQueue};
 use tilegate_core::{StoreResult, now_millis};
 use tracing::{info, warn};
 
+/// How long a scan that expects `expected` dead letters hides them: 30 s plus 0.1 s per page of
+/// ten (a page is one receive, tens of milliseconds), so that the first letters are still
+/// hidden, their receipts current, when the last page arrives; at most 15 minutes.
+fn scan_visibility(expected: usize) -> i32 {
+    let pages = i32::try_from(expected / 10).unwrap_or(i32::MAX);
+    (SCAN_VISIBILITY_SECONDS + pages / 10).clamp(SCAN_VISIBILITY_SECONDS, 900)
+}
+
 impl SqsQueue {
-    /// Receive every dead letter (up to [`SCAN_CAP`]), hidden for a short while.
-    async fn scan_dead_letters(&self) -> StoreResult<Vec<Message>> {
+    /// Receive dead letters, page by page, until `cap` are gathered, every one in `wanted` is
+    /// (when given), the queue's approximate count is reached or a page comes back empty;
+    /// hidden while the scan lasts. No cap of its own: a caller asking for 100,000 gets as
+    /// many as the queue holds up to that.
+    async fn scan_dead_letters(
+        &self,
+        cap: usize,
+        wanted: Option<&HashSet<&str>>,
+    ) -> StoreResult<Vec<Message>> {
         let expected = self.depth_of(&self.dlq_url).await?;
         let expected = usize::try_from(expected.0 + expected.1).unwrap_or(usize::MAX);
+        let visibility = scan_visibility(expected.min(cap));
         let mut got: Vec<Message> = Vec::new();
-        let mut seen = HashSet::new();
-        while got.len() < SCAN_CAP {
+        let mut at: HashMap<String, usize> = HashMap::new();
+        let mut found = 0usize;
+        while got.len() < cap {
             // The count is approximate (and lags on SQS): it ends the scan early once reached,
             // but a count of zero still gets one look.
             if !got.is_empty() && got.len() >= expected {
                 break;
             }
+            if wanted.is_some_and(|w| found >= w.len()) {
+                break;
+            }
             // A 1 s long poll asks every SQS server (a short poll samples only some).
-            let page = self
-                .receive_raw(&self.dlq_url, 10, 1, SCAN_VISIBILITY_SECONDS)
-                .await?;
+            let page = self.receive_raw(&self.dlq_url, 10, 1, visibility).await?;
             if page.is_empty() {
                 break;
             }
             for m in page {
-                if seen.insert(m.message_id().unwrap_or_default().to_owned()) {
-                    got.push(m);
+                let id = logical_id(&m);
+                match at.get(&id) {
+                    // Seen before (its hiding lapsed): keep the newest receipt, the only one
+                    // SQS honours for a delete or a visibility change.
+                    Some(&i) => got[i] = m,
+                    None => {
+                        if wanted.is_some_and(|w| w.contains(id.as_str())) {
+                            found += 1;
+                        }
+                        at.insert(id, got.len());
+                        got.push(m);
+                    }
                 }
             }
         }
@@ -153,7 +181,7 @@ impl SqsQueue {
     }
 
     pub(super) async fn read_dead_letters(&self, max: usize) -> StoreResult<Vec<DeadLetter>> {
-        let messages = self.scan_dead_letters().await?;
+        let messages = self.scan_dead_letters(max, None).await?;
         let mut dead: Vec<DeadLetter> = messages.iter().map(|m| self.dead_letter_of(m)).collect();
         // Make them visible again before anything can fail.
         self.release(&self.dlq_url, &messages).await?;
@@ -166,9 +194,10 @@ impl SqsQueue {
         &self,
         message_ids: Option<&[String]>,
     ) -> StoreResult<u64> {
-        let messages = self.scan_dead_letters().await?;
         let wanted: Option<HashSet<&str>> =
             message_ids.map(|ids| ids.iter().map(String::as_str).collect());
+        // All of them, or until every one named is found: never a silent first page.
+        let messages = self.scan_dead_letters(usize::MAX, wanted.as_ref()).await?;
         let (moving, staying): (Vec<Message>, Vec<Message>) = messages.into_iter().partition(|m| {
             wanted
                 .as_ref()
@@ -199,5 +228,21 @@ impl SqsQueue {
         let n = moving.len() as u64;
         info!(store = "sqs", queue = %self.name, redriven = n, "redrive");
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scan_visibility;
+
+    /// A page of the scan costs 0.1 s of hiding: a first page's letters stay hidden while a
+    /// 100,000-letter scan reads its last page, within 15 minutes.
+    #[test]
+    fn a_long_scan_hides_its_letters_longer() {
+        assert_eq!(scan_visibility(0), 30);
+        assert_eq!(scan_visibility(1000), 40);
+        assert_eq!(scan_visibility(50_000), 530);
+        assert_eq!(scan_visibility(100_000), 900);
+        assert_eq!(scan_visibility(usize::MAX), 900);
     }
 }

@@ -56,10 +56,9 @@ const MAX_WAIT_SECONDS: i32 = 20;
 const MAX_VISIBILITY_SECONDS: i32 = 43_200;
 /// How often entries refused inside a batch are re-sent before the send fails.
 const BATCH_ATTEMPTS: u32 = 5;
-/// How long `list_dead_letters` and `redrive` hide the dead letters they look at.
+/// How long `list_dead_letters` and `redrive` hide the dead letters they look at, at least: a
+/// scan of many pages hides them longer (`dead_letters::scan_visibility`).
 const SCAN_VISIBILITY_SECONDS: i32 = 30;
-/// At most this many dead letters are gathered to order them.
-const SCAN_CAP: usize = 1000;
 /// Receipts this handle remembers for stale detection.
 const LEDGER_CAP: usize = 20_000;
 /// The longest dead-letter reason kept (SQS counts attributes into the message size).
