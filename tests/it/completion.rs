@@ -305,3 +305,126 @@ fn a_refused_announcement_stays_pending_until_announce_delivers_it() {
         "one announcement, however often sent: {keys:?}"
     );
 }
+
+/// `dlq redrive` (all) reads the dead-letter queue once, and that one scan is both what starts
+/// the new generations and what goes back. With more letters than one redrive reads (100,000
+/// of one job's, then the newest, the only one of another job's), no letter goes back without
+/// its job's generation: the scan's letters go back with the first job's generation, the one
+/// beyond it stays dead-lettered (and the redrive says so) until the next redrive, which starts
+/// the second job's.
+#[test]
+fn a_redrive_sends_no_letter_back_without_its_jobs_generation() {
+    use std::time::Duration;
+    use tilegate_core::queue::{ReceiveOptions, WorkQueue};
+    use tilegate_core::table::JobTable;
+    use tilegate_embedded::{QUEUE_NAME, SqliteBackend};
+    const SCAN: usize = 100_000;
+    // Making 100,001 dead letters through the queue takes 10,001 receives, a transaction each:
+    // in memory (tmpfs) where there is one, their syncs cost nothing.
+    let shm = Path::new("/dev/shm");
+    let tmp = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempdir()
+    };
+    let data = tmp.path().join("data");
+    let started = std::time::Instant::now();
+    let jobs: Vec<String> = [21, 22]
+        .iter()
+        .map(|seed| {
+            let scene = tmp.path().join(format!("scene-{seed}.tif"));
+            sample(&data, &scene, 128, *seed);
+            let p = tg_json(&data, &["plan", scene.to_str().unwrap(), "--window", "64"]);
+            p["job_id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let db = SqliteBackend::open(data.join("tilegate.db")).unwrap();
+    // A message received once goes to the dead-letter queue on its next receive.
+    let q = db.queue(QUEUE_NAME, 1);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let receive = |visibility: Duration| {
+        rt.block_on(q.receive(ReceiveOptions {
+            max: 10,
+            wait: Duration::ZERO,
+            visibility,
+        }))
+        .unwrap()
+    };
+    // The planned windows, taken off the queue: a body of each job's.
+    let mut body = std::collections::BTreeMap::new();
+    loop {
+        let got = receive(Duration::from_secs(600));
+        if got.is_empty() {
+            break;
+        }
+        for m in got {
+            let job = tilegate_report::status::dead_letter_job(&m.body).unwrap();
+            body.insert(job.to_string(), m.body.clone());
+            rt.block_on(q.ack(&m.receipt)).unwrap();
+        }
+    }
+    let (first, second) = (&jobs[0], &jobs[1]);
+    let mut bodies = vec![body[first].clone(); SCAN];
+    bodies.push(body[second].clone());
+    // A few hundred at a time: a receive sorts the visible messages, so a short queue keeps
+    // it quick.
+    for chunk in bodies.chunks(500) {
+        rt.block_on(q.send_batch(chunk)).unwrap();
+        loop {
+            if receive(Duration::from_millis(1)).is_empty() {
+                let d = rt.block_on(q.depth()).unwrap();
+                if d.visible + d.in_flight == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+    assert_eq!(rt.block_on(q.depth()).unwrap().dead, SCAN as u64 + 1);
+    println!("{} dead letters made in {:?}", SCAN + 1, started.elapsed());
+    let redrives = |job: &str| {
+        let id = tilegate_core::JobId::parse(job).unwrap();
+        rt.block_on(db.get_job(&id)).unwrap().unwrap().row.redrives
+    };
+    // No letter goes back without its job's generation.
+    let check = |round: &str| {
+        let d = rt.block_on(q.depth()).unwrap();
+        let dead = rt.block_on(q.list_dead_letters(SCAN + 1)).unwrap();
+        let second_dead = dead.iter().any(|l| l.body == body[second]);
+        assert!(
+            second_dead || redrives(second) == 1,
+            "{round}: the second job's letter went back without a new generation \
+             (redrives {}, {} letters back, {} still dead)",
+            redrives(second),
+            d.visible,
+            d.dead
+        );
+        d
+    };
+
+    let out = tg(&data, &["--json", "dlq", "redrive"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = check("the first redrive");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["redriven"], SCAN, "{report}");
+    assert_eq!((d.visible, d.dead), (SCAN as u64, 1));
+    assert_eq!((redrives(first), redrives(second)), (1, 0));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("run `tilegate dlq redrive` again"), "{said}");
+
+    let out = tg(&data, &["--json", "dlq", "redrive"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = check("the second redrive");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["redriven"], 1, "{report}");
+    assert_eq!((d.visible, d.dead), (SCAN as u64 + 1, 0));
+    assert_eq!((redrives(first), redrives(second)), (1, 1));
+}

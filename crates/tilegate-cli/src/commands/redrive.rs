@@ -1,0 +1,107 @@
+//! `dlq redrive`: dead letters back to the work queue, each of their jobs in a new generation.
+
+use crate::output::Out;
+use crate::reports;
+use std::collections::BTreeSet;
+use tilegate_core::queue::DeadLetter;
+use tilegate_core::{Backends, JobId};
+use tilegate_report::status::dead_letter_job;
+
+/// `dlq redrive [--id ID]… [--job JOB]`: [`redrive`], then say what moved.
+pub(super) async fn redrive_cmd(
+    out: &Out,
+    b: &Backends,
+    ids: Vec<String>,
+    job: Option<String>,
+) -> anyhow::Result<()> {
+    let job = match job {
+        Some(j) => Some(super::find_job(b, Some(&j)).await?.job_id),
+        None => None,
+    };
+    let which = match (&job, ids.as_slice()) {
+        (Some(job), _) => Letters::Job(job),
+        (None, []) => Letters::All,
+        (None, ids) => Letters::Ids(ids),
+    };
+    let done = redrive(b, which).await?;
+    if done.more {
+        eprintln!(
+            "tilegate: the dead-letter queue holds more than {REDRIVE_SCAN} letters; {} went back (their \
+             jobs in a new generation), the rest wait: run `tilegate dlq redrive` again",
+            done.moved
+        );
+    }
+    out.emit(&reports::DlqRedrive {
+        redriven: done.moved,
+    });
+    Ok(())
+}
+
+/// Dead letters one `dlq redrive` reads, and so redrives, at most; a dead-letter queue that
+/// holds more is said, and the next `dlq redrive` takes the rest.
+pub(super) const REDRIVE_SCAN: usize = 100_000;
+
+/// Which dead letters go back.
+#[derive(Debug)]
+pub(super) enum Letters<'a> {
+    /// Every one (up to [`REDRIVE_SCAN`]).
+    All,
+    /// Those with these message IDs.
+    Ids(&'a [String]),
+    /// Those whose body names this job.
+    Job(&'a JobId),
+}
+
+/// What one redrive did.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Redriven {
+    /// Letters the queue moved back.
+    pub moved: u64,
+    /// Jobs that started a new generation.
+    pub jobs: usize,
+    /// The scan stopped at [`REDRIVE_SCAN`]: letters beyond it stay for the next redrive.
+    pub more: bool,
+}
+
+/// Redrive with one scan of the dead-letter queue: the letters it read (those `which` names)
+/// are exactly what goes back, and each of their jobs starts a new generation first, so that a
+/// window dead-lettered again announces its job incomplete again. A letter that reaches the
+/// queue after the scan, or lies beyond [`REDRIVE_SCAN`], stays where it is for the next
+/// redrive; none goes back without its generation.
+pub(super) async fn redrive(b: &Backends, which: Letters<'_>) -> anyhow::Result<Redriven> {
+    let scanned = b.queue.list_dead_letters(REDRIVE_SCAN).await?;
+    let more = scanned.len() >= REDRIVE_SCAN;
+    let chosen: Vec<&DeadLetter> = scanned
+        .iter()
+        .filter(|d| match which {
+            Letters::All => true,
+            Letters::Ids(ids) => ids.contains(&d.message_id),
+            Letters::Job(job) => dead_letter_job(&d.body).as_ref() == Some(job),
+        })
+        .collect();
+    let jobs: BTreeSet<JobId> = chosen
+        .iter()
+        .filter_map(|d| dead_letter_job(&d.body))
+        .collect();
+    for job in &jobs {
+        tilegate_pipeline::announce::new_generation(b, job).await?;
+    }
+    let ids: Vec<String> = chosen.iter().map(|d| d.message_id.clone()).collect();
+    let moved = if ids.is_empty() {
+        0
+    } else {
+        b.queue.redrive(Some(&ids)).await?
+    };
+    if more {
+        tracing::warn!(
+            scanned = scanned.len(),
+            moved,
+            "the dead-letter queue holds more letters than one redrive reads; run `tilegate dlq redrive` again for the rest"
+        );
+    }
+    Ok(Redriven {
+        moved,
+        jobs: jobs.len(),
+        more,
+    })
+}
