@@ -7,6 +7,7 @@ mod assemble;
 mod ingest;
 mod plan;
 mod reconcile;
+mod redrive;
 mod work;
 
 use crate::errors::refused;
@@ -265,42 +266,7 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
                 dead_letters: rows,
             });
         }
-        DlqCommand::Redrive { ids, job } => {
-            // Each job whose windows go back starts a new generation first, so that if they
-            // are dead-lettered again the job is announced incomplete again.
-            let moved = if let Some(j) = job {
-                let job = find_job(b, Some(&j)).await?.job_id;
-                let ids: Vec<String> = job_dead_letters(b, &job)
-                    .await?
-                    .into_iter()
-                    .map(|d| d.message_id)
-                    .collect();
-                if ids.is_empty() {
-                    0
-                } else {
-                    tilegate_pipeline::announce::new_generation(b, &job).await?;
-                    b.queue.redrive(Some(&ids)).await?
-                }
-            } else {
-                let mut jobs = std::collections::BTreeSet::new();
-                for d in b.queue.list_dead_letters(DLQ_SCAN).await? {
-                    if (ids.is_empty() || ids.contains(&d.message_id))
-                        && let Some(job) = dead_letter_job(&d.body)
-                    {
-                        jobs.insert(job);
-                    }
-                }
-                for job in &jobs {
-                    tilegate_pipeline::announce::new_generation(b, job).await?;
-                }
-                if ids.is_empty() {
-                    b.queue.redrive(None).await?
-                } else {
-                    b.queue.redrive(Some(&ids)).await?
-                }
-            };
-            out.emit(&reports::DlqRedrive { redriven: moved });
-        }
+        DlqCommand::Redrive { ids, job } => redrive::redrive_cmd(out, b, ids, job).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
