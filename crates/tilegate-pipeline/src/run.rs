@@ -152,12 +152,13 @@ pub async fn run<P: Progress>(
         }
         _ => None,
     };
-    record_job_counts(b, &job.job_id, counters).await;
     if scene.is_some() {
         // `run` announces to no sink: once published, nothing is left for it to do, and the
-        // job leaves the reconciler's open index.
+        // job leaves the reconciler's open index (before the counts are recorded: its reads
+        // and write are the job's too).
         settle_here(b, &job.job_id).await;
     }
+    record_job_counts(b, &job.job_id, counters).await;
     Ok(RunOutcome {
         plan,
         work,
