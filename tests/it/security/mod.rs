@@ -10,5 +10,6 @@ mod gdal;
 mod inputs;
 mod metrics_endpoint;
 mod references;
+mod risks;
 mod secrets;
 mod service_scope;
