@@ -827,10 +827,25 @@ impl Drop for ChaosLogs {
 }
 
 /// Processes that run beside the flow for its whole length as its safety net, named for their
-/// logs. None yet: the place for a level-triggered reconciler (`tilegate reconcile --every N`)
-/// to join the chaos, for what the edges lose.
-fn safety_net(_flow: &Flow) -> Vec<(&'static str, Command)> {
-    Vec::new()
+/// logs: the level-triggered reconciler (`tilegate reconcile-jobs --every 2`), for what the
+/// edges lose — an arrival dead-lettered after its job row (three ingest kills against the
+/// arrivals queue's `maxReceiveCount`), a trigger lost with a killed pool, an announcement
+/// left pending. Its grace (5 s) is longer than a planner of these small scenes takes.
+fn safety_net(flow: &Flow, hook: &str) -> Vec<(&'static str, Command)> {
+    vec![(
+        "reconcile",
+        flow.command(&[
+            "reconcile-jobs",
+            "--every",
+            "2",
+            "--grace",
+            "5",
+            "--lease-ttl-ms",
+            "10000",
+            "--announce",
+            hook,
+        ]),
+    )]
 }
 
 /// The unattended flow under chaos: three scenes land; two `ingest` processes race on every
@@ -863,7 +878,7 @@ fn unattended_flow_under_chaos(flow: &Flow) {
             .push(ingests.spawn(&format!("ingest-{i}"), flow.ingest()));
     }
     let mut net = Procs::default();
-    for (name, cmd) in safety_net(flow) {
+    for (name, cmd) in safety_net(flow, &hook.url) {
         logs.logs.push(net.spawn(name, cmd));
     }
     let pool = |hook: &str| {
