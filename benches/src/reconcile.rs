@@ -5,7 +5,6 @@
 //! follows the open jobs, never the finished ones.
 
 use crate::scope::{counted, job, total};
-use anyhow::Context as _;
 use serde_json::{Value, json};
 use tilegate_core::{Backends, Tenant};
 use tilegate_pipeline::announce::Announcer;
@@ -63,31 +62,7 @@ pub fn run(
     open: usize,
     finished: usize,
 ) -> anyhow::Result<Value> {
-    std::env::var("AWS_ENDPOINT_URL").context(
-        "no AWS emulator: start it with eval \"$(bash .ci/aws-emulator start)\" (or use .ci/bench)",
-    )?;
-    let id = format!(
-        "tgrec{}-{}",
-        std::process::id(),
-        tilegate_core::now_millis() % 1_000_000
-    );
-    let data = work.join("reconcile");
-    std::fs::create_dir_all(&data)?;
-    let objects = format!("s3://{id}/out");
-    let tables = format!("dynamodb://{id}");
-    let queue = format!("sqs://{id}");
-    crate::measure::run(std::process::Command::new(tilegate).args([
-        "--data",
-        data.to_str().context("a UTF-8 path")?,
-        "--objects",
-        &objects,
-        "--tables",
-        &tables,
-        "--queue",
-        &queue,
-        "init",
-        "--create-bucket",
-    ]))?;
+    let (objects, tables, queue) = crate::scope::emulator_deployment(tilegate, work, "tgrec")?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let b = tilegate_aws::AwsBackends::connect(&objects, &tables, &queue, 3).await?;

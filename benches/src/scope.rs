@@ -195,26 +195,27 @@ async fn crowd(b: &Backends, jobs: usize, dead: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(
+/// A fresh deployment on the AWS emulator for a benchmark (`name` names its bucket, tables
+/// and queue): `tilegate init --create-bucket` run, its objects, tables and queue URLs.
+pub(crate) fn emulator_deployment(
     tilegate: &std::path::Path,
     work: &std::path::Path,
-    others: usize,
-    dead: usize,
-) -> anyhow::Result<Value> {
+    name: &str,
+) -> anyhow::Result<(String, String, String)> {
     std::env::var("AWS_ENDPOINT_URL").context(
         "no AWS emulator: start it with eval \"$(bash .ci/aws-emulator start)\" (or use .ci/bench)",
     )?;
     let id = format!(
-        "tgscope{}-{}",
+        "{name}{}-{}",
         std::process::id(),
         tilegate_core::now_millis() % 1_000_000
     );
-    let data = work.join("scope");
+    let data = work.join(name);
     std::fs::create_dir_all(&data)?;
     let objects = format!("s3://{id}/out");
     let tables = format!("dynamodb://{id}");
     let queue = format!("sqs://{id}");
-    let (_, _) = crate::measure::run(std::process::Command::new(tilegate).args([
+    crate::measure::run(std::process::Command::new(tilegate).args([
         "--data",
         data.to_str().context("a UTF-8 path")?,
         "--objects",
@@ -226,6 +227,16 @@ pub fn run(
         "init",
         "--create-bucket",
     ]))?;
+    Ok((objects, tables, queue))
+}
+
+pub fn run(
+    tilegate: &std::path::Path,
+    work: &std::path::Path,
+    others: usize,
+    dead: usize,
+) -> anyhow::Result<Value> {
+    let (objects, tables, queue) = emulator_deployment(tilegate, work, "tgscope")?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let b = tilegate_aws::AwsBackends::connect(&objects, &tables, &queue, 3).await?;

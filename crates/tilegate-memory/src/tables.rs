@@ -107,34 +107,12 @@ impl JobTable for MemoryTables {
     }
 
     async fn list_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
-        let mut jobs: Vec<Versioned<JobRecord>> = self.lock().jobs.values().cloned().collect();
-        jobs.sort_by(|a, b| {
-            b.row
-                .created_at
-                .cmp(&a.row.created_at)
-                .then_with(|| a.row.job_id.as_str().cmp(b.row.job_id.as_str()))
-        });
-        jobs.truncate(limit);
-        Ok(jobs)
+        Ok(self.jobs_where(|_| true, Order::NewestFirst, limit))
     }
 
     /// The rows are in memory: the open ones, oldest first.
     async fn list_open_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
-        let mut jobs: Vec<Versioned<JobRecord>> = self
-            .lock()
-            .jobs
-            .values()
-            .filter(|j| j.row.is_open())
-            .cloned()
-            .collect();
-        jobs.sort_by(|a, b| {
-            a.row
-                .created_at
-                .cmp(&b.row.created_at)
-                .then_with(|| a.row.job_id.as_str().cmp(b.row.job_id.as_str()))
-        });
-        jobs.truncate(limit);
-        Ok(jobs)
+        Ok(self.jobs_where(JobRecord::is_open, Order::OldestFirst, limit))
     }
 
     /// The rows are in memory: filtered by tenant here, in the order of [`Self::list_jobs`].
@@ -143,21 +121,41 @@ impl JobTable for MemoryTables {
         tenant: &Tenant,
         limit: usize,
     ) -> StoreResult<Vec<Versioned<JobRecord>>> {
+        Ok(self.jobs_where(|j| &j.tenant == tenant, Order::NewestFirst, limit))
+    }
+}
+
+/// The order of a listing of jobs (ties by job ID).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    NewestFirst,
+    OldestFirst,
+}
+
+impl MemoryTables {
+    /// At most `limit` jobs that `keep`, in `order`.
+    fn jobs_where(
+        &self,
+        keep: impl Fn(&JobRecord) -> bool,
+        order: Order,
+        limit: usize,
+    ) -> Vec<Versioned<JobRecord>> {
         let mut jobs: Vec<Versioned<JobRecord>> = self
             .lock()
             .jobs
             .values()
-            .filter(|v| &v.row.tenant == tenant)
+            .filter(|v| keep(&v.row))
             .cloned()
             .collect();
         jobs.sort_by(|a, b| {
-            b.row
-                .created_at
-                .cmp(&a.row.created_at)
-                .then_with(|| a.row.job_id.as_str().cmp(b.row.job_id.as_str()))
+            let by_date = match order {
+                Order::NewestFirst => b.row.created_at.cmp(&a.row.created_at),
+                Order::OldestFirst => a.row.created_at.cmp(&b.row.created_at),
+            };
+            by_date.then_with(|| a.row.job_id.as_str().cmp(b.row.job_id.as_str()))
         });
         jobs.truncate(limit);
-        Ok(jobs)
+        jobs
     }
 }
 

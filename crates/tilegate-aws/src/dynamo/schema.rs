@@ -193,64 +193,39 @@ impl DynamoTables {
     /// Give every job item written before the `by-open` index existed, whose body says it is
     /// open, its `open_pk`: the reconciler then sees the jobs an older tilegate left open.
     async fn backfill_job_open(&self) -> StoreResult<()> {
-        let mut start = None;
-        loop {
-            let page = self
-                .sdk()
-                .send("mark open jobs", &self.jobs, || {
-                    self.client
-                        .scan()
-                        .table_name(&self.jobs)
-                        .filter_expression("attribute_not_exists(#o)")
-                        .expression_attribute_names("#o", "open_pk")
-                        .set_exclusive_start_key(start.clone())
-                        .send()
-                })
-                .await?;
-            for item in page.items() {
-                let id = item
-                    .get("job_id")
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .unwrap_or_default();
-                let row: tilegate_core::table::Versioned<tilegate_core::table::JobRecord> =
-                    super::model::decode_body(item, "job row", &id)?;
-                if !row.row.is_open() {
-                    continue;
-                }
-                self.sdk()
-                    .send("mark open jobs", &id, || {
-                        self.client
-                            .update_item()
-                            .table_name(&self.jobs)
-                            .key("job_id", super::model::s(&id))
-                            .update_expression("SET #o = :o")
-                            .expression_attribute_names("#o", "open_pk")
-                            .expression_attribute_values(":o", super::model::s(super::JOBS_OPEN_PK))
-                            .send()
-                    })
-                    .await?;
-            }
-            start = page.last_evaluated_key.clone();
-            if start.is_none() {
-                return Ok(());
-            }
-        }
+        self.backfill_jobs("mark open jobs", "open_pk", |row| {
+            row.is_open().then(|| super::JOBS_OPEN_PK.to_owned())
+        })
+        .await
     }
 
     /// Give every job item that lacks one a `tenant` attribute, from its body: items written
     /// before the `by-tenant` index existed, which the index would otherwise leave out.
     async fn backfill_job_tenants(&self) -> StoreResult<()> {
+        self.backfill_jobs("fill job tenants", "tenant", |row| {
+            Some(row.tenant.as_str().to_owned())
+        })
+        .await
+    }
+
+    /// Set `attr` (where an item lacks it) to what `value` makes of the item's row — `None`
+    /// leaves it unset — on every job item: what an index added to an older table keys on.
+    async fn backfill_jobs(
+        &self,
+        operation: &'static str,
+        attr: &'static str,
+        value: impl Fn(&tilegate_core::table::JobRecord) -> Option<String>,
+    ) -> StoreResult<()> {
         let mut start = None;
         loop {
             let page = self
                 .sdk()
-                .send("fill job tenants", &self.jobs, || {
+                .send(operation, &self.jobs, || {
                     self.client
                         .scan()
                         .table_name(&self.jobs)
-                        .filter_expression("attribute_not_exists(#t)")
-                        .expression_attribute_names("#t", "tenant")
+                        .filter_expression("attribute_not_exists(#a)")
+                        .expression_attribute_names("#a", attr)
                         .set_exclusive_start_key(start.clone())
                         .send()
                 })
@@ -263,18 +238,16 @@ impl DynamoTables {
                     .unwrap_or_default();
                 let row: tilegate_core::table::Versioned<tilegate_core::table::JobRecord> =
                     super::model::decode_body(item, "job row", &id)?;
+                let Some(v) = value(&row.row) else { continue };
                 self.sdk()
-                    .send("fill job tenants", &id, || {
+                    .send(operation, &id, || {
                         self.client
                             .update_item()
                             .table_name(&self.jobs)
                             .key("job_id", super::model::s(&id))
-                            .update_expression("SET #t = if_not_exists(#t, :t)")
-                            .expression_attribute_names("#t", "tenant")
-                            .expression_attribute_values(
-                                ":t",
-                                super::model::s(row.row.tenant.as_str()),
-                            )
+                            .update_expression("SET #a = if_not_exists(#a, :v)")
+                            .expression_attribute_names("#a", attr)
+                            .expression_attribute_values(":v", super::model::s(&v))
                             .send()
                     })
                     .await?;

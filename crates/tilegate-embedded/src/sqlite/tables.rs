@@ -41,6 +41,29 @@ fn get_job_row(conn: &Connection, id: &str) -> TxResult<Option<Versioned<JobReco
     .transpose()
 }
 
+/// A listing's `LIMIT`.
+fn to_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+/// The job rows `sql` (selecting `job_id, version, body`) reads with `params`, in its order.
+fn job_rows(
+    c: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> TxResult<Vec<Versioned<JobRecord>>> {
+    let mut stmt = c.prepare_cached(sql)?;
+    let rows = stmt.query_map(params, |r| {
+        Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, version, body) = row?;
+        out.push(versioned("job row", &id, (version, body))?);
+    }
+    Ok(out)
+}
+
 #[async_trait]
 impl JobTable for SqliteBackend {
     async fn create_job(&self, job: &JobRecord) -> StoreResult<CreateOutcome<JobRecord>> {
@@ -107,20 +130,12 @@ impl JobTable for SqliteBackend {
 
     async fn list_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
         self.with_conn("list jobs", "jobs", move |c| {
-            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let mut stmt = c.prepare_cached(
+            job_rows(
+                c,
                 "SELECT job_id, version, body FROM jobs
                  ORDER BY created_at DESC, job_id LIMIT ?1",
-            )?;
-            let rows = stmt.query_map([limit], |r| {
-                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
-            })?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (id, version, body) = row?;
-                out.push(versioned("job row", &id, (version, body))?);
-            }
-            Ok(out)
+                params![to_limit(limit)],
+            )
         })
         .await
     }
@@ -128,20 +143,12 @@ impl JobTable for SqliteBackend {
     /// Read on the partial index of open jobs (`WHERE open = 1`): open rows only.
     async fn list_open_jobs(&self, limit: usize) -> StoreResult<Vec<Versioned<JobRecord>>> {
         self.with_conn("list open jobs", "jobs", move |c| {
-            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let mut stmt = c.prepare_cached(
+            job_rows(
+                c,
                 "SELECT job_id, version, body FROM jobs INDEXED BY jobs_open WHERE open = 1
                  ORDER BY created_at, job_id LIMIT ?1",
-            )?;
-            let rows = stmt.query_map([limit], |r| {
-                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
-            })?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (id, version, body) = row?;
-                out.push(versioned("job row", &id, (version, body))?);
-            }
-            Ok(out)
+                params![to_limit(limit)],
+            )
         })
         .await
     }
@@ -154,20 +161,12 @@ impl JobTable for SqliteBackend {
     ) -> StoreResult<Vec<Versioned<JobRecord>>> {
         let tenant = tenant.as_str().to_owned();
         self.with_conn("list a tenant's jobs", &tenant.clone(), move |c| {
-            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let mut stmt = c.prepare_cached(
+            job_rows(
+                c,
                 "SELECT job_id, version, body FROM jobs WHERE tenant = ?1
                  ORDER BY created_at DESC, job_id LIMIT ?2",
-            )?;
-            let rows = stmt.query_map(params![tenant, limit], |r| {
-                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?))
-            })?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (id, version, body) = row?;
-                out.push(versioned("job row", &id, (version, body))?);
-            }
-            Ok(out)
+                params![tenant, to_limit(limit)],
+            )
         })
         .await
     }
