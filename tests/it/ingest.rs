@@ -674,6 +674,79 @@ fn the_lambda_functions_take_an_uploaded_scene_to_its_announcement() {
     assert_scene_matches_source(&published, &scene);
 }
 
+/// A notification delivered twice at once: the second planner finds the row the first one
+/// wrote and has not yet marked enqueued. It enqueues nothing (the first is enqueueing; before
+/// this it enqueued the windows not yet recorded a second time, each then encoded twice). A
+/// row left unmarked for longer than a planner takes is a dead planner's: the next delivery
+/// enqueues its windows and marks it.
+#[test]
+fn a_duplicate_arrival_during_planning_enqueues_nothing() {
+    use tilegate_core::Recipe;
+    use tilegate_core::queue::ReceiveOptions;
+    use tilegate_planner::{Enqueue, PlanOptions, plan_with};
+    use tilegate_source::Origin;
+    let tmp = tempdir();
+    let data = tmp.path();
+    let scene = data.join("scene.tif");
+    sample(data, &scene, 256, 44);
+    let source = scene.to_str().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = rt.block_on(tilegate_tests::Target::Embedded.backends(data));
+    let opts = PlanOptions {
+        recipe: Recipe {
+            window: 128,
+            ..Recipe::copy_all()
+        },
+        ..PlanOptions::default()
+    };
+    // The first planner, between its row and its enqueue.
+    let (row, _) = rt
+        .block_on(tilegate_planner::derive(&b, source, &opts))
+        .unwrap();
+    rt.block_on(b.jobs.create_job(&row)).unwrap();
+    let once = || {
+        rt.block_on(plan_with(
+            &b,
+            source,
+            &opts,
+            Enqueue::Once,
+            Origin::Operator,
+        ))
+        .unwrap()
+    };
+    let queued = || {
+        rt.block_on(b.queue.receive(ReceiveOptions {
+            max: 10,
+            wait: Duration::ZERO,
+            visibility: Duration::from_secs(60),
+        }))
+        .unwrap()
+        .len()
+    };
+    let second = once();
+    assert!(!second.newly_planned);
+    assert_eq!(second.enqueued, 0, "the duplicate enqueued windows");
+    assert_eq!(queued(), 0);
+    // The first planner died: its row is older than a planner takes.
+    let stale = tilegate_core::now_millis() - tilegate_core::stall::STALL_AFTER_MS - 1_000;
+    rt.block_on(tilegate_core::announce::change_job(
+        b.jobs.as_ref(),
+        &row.job_id,
+        "age the row",
+        |r| !std::mem::replace(&mut r.created_at, stale).eq(&stale),
+    ))
+    .unwrap();
+    let later = once();
+    assert_eq!(
+        later.enqueued, 4,
+        "a dead planner's windows were not enqueued"
+    );
+    assert_eq!(queued(), 4);
+    let marked = rt.block_on(b.jobs.get_job(&row.job_id)).unwrap().unwrap();
+    assert!(marked.row.windows_enqueued);
+    assert_eq!(once().enqueued, 0, "enqueued again after the mark");
+}
+
 /// Where the chaos runs: the embedded backend (arrivals: files dropped into a watched inbox) or
 /// the AWS emulator (arrivals: uploads, each notified twice on the arrivals queue).
 enum Flow {

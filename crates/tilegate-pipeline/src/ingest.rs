@@ -8,8 +8,10 @@
 //!
 //! Duplicates cost nothing: the job ID is a function of the source's pin and the recipe, so a
 //! repeated notification of the same object plans the same job, whose row says its windows
-//! were enqueued ([`Enqueue::Once`]); nothing more is sent. A message is acknowledged only
-//! after everything it names is planned, so a crash re-plans from the redelivery.
+//! were enqueued ([`Enqueue::Once`]) or, while the row is younger than a planner takes, that
+//! its planner is enqueueing them; nothing more is sent. A message is acknowledged only after
+//! everything it names is planned, so a crash re-plans from the redelivery (one between the
+//! row and its mark: a redelivery after that time, or the reconciler, enqueues the windows).
 //!
 //! Every message is hostile: a bucket not in the configuration is refused (`source-forbidden`,
 //! dead-lettered, never read), a STAC Item's hrefs reach only what the policy lists, and no

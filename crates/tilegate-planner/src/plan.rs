@@ -9,6 +9,7 @@ use tilegate_core::grid::GridError;
 use tilegate_core::message::WindowMessage;
 use tilegate_core::recipe::{Operation, RecipeError};
 use tilegate_core::source::SceneMeta;
+use tilegate_core::stall::STALL_AFTER_MS;
 use tilegate_core::table::{CreateOutcome, JobRecord, MAX_MANIFEST_SHARDS};
 use tilegate_core::{
     Backends, Grid, JobId, KeyError, Prefix, Recipe, StoreError, Tenant, now_millis,
@@ -153,9 +154,11 @@ pub enum Enqueue {
     /// [`PlanOptions::resume`] those not yet recorded.
     Always,
     /// Once per job (`ingest`, whose notifications repeat): the windows not yet recorded,
-    /// unless the job row says they were all enqueued already; then the row says so. A process
-    /// that dies between enqueueing and marking enqueues again when the arrival is redelivered
-    /// (duplicates the workers absorb), never not at all.
+    /// unless the job row says they were all enqueued already; then the row says so. A row
+    /// written by another planner and not yet marked is that planner's to enqueue while it is
+    /// younger than a planner takes ([`STALL_AFTER_MS`]): a notification delivered twice at
+    /// once enqueues nothing twice. A planner that died between the row and the mark is
+    /// enqueued by a redelivery after that, or by the reconciler, never not at all.
     Once,
 }
 
@@ -193,6 +196,16 @@ pub async fn plan_resolved(
     };
     if enqueue == Enqueue::Once && plan.job.windows_enqueued {
         tracing::info!(job_id = %plan.job.job_id, "windows already enqueued: nothing to do");
+        return Ok(plan);
+    }
+    let age_ms = now_millis().saturating_sub(plan.job.created_at);
+    if enqueue == Enqueue::Once && !newly_planned && age_ms <= STALL_AFTER_MS {
+        tracing::info!(
+            job_id = %plan.job.job_id,
+            row_age_s = age_ms / 1000,
+            "the planner that wrote the row is enqueueing its windows: nothing to do \
+             (if it died, a later delivery or the reconciler enqueues them)"
+        );
         return Ok(plan);
     }
     let only_missing = opts.resume || enqueue == Enqueue::Once;
