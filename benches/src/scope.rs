@@ -167,6 +167,7 @@ async fn crowd(b: &Backends, jobs: usize, dead: usize) -> anyhow::Result<()> {
             }),
     )
     .await?;
+    eprintln!("scope: {jobs} other tenants' jobs written");
     let bodies: Vec<String> = rows
         .iter()
         .take(dead)
@@ -192,6 +193,7 @@ async fn crowd(b: &Backends, jobs: usize, dead: usize) -> anyhow::Result<()> {
         }
         lettered += got.len();
     }
+    eprintln!("scope: {dead} dead letters moved");
     Ok(())
 }
 
