@@ -1,29 +1,74 @@
-//! The house matches its map: the crates' dependencies point the way ARCHITECTURE.md says
-//! (read from `cargo metadata`), and the code map names every crate and no file that is
-//! missing.
+//! The house matches its map: every crate has a layer and its dependencies (read from
+//! `cargo metadata`) point only down, as ARCHITECTURE.md's table shows; the code map names
+//! every crate and no file or document that is missing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const STAGES: [&str; 3] = ["tilegate-planner", "tilegate-worker", "tilegate-assembler"];
-const BACKENDS: [&str; 5] = [
+/// Every workspace crate and its layer, bottom first: a crate's dependencies point only to lower
+/// layers (never up, never sideways within its own). ARCHITECTURE.md shows this table; a crate
+/// the table does not list fails the test.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("leaves", &["tilegate-expr", "tilegate-fault"]),
+    ("contracts", &["tilegate-core"]),
+    (
+        "mechanisms",
+        &[
+            "tilegate-retry",
+            "tilegate-claim",
+            "tilegate-ledger",
+            "tilegate-stac",
+            "tilegate-cogwrite",
+        ],
+    ),
+    (
+        "engines",
+        &[
+            "tilegate-cog",
+            "tilegate-embedded",
+            "tilegate-memory",
+            "tilegate-aws",
+            "tilegate-gcs",
+            "tilegate-azure",
+            "tilegate-webhook",
+            "tilegate-report",
+        ],
+    ),
+    ("sources", &["tilegate-source"]),
+    (
+        "stages",
+        &["tilegate-planner", "tilegate-worker", "tilegate-assembler"],
+    ),
+    ("composition", &["tilegate-pipeline", "tilegate-backends"]),
+    // What every backend is held to: it drives the stages' protocols over a backend.
+    ("suites", &["tilegate-conformance"]),
+    ("service", &["tilegate-service"]),
+    ("shells", &["tilegate-cli", "tilegate-lambda"]),
+    (
+        "harnesses",
+        &[
+            "tilegate-tests",
+            "tilegate-benches",
+            "tilegate-example-median",
+        ],
+    ),
+];
+/// hakari's feature-unification crate: every crate may depend on it; it is no layer.
+const HACK: &str = "workspace-hack";
+/// The crates that talk to a store's service or a sink: a stage never names one.
+const STORES: &[&str] = &[
     "tilegate-embedded",
     "tilegate-memory",
     "tilegate-aws",
     "tilegate-gcs",
     "tilegate-azure",
-];
-/// What may depend on the pipeline: the shells around it.
-const ABOVE_PIPELINE: [&str; 5] = [
-    "tilegate-cli",
-    "tilegate-service",
-    "tilegate-lambda",
-    "tilegate-benches",
-    "tilegate-tests",
+    "tilegate-webhook",
+    "tilegate-backends",
 ];
 /// Crates that do I/O (network, files through an engine, GDAL, SQL); core names none.
 const IO_CRATES: [&str; 6] = ["tokio", "reqwest", "hyper", "gdal", "gdal-sys", "rusqlite"];
-const IO_PREFIXES: [&str; 3] = ["aws-", "azure_", "gcloud-"];
+/// A cloud SDK's crates: retry (the loop every store's requests go through) links none.
+const SDK_PREFIXES: [&str; 3] = ["aws-", "azure_", "gcloud-"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -65,40 +110,123 @@ fn dependencies() -> BTreeMap<String, BTreeSet<String>> {
         .collect()
 }
 
-#[test]
-fn stages_never_name_stages_and_core_does_no_io() {
-    let deps = dependencies();
+/// The layer of `name` in [`LAYERS`], if it is listed.
+fn layer_of(name: &str) -> Option<(usize, &'static str)> {
+    LAYERS
+        .iter()
+        .enumerate()
+        .find(|(_, (_, crates))| crates.contains(&name))
+        .map(|(i, (layer, _))| (i, *layer))
+}
+
+/// What is wrong with the workspace `deps` (every package and its normal dependencies): a
+/// crate the table does not list, a table entry that is no crate, a dependency that points up
+/// or sideways, a stage that names a store, retry linking an SDK, core doing I/O.
+fn violations(deps: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
     let mut bad = Vec::new();
-    for (name, uses) in &deps {
-        for dep in uses {
-            let stage_on_stage = STAGES.contains(&name.as_str()) && STAGES.contains(&dep.as_str());
-            let backend_on_stage = BACKENDS.contains(&name.as_str())
-                && (STAGES.contains(&dep.as_str()) || dep == "tilegate-pipeline");
-            let under_pipeline =
-                dep == "tilegate-pipeline" && !ABOVE_PIPELINE.contains(&name.as_str());
-            if stage_on_stage || backend_on_stage || under_pipeline {
-                bad.push(format!("{name} depends on {dep}"));
+    for (name, uses) in deps {
+        if name == HACK {
+            continue;
+        }
+        let Some((at, layer)) = layer_of(name) else {
+            bad.push(format!("{name} is in no layer: add it to LAYERS"));
+            continue;
+        };
+        for dep in uses.iter().filter(|d| deps.contains_key(*d) && *d != HACK) {
+            match layer_of(dep) {
+                Some((below, _)) if below < at => {}
+                Some((same, _)) if same == at => {
+                    bad.push(format!(
+                        "{name} depends on {dep}: sideways within `{layer}`"
+                    ));
+                }
+                Some((_, up)) => {
+                    bad.push(format!("{name} ({layer}) depends on {dep} ({up}): up"));
+                }
+                None => bad.push(format!("{name} depends on {dep}, which is in no layer")),
+            }
+        }
+        if layer == "stages" {
+            for dep in uses.iter().filter(|d| STORES.contains(&d.as_str())) {
+                bad.push(format!("the stage {name} names the store {dep}"));
             }
         }
     }
-    let core = &deps["tilegate-core"];
-    for dep in core {
+    for dep in deps.get("tilegate-retry").into_iter().flatten() {
+        if SDK_PREFIXES.iter().any(|p| dep.starts_with(p)) || dep == "reqwest" {
+            bad.push(format!("tilegate-retry links {dep}"));
+        }
+    }
+    for dep in deps.get("tilegate-core").into_iter().flatten() {
         let io = IO_CRATES.contains(&dep.as_str())
-            || IO_PREFIXES.iter().any(|p| dep.starts_with(p))
+            || SDK_PREFIXES.iter().any(|p| dep.starts_with(p))
             || (dep.starts_with("tilegate-") && dep != "tilegate-core");
         if io {
             bad.push(format!("tilegate-core depends on {dep}"));
         }
     }
-    // The layering holds for real crates, not an empty list.
-    for crate_name in STAGES
-        .iter()
-        .chain(&BACKENDS)
-        .chain(["tilegate-pipeline"].iter())
-    {
-        assert!(deps.contains_key(*crate_name), "no package {crate_name}");
+    for (_, crates) in LAYERS {
+        for c in *crates {
+            if !deps.contains_key(*c) {
+                bad.push(format!("LAYERS lists {c}, which is no workspace crate"));
+            }
+        }
     }
+    bad
+}
+
+#[test]
+fn every_crate_has_a_layer_and_depends_only_down() {
+    let deps = dependencies();
+    assert!(deps.contains_key("tilegate-pipeline"), "no workspace read");
+    let bad = violations(&deps);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The test of the test: an edge that points up, one sideways, a stage naming a store, retry
+/// linking an SDK, core doing I/O and an unlisted crate are each refused.
+#[test]
+fn the_layer_check_refuses_each_kind_of_wrong_edge() {
+    let clean = dependencies();
+    let with = |from: &str, to: &str| {
+        let mut deps = clean.clone();
+        deps.entry(from.to_owned())
+            .or_default()
+            .insert(to.to_owned());
+        deps.entry(to.to_owned()).or_default();
+        violations(&deps)
+    };
+    let cases = [
+        ("tilegate-ledger", "tilegate-worker", "up"),
+        ("tilegate-planner", "tilegate-worker", "sideways"),
+        ("tilegate-cog", "tilegate-source", "up"),
+        ("tilegate-worker", "tilegate-aws", "names the store"),
+        ("tilegate-retry", "aws-sdk-s3", "links aws-sdk-s3"),
+        ("tilegate-core", "tokio", "tilegate-core depends on tokio"),
+        ("tilegate-newcomer", "tilegate-core", "in no layer"),
+    ];
+    for (from, to, says) in cases {
+        let bad = with(from, to);
+        assert!(
+            bad.iter().any(|b| b.contains(says)),
+            "{from} -> {to} was not refused as {says}: {bad:?}"
+        );
+    }
+}
+
+/// ARCHITECTURE.md's layer table is [`LAYERS`], row for row.
+#[test]
+fn the_architecture_shows_the_layer_table() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let mut want = String::from("| layer | crates |\n|---|---|\n");
+    for (layer, crates) in LAYERS.iter().rev() {
+        let names: Vec<String> = crates.iter().map(|c| format!("`{c}`")).collect();
+        want.push_str(&format!("| {layer} | {} |\n", names.join(", ")));
+    }
+    assert!(
+        text.contains(&want),
+        "ARCHITECTURE.md does not show the layer table; it should read:\n{want}"
+    );
 }
 
 #[test]
@@ -110,6 +238,14 @@ fn the_code_map_names_every_crate_and_no_missing_file() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if !text.contains(&format!("crates/{name}")) {
             bad.push(format!("the code map does not name crates/{name}"));
+        }
+    }
+    // Every document it names is in the repository.
+    for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || "._/-".contains(c))) {
+        if word.ends_with(".md") && !root.join(word).exists() {
+            bad.push(format!(
+                "ARCHITECTURE.md names {word}, which is not in the repository"
+            ));
         }
     }
     // Every path in backticks that starts at the repository's top is there.
