@@ -28,7 +28,7 @@ use std::fmt;
 
 mod publish;
 
-pub use publish::{Begun, Publish, PublishBy, PublishOutcome};
+pub use publish::{Begun, Publish, PublishBy, PublishOutcome, PublishWrites};
 
 /// An attempt's identity: 32 lowercase hex characters (a random 128-bit value). A transport
 /// retry of the same attempt carries the same ID; a new regeneration makes a new one.

@@ -155,46 +155,32 @@ impl LedgerTable for MemoryTables {
         let st = &mut guard.ledger;
         let pkey = (p.job_id.to_string(), p.subject.to_string());
         let current = st.pointers.get(&pkey).cloned();
-        if current.as_ref().map(|c| &c.row.attempt) != p.seen.as_ref() {
-            return Ok(PublishOutcome::Superseded { current });
-        }
         let new = st
             .rows
             .get(&row_key(&p.job_id, p.subject, &p.attempt))
             .cloned();
-        let prev = match &p.seen {
-            Some(seen) => Some(
-                st.rows
-                    .get(&row_key(&p.job_id, p.subject, seen))
-                    .cloned()
-                    .ok_or_else(|| lost(format!("{}/{}/{seen}", p.job_id, p.subject)))?,
-            ),
-            None => None,
+        let prev = p
+            .seen
+            .as_ref()
+            .and_then(|seen| st.rows.get(&row_key(&p.job_id, p.subject, seen)).cloned());
+        let w = match p.plan(current.as_ref(), new.as_ref(), prev.as_ref()) {
+            Ok(w) => w,
+            Err(Some(refused)) => return Ok(*refused),
+            Err(None) => return Err(lost(p.seen_shown())),
         };
-        let pointer = match p.decide(
-            new.as_ref(),
-            current.as_ref(),
-            prev.as_ref().map(|r| &r.row),
-        ) {
-            Ok(pointer) => pointer,
-            Err(refused) => return Ok(*refused),
-        };
-        let new = new.expect("decide published a row");
-        if let Some(prev) = prev {
-            st.put(prev.row.retired(p.now), prev.version + 1);
+        if let Some(prev) = w.retired {
+            st.put(prev.row, prev.version + 1);
         }
-        st.put(new.row.accepted(p.now), new.version + 1);
+        st.put(w.accepted.row, w.accepted.version + 1);
         let version = current.map_or(1, |c| c.version + 1);
         st.pointers.insert(
             pkey,
             Versioned {
                 version,
-                row: pointer,
+                row: w.pointer,
             },
         );
-        Ok(PublishOutcome::Published {
-            previous: p.seen.clone(),
-        })
+        Ok(p.published())
     }
 
     async fn mark(

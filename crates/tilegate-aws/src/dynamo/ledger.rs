@@ -285,45 +285,38 @@ impl LedgerTable for DynamoTables {
         let shown = format!("{}/{}/{}", p.job_id, p.subject, p.attempt);
         for _ in 0..TRANSACT_TRIES {
             let current = self.get_pointer(&p.job_id, p.subject).await?;
-            let at = current.as_ref().map(|c| &c.row.attempt);
-            if at != p.seen.as_ref() {
+            if let Some(refused) = p.superseded(current.as_ref()) {
                 if let Some(c) = &current
                     && c.row.attempt == p.attempt
                     && c.row.moved_at == p.now
                 {
                     // This publish's own transaction landed and its answer was lost.
-                    return Ok(PublishOutcome::Published {
-                        previous: p.seen.clone(),
-                    });
+                    return Ok(p.published());
                 }
                 debug!(store = "dynamodb", row = %shown, outcome = "superseded", "publish");
-                return Ok(PublishOutcome::Superseded { current });
+                return Ok(refused);
             }
             let row = self.get_attempt(&p.job_id, p.subject, &p.attempt).await?;
             let prev = match &p.seen {
-                Some(seen) => Some(
-                    self.get_attempt(&p.job_id, p.subject, seen)
-                        .await?
-                        .ok_or_else(|| {
-                            corrupt(ROW, &shown, "the pointer names an attempt with no row")
-                        })?,
-                ),
+                Some(seen) => self.get_attempt(&p.job_id, p.subject, seen).await?,
                 None => None,
             };
-            let pointer = match p.decide(
-                row.as_ref(),
-                current.as_ref(),
-                prev.as_ref().map(|r| &r.row),
-            ) {
-                Ok(pointer) => pointer,
-                Err(refused) => return Ok(*refused),
+            let w = match p.plan(current.as_ref(), row.as_ref(), prev.as_ref()) {
+                Ok(w) => w,
+                Err(Some(refused)) => return Ok(*refused),
+                Err(None) => {
+                    return Err(corrupt(
+                        ROW,
+                        &p.seen_shown(),
+                        "the pointer names an attempt with no row",
+                    ));
+                }
             };
-            let new = row.expect("decide published a row");
             let mut items = Vec::with_capacity(3);
             items.push(match (&current, &p.seen) {
                 (Some(c), Some(seen)) => guarded_put(
                     &self.ledger,
-                    pointer_item(&pointer, c.version + 1)?,
+                    pointer_item(&w.pointer, c.version + 1)?,
                     "#v = :v AND #att = :seen",
                     &[("#v", "version"), ("#att", "attempt")],
                     HashMap::from([
@@ -333,29 +326,19 @@ impl LedgerTable for DynamoTables {
                 )?,
                 _ => guarded_put(
                     &self.ledger,
-                    pointer_item(&pointer, 1)?,
+                    pointer_item(&w.pointer, 1)?,
                     "attribute_not_exists(#pk)",
                     &[("#pk", "pk")],
                     HashMap::new(),
                 )?,
             });
-            items.push(row_put(
-                &self.ledger,
-                &new.row.accepted(p.now),
-                new.version,
-            )?);
-            if let Some(prev) = &prev {
-                items.push(row_put(
-                    &self.ledger,
-                    &prev.row.retired(p.now),
-                    prev.version,
-                )?);
+            items.push(row_put(&self.ledger, &w.accepted.row, w.accepted.version)?);
+            if let Some(prev) = &w.retired {
+                items.push(row_put(&self.ledger, &prev.row, prev.version)?);
             }
             if self.transact(&shown, items).await?.1 {
                 debug!(store = "dynamodb", row = %shown, outcome = "published", "publish");
-                return Ok(PublishOutcome::Published {
-                    previous: p.seen.clone(),
-                });
+                return Ok(p.published());
             }
             // Cancelled: something moved between the reads and the write. Look again.
         }

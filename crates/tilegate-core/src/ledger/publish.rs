@@ -97,6 +97,74 @@ impl Publish {
     }
 }
 
+/// What a publish writes, in one atomic step conditional on the versions read: the pointer,
+/// the attempt's row accepted and the row the pointer named retired, each with the version it
+/// was read at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishWrites {
+    pub pointer: Pointer,
+    pub accepted: Versioned<AttemptRow>,
+    pub retired: Option<Versioned<AttemptRow>>,
+}
+
+impl Publish {
+    /// The whole of a publish but its reads and its write, shared by every backend: `current`
+    /// is the pointer, `new` the attempt's row and `seen_row` the row of the attempt the caller
+    /// saw the pointer at (read when `seen` names one; `None` there is a lost row). Returns the
+    /// writes, or the outcome that refuses the move — `Superseded` when the pointer is no
+    /// longer at `seen` — or `Err(None)` when the pointer names an attempt with no row.
+    pub fn plan(
+        &self,
+        current: Option<&Versioned<Pointer>>,
+        new: Option<&Versioned<AttemptRow>>,
+        seen_row: Option<&Versioned<AttemptRow>>,
+    ) -> Result<PublishWrites, Option<Box<PublishOutcome>>> {
+        if let Some(refused) = self.superseded(current) {
+            return Err(Some(Box::new(refused)));
+        }
+        if self.seen.is_some() && seen_row.is_none() {
+            return Err(None);
+        }
+        let pointer = self
+            .decide(new, current, seen_row.map(|r| &r.row))
+            .map_err(Some)?;
+        let new = new.expect("decide refuses a missing row");
+        Ok(PublishWrites {
+            pointer,
+            accepted: Versioned {
+                version: new.version,
+                row: new.row.accepted(self.now),
+            },
+            retired: seen_row.map(|r| Versioned {
+                version: r.version,
+                row: r.row.retired(self.now),
+            }),
+        })
+    }
+
+    /// `Superseded` when the pointer (`current`) is no longer at the attempt the caller saw.
+    pub fn superseded(&self, current: Option<&Versioned<Pointer>>) -> Option<PublishOutcome> {
+        (current.map(|c| &c.row.attempt) != self.seen.as_ref()).then(|| {
+            PublishOutcome::Superseded {
+                current: current.cloned(),
+            }
+        })
+    }
+
+    /// The row of the attempt the caller saw the pointer at, named for an error.
+    pub fn seen_shown(&self) -> String {
+        let seen = self.seen.as_ref().map_or("-", AttemptId::as_str);
+        format!("{}/{}/{seen}", self.job_id, self.subject)
+    }
+
+    /// The outcome of writes that landed.
+    pub fn published(&self) -> PublishOutcome {
+        PublishOutcome::Published {
+            previous: self.seen.clone(),
+        }
+    }
+}
+
 /// The result of [`LedgerTable::publish`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum PublishOutcome {

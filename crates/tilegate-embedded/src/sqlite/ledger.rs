@@ -266,38 +266,31 @@ impl LedgerTable for SqliteBackend {
         self.write("publish", &shown.clone(), move |tx| {
             let (job, subject) = (p.job_id.as_str(), p.subject.to_string());
             let current = get_pointer_row(tx, job, &subject)?;
-            if current.as_ref().map(|c| &c.row.attempt) != p.seen.as_ref() {
+            if let Some(refused) = p.superseded(current.as_ref()) {
                 debug!(store = "sqlite", row = %shown, outcome = "superseded", "publish");
-                return Ok(PublishOutcome::Superseded { current });
+                return Ok(refused);
             }
             let new = get_row(tx, job, &subject, p.attempt.as_str())?;
             let prev = match &p.seen {
-                Some(seen) => Some(
-                    get_row(tx, job, &subject, seen.as_str())?
-                        .ok_or_else(|| lost(ROW, format!("{job}/{subject}/{seen}")))?,
-                ),
+                Some(seen) => get_row(tx, job, &subject, seen.as_str())?,
                 None => None,
             };
-            let pointer = match p.decide(
-                new.as_ref(),
-                current.as_ref(),
-                prev.as_ref().map(|r| &r.row),
-            ) {
-                Ok(pointer) => pointer,
-                Err(refused) => return Ok(*refused),
+            let w = match p.plan(current.as_ref(), new.as_ref(), prev.as_ref()) {
+                Ok(w) => w,
+                Err(Some(refused)) => return Ok(*refused),
+                Err(None) => return Err(lost(ROW, p.seen_shown())),
             };
-            let new = new.expect("decide published a row");
-            if let Some(prev) = prev
-                && !write_row(tx, &prev.row.retired(p.now), prev.version)?
+            if let Some(prev) = &w.retired
+                && !write_row(tx, &prev.row, prev.version)?
             {
                 return Err(lost(ROW, prev.row.shown()));
             }
-            if !write_row(tx, &new.row.accepted(p.now), new.version)? {
+            if !write_row(tx, &w.accepted.row, w.accepted.version)? {
                 return Err(lost(ROW, shown.clone()));
             }
-            put_pointer(tx, &pointer)?;
+            put_pointer(tx, &w.pointer)?;
             debug!(store = "sqlite", row = %shown, outcome = "published", "publish");
-            Ok(PublishOutcome::Published { previous: p.seen })
+            Ok(p.published())
         })
         .await
     }
