@@ -1,6 +1,6 @@
-"""checkov, run once over a tree of files, its failed checks as findings by file. The self-test
-runs it once over every fixture's patched file together (one start of checkov, not one per
-fixture); `.ci/deploy-lint` runs it on the real files as well, with its own output."""
+"""checkov, run once over a tree of files, its failed checks as findings by file: the self-test
+runs it once over the patched files of all the fixtures that name a checkov check (one start of
+checkov, not one per fixture). `.ci/deploy-lint` runs checkov's own command on the real files."""
 
 from __future__ import annotations
 
