@@ -1,9 +1,8 @@
 //! Shared helpers for the integration tests, one module per concern under `support/`, all
 //! re-exported here so that tests name them `tilegate_tests::…`: the `tilegate` binary and its
 //! helpers, files on disk, rasters and GDAL's COG validator, STAC validation, headless
-//! Chromium, the AWS emulator, pipeline [`Target`]s, [`ScriptedStore`], and local HTTP sources.
+//! Chromium, the AWS, GCS and Azure emulators, pipeline [`Target`]s, [`ScriptedStore`], and local HTTP sources.
 
-pub mod lossy;
 pub mod responder;
 pub mod webhook;
 
@@ -11,6 +10,7 @@ mod support {
     pub mod aws;
     pub mod bin;
     pub mod chromium;
+    pub mod emulators;
     pub mod files;
     pub mod http;
     pub mod raster;
@@ -32,6 +32,7 @@ pub use support::bin::{
     work_until_fault,
 };
 pub use support::chromium::{chromium, elements, render_in_chromium};
+pub use support::emulators::{azure_container, azure_emulator, gcs_emulator, no_emulator, unique};
 pub use support::files::{
     artifacts_dir, blake3_hex, check_crash_payload, crash_payload, snapshot, snapshot_tree,
     tempdir, tiles_dir,
@@ -42,6 +43,7 @@ pub use support::raster::{
 };
 pub use support::scripted::{ScriptedStore, StoreScript};
 pub use support::stac::validate_stac;
+pub use tilegate_conformance::lossy;
 pub mod service {
     pub use crate::support::service::{Issuer, Reply, Server, epoch_s, request};
 }

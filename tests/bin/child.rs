@@ -1,30 +1,23 @@
-//! A child process for cross-process tests: performs one storage operation named by its
-//! arguments and prints the outcome on stdout.
+//! A child process for the crash-safety test (`tests/it/crash.rs`): a writer the test
+//! kills mid-write. (The conformance suite's cross-process races run their own test binary as
+//! the child; see `tilegate_conformance::child`.)
 //!
-//! Every command opens its stores, prints `ready`, waits until the start-barrier file (its last
-//! argument) exists — so that all children race at the same instant — then acts and prints its
-//! outcome as the last line:
+//! It opens its store, prints `ready`, waits until the start-barrier file (its last argument)
+//! exists, then acts:
 //!
-//! - `create-race <objects-url> <key> <payload> <barrier>` → `written` | `already-present`
-//! - `cas-increment <objects-url> <key> <times> <barrier>` → `done <refused updates>`
-//! - `claim-race <tables-url> <resource> <owner> <barrier>` → `acquired <token>` |
-//!   `existing <holder>`
-//! - `queue-drain <tables-url> <queue> <barrier>` → one message ID per line, then `drained <n>`
 //! - `put-loop <objects-url> <prefix> <barrier>` → never returns: Creates `<prefix>/obj-<i>`
 //!   for i = 0, 1, … and replaces `<prefix>/shared` by compare-and-swap after each, every
 //!   payload self-checking ([`tilegate_tests::crash_payload`]); the test kills it mid-write.
 //!
-//! URLs: `file://<dir>` (local object store), `sqlite://<file>` (tables and queues).
+//! URLs: `file://<dir>` (local object store).
 
 use bytes::Bytes;
 use std::error::Error;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tilegate_core::object::{ObjectStore as _, ObjectStoreExt as _, PutOutcome, UpdateVersion};
-use tilegate_core::queue::{ReceiveOptions, WorkQueue as _};
-use tilegate_core::table::{AcquireOutcome, ClaimTable as _};
-use tilegate_embedded::{LocalObjectStore, SqliteBackend};
+use tilegate_core::object::{ObjectStore as _, ObjectStoreExt as _, UpdateVersion};
+use tilegate_embedded::LocalObjectStore;
 use tilegate_tests::object_key;
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -34,13 +27,6 @@ fn objects(url: &str) -> Res<LocalObjectStore> {
         .strip_prefix("file://")
         .ok_or_else(|| format!("unsupported object store URL `{url}` (want file://)"))?;
     Ok(LocalObjectStore::open(dir)?)
-}
-
-fn tables(url: &str) -> Res<SqliteBackend> {
-    let file = url
-        .strip_prefix("sqlite://")
-        .ok_or_else(|| format!("unsupported table URL `{url}` (want sqlite://)"))?;
-    Ok(SqliteBackend::open(file)?)
 }
 
 /// Say `ready`, then spin until the barrier file exists (at most a minute).
@@ -65,74 +51,6 @@ async fn run(args: &[String]) -> Res<()> {
     };
     let barrier = PathBuf::from(args.last().ok_or("no arguments")?);
     match arg(0)? {
-        "create-race" => {
-            let s = objects(arg(1)?)?;
-            let (key, payload) = (arg(2)?, arg(3)?.to_owned());
-            ready_then_wait(&barrier)?;
-            match s.put_create(&object_key(key), Bytes::from(payload)).await? {
-                PutOutcome::Written(_) => println!("written"),
-                PutOutcome::AlreadyPresent => println!("already-present"),
-                PutOutcome::Superseded => println!("superseded"),
-            }
-        }
-        "cas-increment" => {
-            let s = objects(arg(1)?)?;
-            let key = arg(2)?;
-            let times: u32 = arg(3)?.parse()?;
-            ready_then_wait(&barrier)?;
-            let mut refused = 0u64;
-            for _ in 0..times {
-                loop {
-                    let cur = s.get_bytes(&object_key(key)).await?;
-                    let n: u64 = std::str::from_utf8(&cur.bytes)?.parse()?;
-                    let next = Bytes::from((n + 1).to_string());
-                    match s
-                        .put_update(&object_key(key), next, UpdateVersion::from(&cur.meta))
-                        .await?
-                    {
-                        PutOutcome::Written(_) => break,
-                        PutOutcome::Superseded => refused += 1,
-                        PutOutcome::AlreadyPresent => {
-                            return Err("update said already-present".into());
-                        }
-                    }
-                }
-            }
-            println!("done {refused}");
-        }
-        "claim-race" => {
-            let db = tables(arg(1)?)?;
-            let (resource, owner) = (arg(2)?, arg(3)?);
-            ready_then_wait(&barrier)?;
-            let now = tilegate_core::now_millis();
-            match db.acquire(resource, owner, now, now + 60_000).await? {
-                AcquireOutcome::Acquired(v) => println!("acquired {}", v.row.fencing_token),
-                AcquireOutcome::Existing(v) => println!("existing {}", v.row.owner),
-            }
-        }
-        "queue-drain" => {
-            let db = tables(arg(1)?)?;
-            let q = db.queue(arg(2)?, 3);
-            ready_then_wait(&barrier)?;
-            let opts = ReceiveOptions {
-                max: 3,
-                wait: Duration::from_millis(300),
-                visibility: Duration::from_secs(120),
-            };
-            let mut n = 0usize;
-            loop {
-                let got = q.receive(opts).await?;
-                if got.is_empty() {
-                    break;
-                }
-                for m in got {
-                    println!("{}", m.message_id);
-                    q.ack(&m.receipt).await?;
-                    n += 1;
-                }
-            }
-            println!("drained {n}");
-        }
         "put-loop" => {
             let s = objects(arg(1)?)?;
             let prefix = arg(2)?;

@@ -87,20 +87,20 @@ fn heavy_chaos_embedded() {
 /// the readers' pinned reads and the manifest rows).
 #[test]
 fn heavy_chaos_gcs() {
-    let _ = crate::conformance::gcs_emulator();
+    let _ = tilegate_tests::gcs_emulator();
     chaos(Target::Objects(format!(
         "gs://{}/chaos",
-        crate::conformance::unique("tg-chaos")
+        tilegate_tests::unique("tg-chaos")
     )));
 }
 
 #[test]
 fn heavy_chaos_azure() {
-    let account = crate::conformance::azure_emulator();
+    let account = tilegate_tests::azure_emulator();
     chaos(Target::Objects(format!(
         "az://{}/{}/chaos",
         account.name,
-        crate::conformance::azure_container()
+        tilegate_tests::azure_container()
     )));
 }
 

@@ -119,11 +119,8 @@ fn same_tiles_as_embedded(objects: &str) {
 
 #[test]
 fn gcs_run_matches_the_embedded_run() {
-    let _ = crate::conformance::gcs_emulator();
-    same_tiles_as_embedded(&format!(
-        "gs://{}/out",
-        crate::conformance::unique("tg-e2e")
-    ));
+    let _ = tilegate_tests::gcs_emulator();
+    same_tiles_as_embedded(&format!("gs://{}/out", tilegate_tests::unique("tg-e2e")));
 }
 
 /// The tiles and scene of a store's job, by name within the job (window file names, the
@@ -147,11 +144,11 @@ async fn outputs(s: &dyn ObjectStore) -> BTreeMap<String, String> {
 
 #[test]
 fn azure_run_matches_the_embedded_run() {
-    let account = crate::conformance::azure_emulator();
+    let account = tilegate_tests::azure_emulator();
     same_tiles_as_embedded(&format!(
         "az://{}/{}/out",
         account.name,
-        crate::conformance::azure_container()
+        tilegate_tests::azure_container()
     ));
 }
 
@@ -204,19 +201,19 @@ fn a_cloud_source_gives_the_tiles_of_the_local_file(bucket: &str) {
 
 #[test]
 fn a_gs_source_gives_the_tiles_of_the_local_file() {
-    let _ = crate::conformance::gcs_emulator();
+    let _ = tilegate_tests::gcs_emulator();
     a_cloud_source_gives_the_tiles_of_the_local_file(&format!(
         "gs://{}",
-        crate::conformance::unique("tg-src")
+        tilegate_tests::unique("tg-src")
     ));
 }
 
 #[test]
 fn an_az_source_gives_the_tiles_of_the_local_file() {
-    let account = crate::conformance::azure_emulator();
+    let account = tilegate_tests::azure_emulator();
     a_cloud_source_gives_the_tiles_of_the_local_file(&format!(
         "az://{}/{}",
         account.name,
-        crate::conformance::azure_container()
+        tilegate_tests::azure_container()
     ));
 }

@@ -979,14 +979,14 @@ fn stale_uploads_are_reported_against_the_ledger() {
 /// refusal after the tenant check.
 #[test]
 fn tenant_urls_on_azure_and_gcs() {
-    let account = crate::conformance::azure_emulator();
-    let _ = crate::conformance::gcs_emulator();
+    let account = tilegate_tests::azure_emulator();
+    let _ = tilegate_tests::gcs_emulator();
     let az = format!(
         "az://{}/{}/out",
         account.name,
-        crate::conformance::azure_container()
+        tilegate_tests::azure_container()
     );
-    let gs = format!("gs://{}/out", crate::conformance::unique("tg-url"));
+    let gs = format!("gs://{}/out", tilegate_tests::unique("tg-url"));
     for url_base in [az, gs] {
         let target = Target::Objects(url_base.clone());
         let tmp = tempdir();

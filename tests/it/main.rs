@@ -9,7 +9,6 @@ mod cli;
 mod clouds;
 mod cog;
 mod completion;
-mod conformance;
 mod crash;
 mod fidelity;
 mod fuzz_inputs;

@@ -675,13 +675,13 @@ fn a_clean_aws_work_stage_sends_a_put_a_row_and_a_tenth_of_an_ack_per_window() {
 /// client's HTTP stack): one upload per tile at least, priced from the default table.
 #[test]
 fn gcs_and_azure_requests_are_counted_for_the_job() {
-    let _ = crate::conformance::gcs_emulator();
-    let account = crate::conformance::azure_emulator();
+    let _ = tilegate_tests::gcs_emulator();
+    let account = tilegate_tests::azure_emulator();
     let targets = [
         (
             "gcs",
             "insert",
-            format!("gs://{}/cost", crate::conformance::unique("tg-cost")),
+            format!("gs://{}/cost", tilegate_tests::unique("tg-cost")),
         ),
         (
             "azure",
@@ -689,7 +689,7 @@ fn gcs_and_azure_requests_are_counted_for_the_job() {
             format!(
                 "az://{}/{}/cost",
                 account.name,
-                crate::conformance::azure_container()
+                tilegate_tests::azure_container()
             ),
         ),
     ];

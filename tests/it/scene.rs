@@ -191,11 +191,8 @@ fn eight_racing_assemblers_upload_the_scene_once() {
 /// the session carries is covered by `scripted_gcs`).
 #[test]
 fn eight_racing_assemblers_upload_the_scene_once_on_gcs() {
-    let _ = crate::conformance::gcs_emulator();
-    racing_assemblers_on(&format!(
-        "gs://{}/out",
-        crate::conformance::unique("tg-race")
-    ));
+    let _ = tilegate_tests::gcs_emulator();
+    racing_assemblers_on(&format!("gs://{}/out", tilegate_tests::unique("tg-race")));
 }
 
 /// The same race on Azure Blob: the scene is a block list per claim winner, committed with
@@ -203,11 +200,11 @@ fn eight_racing_assemblers_upload_the_scene_once_on_gcs() {
 /// a block.
 #[test]
 fn eight_racing_assemblers_upload_the_scene_once_on_azure() {
-    let account = crate::conformance::azure_emulator();
+    let account = tilegate_tests::azure_emulator();
     racing_assemblers_on(&format!(
         "az://{}/{}/out",
         account.name,
-        crate::conformance::azure_container()
+        tilegate_tests::azure_container()
     ));
 }
 

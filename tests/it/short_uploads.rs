@@ -507,7 +507,7 @@ async fn tiles_on(objects: Arc<dyn ObjectStore>, dir: &Path) -> (Backends, JobId
     let mem = tilegate_memory::MemoryBackend::system();
     let b = Backends {
         objects,
-        ..mem.backends(mem.queue(&crate::conformance::unique("q"), 5))
+        ..mem.backends(mem.queue(&tilegate_tests::unique("q"), 5))
     };
     let src = dir.join("scene.tif");
     tilegate_cog::sample_scene(&src, &tilegate_cog::SampleOptions::new(512, 512)).unwrap();
@@ -604,13 +604,13 @@ async fn local(dir: &Path) -> Arc<dyn ObjectStore> {
 async fn s3(_: &Path) -> Arc<dyn ObjectStore> {
     use tilegate_aws::{S3Location, S3Store, config};
     if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
-        crate::conformance::no_emulator("aws", "eval \"$(bash .ci/aws-emulator start)\"");
+        tilegate_tests::no_emulator("aws", "eval \"$(bash .ci/aws-emulator start)\"");
     }
     let sdk = config::load_sdk_config().await;
     let store = S3Store::new(
         config::s3_client(&sdk),
         S3Location {
-            bucket: crate::conformance::unique("tg"),
+            bucket: tilegate_tests::unique("tg"),
             prefix: "short".to_owned(),
         },
     );
@@ -620,19 +620,19 @@ async fn s3(_: &Path) -> Arc<dyn ObjectStore> {
 }
 
 async fn gcs_emulated(_: &Path) -> Arc<dyn ObjectStore> {
-    let endpoint = crate::conformance::gcs_emulator();
-    let url = format!("gs://{}/short", crate::conformance::unique("tg"));
+    let endpoint = tilegate_tests::gcs_emulator();
+    let url = format!("gs://{}/short", tilegate_tests::unique("tg"));
     let store = GcsStore::connect_to(&url, &endpoint, true).await.unwrap();
     store.ensure_bucket().await.unwrap();
     Arc::new(store)
 }
 
 async fn azure_emulated(_: &Path) -> Arc<dyn ObjectStore> {
-    let account = crate::conformance::azure_emulator();
+    let account = tilegate_tests::azure_emulator();
     let url = format!(
         "az://{}/{}/short",
         account.name,
-        crate::conformance::azure_container()
+        tilegate_tests::azure_container()
     );
     let store = tilegate_azure::AzureStore::connect_with(&url, &account).unwrap();
     store.ensure_container().await.unwrap();

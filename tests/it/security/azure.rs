@@ -296,11 +296,11 @@ fn an_az_source_never_sends_the_deployments_credentials_to_another_account() {
 /// the accepted attempt's bytes.
 #[test]
 fn azure_url_lifetimes_are_bounded_and_named() {
-    let account = crate::conformance::azure_emulator();
+    let account = tilegate_tests::azure_emulator();
     let objects = format!(
         "az://{}/{}/out",
         account.name,
-        crate::conformance::azure_container()
+        tilegate_tests::azure_container()
     );
     let tmp = tempdir();
     let data = tmp.path();

@@ -260,26 +260,26 @@ fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn dot_segments_in_a_gs_key_leave_no_bucket() {
-    let _ = crate::conformance::gcs_emulator();
+    let _ = tilegate_tests::gcs_emulator();
     dot_segments_leave_no_bucket(
-        &format!("gs://{}", crate::conformance::unique("tg-allowed")),
-        &format!("gs://{}", crate::conformance::unique("tg-victim")),
+        &format!("gs://{}", tilegate_tests::unique("tg-allowed")),
+        &format!("gs://{}", tilegate_tests::unique("tg-victim")),
     );
 }
 
 #[test]
 fn dot_segments_in_an_az_key_leave_no_container() {
-    let account = crate::conformance::azure_emulator();
+    let account = tilegate_tests::azure_emulator();
     dot_segments_leave_no_bucket(
         &format!(
             "az://{}/{}",
             account.name,
-            crate::conformance::unique("tg-allowed")
+            tilegate_tests::unique("tg-allowed")
         ),
         &format!(
             "az://{}/{}",
             account.name,
-            crate::conformance::unique("tg-victim")
+            tilegate_tests::unique("tg-victim")
         ),
     );
 }

@@ -4,6 +4,7 @@
 //! collected — each on an injected clock.
 
 use super::{Harness, tables::new_job, unique};
+use crate::object_key;
 use bytes::Bytes;
 use tilegate_core::Backends;
 use tilegate_core::ledger::{AttemptState, HOUR_MS, PublishOutcome, Retention, Subject};
@@ -12,7 +13,6 @@ use tilegate_core::table::JobRecord;
 use tilegate_core::{UnixMillis, Window};
 use tilegate_ledger::gc::{self, GcOptions};
 use tilegate_ledger::{LedgerError, attempt};
-use tilegate_tests::object_key;
 use tilegate_worker::regenerate::{self, Request};
 
 async fn backends(h: &dyn Harness) -> Backends {

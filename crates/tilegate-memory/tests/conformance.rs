@@ -1,10 +1,10 @@
-//! The conformance suite instantiated for the in-memory backend (on the system clock, as the
+//! The conformance suite run against the in-memory backend (on the system clock, as the
 //! suite measures time with it): a fresh backend per test.
 
-use super::{Capabilities, ChildUrls, Harness, ObjectHarness, conformance_suite};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
+use tilegate_conformance::{Capabilities, ChildUrls, Harness, ObjectHarness, conformance_suite};
 use tilegate_core::ledger::LedgerTable;
 use tilegate_core::object::ObjectStore;
 use tilegate_core::queue::WorkQueue;
@@ -12,7 +12,7 @@ use tilegate_core::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
 use tilegate_memory::MemoryBackend;
 
 /// A fresh in-memory backend.
-pub async fn harness() -> Arc<dyn Harness> {
+async fn harness() -> Arc<dyn Harness> {
     Arc::new(Memory(MemoryBackend::system()))
 }
 
@@ -72,4 +72,4 @@ impl Harness for Memory {
     }
 }
 
-conformance_suite!(crate::conformance::memory::harness);
+conformance_suite!(harness);

@@ -1,17 +1,19 @@
-//! The object conformance suite on Azure Blob, against Azurite (`AZURE_STORAGE_CONNECTION_STRING`
+//! The object conformance suite run against Azure Blob, against Azurite (`AZURE_STORAGE_CONNECTION_STRING`
 //! with the development account, started by `.ci/azure-emulator`): a fresh container per test.
 //!
 //! Azurite 3.35 evaluates every condition tilegate sends (Put Blob and Put Block List with
 //! `If-None-Match: *` → 409 `BlobAlreadyExists`, stale `If-Match` → 412, GET `If-None-Match`
 //! → 304, conditional delete), so nothing here is skipped for the emulator. What it does not
 //! send — the 412 `ConditionNotMet` some Azure front ends answer to a refused create, 503
-//! `ServerBusy` — is covered by the scripted-responder tests in `crate::scripted_azure`.
+//! `ServerBusy` — is covered by the scripted-responder tests in `tests/it/scripted_azure.rs`.
 
-use super::{Capabilities, ChildUrls, ObjectHarness, conformance_suite, unique};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
 use tilegate_azure::{Account, AzureStore};
+use tilegate_conformance::{
+    Capabilities, ChildUrls, ObjectHarness, conformance_suite, no_emulator, unique,
+};
 use tilegate_core::object::ObjectStore;
 
 struct Azure {
@@ -21,22 +23,22 @@ struct Azure {
 }
 
 /// The emulator's account, or the suite declines: loudly in CI, with a message elsewhere.
-pub fn emulator() -> Account {
+fn emulator() -> Account {
     match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
         Ok(cs) if std::env::var_os("TILEGATE_AZURE_EMULATOR").is_some() => {
             Account::from_connection_string(&cs).expect("the emulator's connection string")
         }
-        _ => super::no_emulator("azure", "eval \"$(bash .ci/azure-emulator start)\""),
+        _ => no_emulator("azure", "eval \"$(bash .ci/azure-emulator start)\""),
     }
 }
 
 /// A container name no other test uses (3-63 characters of a-z, 0-9, `-`).
-pub fn container() -> String {
+fn container() -> String {
     unique("tg").replace('_', "-").to_ascii_lowercase()
 }
 
 /// A fresh container on the emulator, objects under `conformance/`.
-pub async fn harness() -> Arc<dyn ObjectHarness> {
+async fn harness() -> Arc<dyn ObjectHarness> {
     let account = emulator();
     let url = format!("az://{}/{}/conformance", account.name, container());
     let objects = AzureStore::connect_with(&url, &account).expect("open the azure store");
@@ -92,4 +94,4 @@ impl ObjectHarness for Azure {
     }
 }
 
-conformance_suite!(objects: crate::conformance::azure::harness);
+conformance_suite!(objects: harness);

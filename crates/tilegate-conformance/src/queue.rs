@@ -1,9 +1,8 @@
 //! Work-queue conformance: batches, visibility timeouts and receipts, receive counts, the
 //! dead-letter queue (redrive policy and explicit), redrive, long polling, exclusive receives.
 
-use super::{Harness, run_children, skip, unique};
+use super::{Harness, skip, unique};
 use std::collections::BTreeSet;
-use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tilegate_core::queue::{
@@ -314,17 +313,11 @@ pub async fn receivers_exclusive_cross_process(h: &dyn Harness) {
     let name = unique("q-xproc");
     let q = h.queue(&name, 3).await;
     q.send_batch(&bodies("p", N)).await.unwrap();
-    let dir = tilegate_tests::tempdir();
-    let args: Vec<Vec<OsString>> = (0..4)
-        .map(|_| {
-            vec![
-                "queue-drain".into(),
-                urls.tables.clone().into(),
-                name.clone().into(),
-            ]
-        })
+    let dir = crate::tempdir();
+    let args: Vec<Vec<String>> = (0..4)
+        .map(|_| vec!["queue-drain".into(), name.clone()])
         .collect();
-    let outcomes = run_children(args, &dir.path().join("go")).await;
+    let outcomes = crate::child::run_children(&urls, args, &dir.path().join("go")).await;
     let mut all = Vec::new();
     for lines in &outcomes {
         let (last, ids) = lines.split_last().expect("child printed nothing");

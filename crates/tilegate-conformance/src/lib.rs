@@ -1,39 +1,36 @@
-//! The backend conformance suite: the same test functions run against every backend.
+//! The backend conformance suite: the contract tests every backend of tilegate's store traits
+//! must pass, run by each backend from its own `tests/`.
 //!
-//! Each test is a generic `async fn` in [`objects`] (over an [`ObjectHarness`]), [`tables`] or
-//! [`queue`] (over a [`Harness`]). A backend joins the suite by implementing the harness of the
-//! contracts it implements and adding one line in its own module here:
-//! `conformance_suite!(crate::conformance::<module>::harness);` for a whole backend (see
-//! [`embedded`] and [`memory`]), `conformance_suite!(objects: crate::conformance::<module>::harness);` for an
-//! object store alone (see [`gcs`]). Tests use unique key prefixes, job IDs and queue
-//! names, so they run in parallel against one shared server too.
+//! Each test is a generic `async fn` in [`objects`] (over an [`ObjectHarness`]), [`tables`],
+//! [`ledger`], [`ledger_protocol`] or [`queue`] (over a [`Harness`]). A backend joins the suite by
+//! implementing the harness of the contracts it implements and invoking [`conformance_suite!`]
+//! once in a test target of its own (`tests/conformance.rs`): `conformance_suite!(harness);`
+//! for a whole backend, `conformance_suite!(objects: harness);` for an object store alone.
+//! Tests use unique key prefixes, job IDs and queue names, so they run in parallel against one
+//! shared server too.
 //!
 //! Where backends legitimately differ (cross-process helpers, key validation, LastModified
 //! resolution, part sizes, exclusive receives) a [`Capabilities`] flag says so, and a test that
-//! cannot run prints why instead of passing silently.
+//! cannot run prints why instead of passing silently. A backend reached through an emulator
+//! declines with [`no_emulator`] when it is not configured: loudly in CI, with a message
+//! elsewhere.
 
-mod aws;
-mod azure;
-mod embedded;
-mod gcs;
-mod ledger;
-mod ledger_protocol;
-mod memory;
-mod objects;
-mod queue;
-mod tables;
+pub mod child;
+pub mod ledger;
+pub mod ledger_protocol;
+pub mod lossy;
+pub mod objects;
+pub mod queue;
+pub mod tables;
 
-pub use azure::{container as azure_container, emulator as azure_emulator};
-pub use gcs::emulator as gcs_emulator;
+pub use child::ChildUrls;
 
 use async_trait::async_trait;
-use std::ffi::OsString;
-use std::io::{BufRead as _, BufReader};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tilegate_core::ObjectKey;
 use tilegate_core::ledger::LedgerTable;
 use tilegate_core::object::ObjectStore;
 use tilegate_core::queue::WorkQueue;
@@ -42,8 +39,8 @@ use tilegate_core::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
 /// What a backend can do, where backends may differ.
 #[derive(Debug, Clone, Copy)]
 pub struct Capabilities {
-    /// The child helper (`tilegate-test-child`) can open the same stores from other
-    /// processes; see [`Harness::child_urls`].
+    /// Other processes can open the same stores (the suite's `child:` opener); see
+    /// [`ObjectHarness::child_urls`].
     pub cross_process: bool,
     /// LastModified resolution (S3 keeps whole seconds): a test that needs a rewrite's
     /// LastModified to differ waits this long first.
@@ -73,20 +70,13 @@ pub fn unenforced(test: &str, why: Option<&'static str>) -> bool {
     }
 }
 
-/// How the child helper opens a harness's stores: URLs it understands (`file://<dir>`,
-/// `sqlite://<file>`).
-#[derive(Debug, Clone)]
-pub struct ChildUrls {
-    pub objects: String,
-    pub tables: String,
-}
-
 /// An object store under test.
 #[async_trait]
 pub trait ObjectHarness: Send + Sync {
     fn caps(&self) -> Capabilities;
     fn objects(&self) -> Arc<dyn ObjectStore>;
-    /// For cross-process tests; `None` if the child helper cannot open these stores.
+    /// For cross-process tests: what a child process opens the same stores from; `None` if
+    /// none can.
     fn child_urls(&self) -> Option<ChildUrls>;
     /// The HTTP server the store talks to, for tests that put a proxy in between; `Err`
     /// says why there is none.
@@ -111,11 +101,102 @@ pub trait Harness: ObjectHarness {
     async fn queue(&self, name: &str, max_receive_count: u32) -> Arc<dyn WorkQueue>;
 }
 
-/// Instantiate every conformance test for one backend. `$harness` is the path (from the crate
-/// root) of an `async fn() -> Arc<dyn Harness>`; each test gets its own harness.
+/// Instantiate every conformance test for one backend, as `#[test]`s in the module that invokes
+/// it (one Rust module per group: `objects`, `tables`, `ledger`, `ledger_protocol`, `queue`).
+///
+/// - `conformance_suite!(harness);` — a whole backend: `harness` is the path of an
+///   `async fn() -> Arc<dyn Harness>`; each test gets its own harness.
+/// - `conformance_suite!(objects: harness);` — an object store alone: `harness` is an
+///   `async fn() -> Arc<dyn ObjectHarness>`.
+/// - `conformance_suite!(harness, child: reopen);` — a whole backend whose stores other
+///   processes can open: `reopen` is an `async fn(&ChildUrls) -> Arc<dyn Harness>` that opens,
+///   in a child process, the stores [`ObjectHarness::child_urls`] named. The macro adds the test
+///   `conformance_child`, which does nothing unless the suite started it as a child.
+///
+/// The tests run on their own multi-threaded Tokio runtime: the crate that invokes the macro
+/// needs only this crate.
+#[macro_export]
 macro_rules! conformance_suite {
     (objects: $harness:path) => {
-        conformance_suite!(@group $harness, objects, [
+        $crate::conformance_suite!(@entry None);
+        async fn __conformance_harness() -> ::std::sync::Arc<dyn $crate::ObjectHarness> {
+            $harness().await
+        }
+        $crate::conformance_suite!(@objects);
+    };
+    ($harness:path, child: $reopen:path) => {
+        $crate::conformance_suite!(@entry Some("conformance_child"));
+        #[test]
+        fn conformance_child() {
+            $crate::child::serve_if_asked(|urls| {
+                ::std::boxed::Box::pin(async move { $reopen(&urls).await })
+            });
+        }
+        $crate::conformance_suite!(@whole $harness);
+    };
+    ($harness:path) => {
+        $crate::conformance_suite!(@entry None);
+        $crate::conformance_suite!(@whole $harness);
+    };
+    (@entry $child:expr) => {
+        /// The test (by libtest's name) that serves as this suite's child process.
+        fn __conformance_child_entry() -> ::std::option::Option<::std::string::String> {
+            let child: ::std::option::Option<&str> = $child;
+            child.map(|name| $crate::child::test_name(module_path!(), name))
+        }
+    };
+    (@whole $harness:path) => {
+        async fn __conformance_harness() -> ::std::sync::Arc<dyn $crate::Harness> {
+            $harness().await
+        }
+        $crate::conformance_suite!(@objects);
+        $crate::conformance_suite!(@group tables, [
+            job_create_twice,
+            job_update_versions,
+            job_list_newest_first,
+            job_list_of_a_tenant,
+            job_list_of_open_jobs,
+            job_cas_race,
+            manifest_put_count_list,
+            manifest_update_versions,
+            manifest_sharded,
+            manifest_concurrent_puts,
+            claim_lifecycle,
+            claim_release,
+            claim_concurrent_acquire,
+            counters_concurrent_add,
+            claim_race_cross_process,
+        ]);
+        $crate::conformance_suite!(@group ledger, [
+            ledger_create_get_update,
+            ledger_publish_moves_pointer_and_retires,
+            ledger_concurrent_accepts_one_wins,
+            ledger_publishable_states,
+            ledger_due_index_pages,
+            ledger_mark_withdraws_an_expired_preview,
+            ledger_an_order_never_moves_the_pointer_back,
+        ]);
+        $crate::conformance_suite!(@group ledger_protocol, [
+            a_returning_order_does_not_republish_an_older_attempt,
+            an_order_older_than_the_upload_grace_is_not_collected,
+            a_late_record_leaves_a_held_object,
+            a_late_record_sweeps_its_own_object_through_the_claim,
+        ]);
+        $crate::conformance_suite!(@group queue, [
+            send_receive_ack,
+            visibility_expiry_redelivers,
+            max_receives_dead_letters,
+            dead_letter_with_reason_and_redrive,
+            change_visibility_zero_releases,
+            long_poll_returns_on_send,
+            concurrent_receivers_exclusive,
+            concurrent_acks_delete_every_message,
+            receivers_exclusive_cross_process,
+            oversized_message_refused,
+        ]);
+    };
+    (@objects) => {
+        $crate::conformance_suite!(@group objects, [
             create_twice_keeps_first,
             update_with_current_etag_writes,
             update_with_stale_etag_is_superseded,
@@ -137,69 +218,50 @@ macro_rules! conformance_suite {
             race_create_same_key,
             race_cas_counter,
             race_create_cross_process,
-            race_cas_counter_cross_process, lost_answer_is_told_apart,
+            race_cas_counter_cross_process,
+            lost_answer_is_told_apart,
         ]);
     };
-    ($harness:path) => {
-        conformance_suite!(objects: $harness);
-        conformance_suite!(@group $harness, tables, [
-            job_create_twice,
-            job_update_versions,
-            job_list_newest_first,
-            job_list_of_a_tenant,
-            job_list_of_open_jobs,
-            job_cas_race,
-            manifest_put_count_list,
-            manifest_update_versions,
-            manifest_sharded,
-            manifest_concurrent_puts,
-            claim_lifecycle,
-            claim_release,
-            claim_concurrent_acquire,
-            counters_concurrent_add,
-            claim_race_cross_process,
-        ]);
-        conformance_suite!(@group $harness, ledger, [
-            ledger_create_get_update,
-            ledger_publish_moves_pointer_and_retires,
-            ledger_concurrent_accepts_one_wins,
-            ledger_publishable_states,
-            ledger_due_index_pages,
-            ledger_mark_withdraws_an_expired_preview,
-            ledger_an_order_never_moves_the_pointer_back,
-        ]);
-        conformance_suite!(@group $harness, ledger_protocol, [
-            a_returning_order_does_not_republish_an_older_attempt,
-            an_order_older_than_the_upload_grace_is_not_collected,
-            a_late_record_leaves_a_held_object,
-            a_late_record_sweeps_its_own_object_through_the_claim,
-        ]);
-        conformance_suite!(@group $harness, queue, [
-            send_receive_ack,
-            visibility_expiry_redelivers,
-            max_receives_dead_letters,
-            dead_letter_with_reason_and_redrive,
-            change_visibility_zero_releases,
-            long_poll_returns_on_send,
-            concurrent_receivers_exclusive,
-            concurrent_acks_delete_every_message,
-            receivers_exclusive_cross_process,
-            oversized_message_refused,
-        ]);
-    };
-    (@group $harness:path, $group:ident, [$($name:ident),* $(,)?]) => {
+    (@group $group:ident, [$($name:ident),* $(,)?]) => {
         mod $group {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let harness = $harness().await;
-                    crate::conformance::$group::$name(&*harness).await;
+                #[test]
+                fn $name() {
+                    $crate::child::set_entry(super::__conformance_child_entry());
+                    $crate::block_on(async {
+                        let harness = super::__conformance_harness().await;
+                        $crate::$group::$name(&*harness).await;
+                    });
                 }
             )*
         }
     };
 }
-use conformance_suite;
+
+/// Run one conformance test body on a fresh multi-threaded runtime (4 workers), as the tests
+/// that [`conformance_suite!`] expands to do.
+pub fn block_on<F: Future<Output = ()>>(test: F) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("build the test's runtime")
+        .block_on(test);
+}
+
+/// `k` as an [`ObjectKey`]; panics on a key the stores would refuse (a test that means to
+/// pass one builds it with `ObjectKey::parse`).
+pub fn object_key(k: impl AsRef<str>) -> ObjectKey {
+    ObjectKey::parse(k.as_ref()).expect("a valid object key")
+}
+
+/// A temporary directory (removed when dropped).
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("tilegate-conformance-")
+        .tempdir()
+        .expect("create a temporary directory")
+}
 
 /// A name no other test (in this or another process) uses: for key prefixes, queue names,
 /// job sources and claim resources.
@@ -240,44 +302,4 @@ pub fn no_emulator(backend: &str, how: &str) -> ! {
 /// still passes, because the backend documents the capability it lacks).
 pub fn skip(test: &str, why: &str) {
     eprintln!("SKIPPED conformance::{test}: {why}");
-}
-
-/// Run `tilegate-test-child` once per argument list, all released at the same instant: each
-/// child opens its stores, prints `ready`, and waits for `barrier` to exist; once every child
-/// is ready the barrier is created. Returns the lines each child printed after `ready`, in
-/// order (the last one is its outcome).
-pub async fn run_children(arg_lists: Vec<Vec<OsString>>, barrier: &Path) -> Vec<Vec<String>> {
-    let barrier = barrier.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let mut children = Vec::new();
-        for args in &arg_lists {
-            let mut child = Command::new(tilegate_tests::child_bin())
-                .args(args)
-                .arg(&barrier)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn tilegate-test-child");
-            let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
-            let mut line = String::new();
-            out.read_line(&mut line).expect("read child's ready line");
-            assert_eq!(line.trim(), "ready", "child {args:?} did not get ready");
-            children.push((child, out, args.clone()));
-        }
-        std::fs::write(&barrier, b"go").expect("create the start barrier");
-        let mut outcomes = Vec::new();
-        for (mut child, mut out, args) in children {
-            let mut rest = String::new();
-            std::io::Read::read_to_string(&mut out, &mut rest).expect("read child's outcome");
-            let status = child.wait().expect("wait for child");
-            assert!(
-                status.success(),
-                "child {args:?} failed: {status}; said {rest:?}"
-            );
-            outcomes.push(rest.lines().map(|l| l.trim().to_owned()).collect());
-        }
-        outcomes
-    })
-    .await
-    .expect("child runner")
 }

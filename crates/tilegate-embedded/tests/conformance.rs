@@ -1,10 +1,11 @@
-//! The conformance suite instantiated for the embedded backend: a local directory for
-//! objects, one SQLite file for tables and queues — a fresh pair per test.
+//! The conformance suite run against the embedded backend: a local directory for objects, one
+//! SQLite file for tables and queues — a fresh pair per test. Other processes open the same
+//! pair for the cross-process races.
 
-use super::{Capabilities, ChildUrls, Harness, ObjectHarness, conformance_suite};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
+use tilegate_conformance::{Capabilities, ChildUrls, Harness, ObjectHarness, conformance_suite};
 use tilegate_core::object::ObjectStore;
 use tilegate_core::queue::WorkQueue;
 use tilegate_core::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
@@ -13,18 +14,33 @@ use tilegate_embedded::{LocalObjectStore, SqliteBackend};
 struct Embedded {
     objects: LocalObjectStore,
     db: SqliteBackend,
-    _dir: tempfile::TempDir,
+    /// The temporary directory a harness owns (a child process's stores are its parent's).
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// A fresh embedded backend in a temporary directory.
-pub async fn harness() -> Arc<dyn Harness> {
-    let dir = tilegate_tests::tempdir();
+async fn harness() -> Arc<dyn Harness> {
+    let dir = tilegate_conformance::tempdir();
     let objects = LocalObjectStore::open(dir.path().join("objects")).expect("open local store");
     let db = SqliteBackend::open(dir.path().join("tilegate.db")).expect("open sqlite");
     Arc::new(Embedded {
         objects,
         db,
-        _dir: dir,
+        _dir: Some(dir),
+    })
+}
+
+/// In a child process: the stores of the harness whose [`ChildUrls`] it was given.
+async fn reopen(urls: &ChildUrls) -> Arc<dyn Harness> {
+    let dir = urls.objects.strip_prefix("file://").expect("a file:// URL");
+    let file = urls
+        .tables
+        .strip_prefix("sqlite://")
+        .expect("a sqlite:// URL");
+    Arc::new(Embedded {
+        objects: LocalObjectStore::open(dir).expect("open local store"),
+        db: SqliteBackend::open(file).expect("open sqlite"),
+        _dir: None,
     })
 }
 
@@ -88,4 +104,4 @@ impl Harness for Embedded {
     }
 }
 
-conformance_suite!(crate::conformance::embedded::harness);
+conformance_suite!(harness, child: reopen);

@@ -1,8 +1,7 @@
 //! Table conformance: conditional creates and version-guarded updates of jobs and manifest
 //! rows, the claim lease (fencing tokens, expiry, done), atomic counters, and their races.
 
-use super::{Harness, run_children, skip, unique};
-use std::ffi::OsString;
+use super::{Harness, skip, unique};
 use std::sync::Arc;
 use tilegate_core::grid::{Grid, Window};
 use tilegate_core::id::JobId;
@@ -58,11 +57,13 @@ fn job(source: &str, created_at: i64) -> JobRecord {
     }
 }
 
-pub(super) fn new_job(tag: &str) -> JobRecord {
+/// A fresh job record (its source made unique from `tag`), for tests beside the suite.
+pub fn new_job(tag: &str) -> JobRecord {
     job(&format!("file:///{}.tif", unique(tag)), now_millis())
 }
 
-pub(super) fn entry(job: &JobId, w: Window, size: u64) -> ManifestEntry {
+/// A manifest row of `job` for window `w`, for tests beside the suite.
+pub fn entry(job: &JobId, w: Window, size: u64) -> ManifestEntry {
     ManifestEntry {
         job_id: job.clone(),
         window: w,
@@ -687,18 +688,11 @@ pub async fn claim_race_cross_process(h: &dyn Harness) {
         return;
     };
     let r = unique("xproc-claim");
-    let dir = tilegate_tests::tempdir();
-    let args: Vec<Vec<OsString>> = (0..4)
-        .map(|i| {
-            vec![
-                "claim-race".into(),
-                urls.tables.clone().into(),
-                r.clone().into(),
-                format!("process-{i}").into(),
-            ]
-        })
+    let dir = crate::tempdir();
+    let args: Vec<Vec<String>> = (0..4)
+        .map(|i| vec!["claim-race".into(), r.clone(), format!("process-{i}")])
         .collect();
-    let outcomes = run_children(args, &dir.path().join("go")).await;
+    let outcomes = crate::child::run_children(&urls, args, &dir.path().join("go")).await;
     let last: Vec<String> = outcomes
         .iter()
         .map(|o| o.last().cloned().unwrap_or_default())

@@ -1,18 +1,20 @@
-//! The object conformance suite on Google Cloud Storage, against fake-gcs-server
+//! The object conformance suite run against Google Cloud Storage, against fake-gcs-server
 //! (`STORAGE_EMULATOR_HOST`, started by `.ci/gcs-emulator`): a fresh bucket per test.
 //!
 //! What the emulator (1.54) does not enforce, and where it is covered instead: the
 //! precondition of a resumable session at finalisation (`multipart_create_twice`,
-//! `multipart_update_honours_etag` skip with that reason; `crate::scripted_gcs`'s scripted-responder
-//! tests check the session carries `ifGenerationMatch` and that a 412 at finalisation is
+//! `multipart_update_honours_etag` skip with that reason; the scripted-responder
+//! tests in `tests/it` check the session carries `ifGenerationMatch` and that a 412 at finalisation is
 //! `AlreadyPresent`/`Superseded`), and `ifGenerationMatch` on reads and deletes (the store
 //! evaluates read conditions on the generation it then reads pinned, and the scripted tests
 //! check the delete's precondition and its 412).
 
-use super::{Capabilities, ChildUrls, ObjectHarness, conformance_suite, unique};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
+use tilegate_conformance::{
+    Capabilities, ChildUrls, ObjectHarness, conformance_suite, no_emulator, unique,
+};
 use tilegate_core::object::ObjectStore;
 use tilegate_gcs::GcsStore;
 
@@ -22,15 +24,15 @@ struct Gcs {
 }
 
 /// The emulator's URL, or the suite declines: loudly in CI, with a message elsewhere.
-pub fn emulator() -> String {
+fn emulator() -> String {
     match std::env::var("STORAGE_EMULATOR_HOST") {
         Ok(v) if std::env::var_os("TILEGATE_GCS_EMULATOR").is_some() => v,
-        _ => super::no_emulator("gcs", "eval \"$(bash .ci/gcs-emulator start)\""),
+        _ => no_emulator("gcs", "eval \"$(bash .ci/gcs-emulator start)\""),
     }
 }
 
 /// A fresh bucket on the emulator, objects under `conformance/`.
-pub async fn harness() -> Arc<dyn ObjectHarness> {
+async fn harness() -> Arc<dyn ObjectHarness> {
     let endpoint = emulator();
     let url = format!("gs://{}/conformance", unique("tg"));
     let objects = GcsStore::connect_to(&url, &endpoint, true)
@@ -81,4 +83,4 @@ impl ObjectHarness for Gcs {
     }
 }
 
-conformance_suite!(objects: crate::conformance::gcs::harness);
+conformance_suite!(objects: harness);

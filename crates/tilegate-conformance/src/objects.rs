@@ -1,10 +1,10 @@
 //! Object-store conformance: create-if-absent, compare-and-swap, conditional reads and
 //! deletes, listing, multipart, key validation, and the races that prove the guards.
 
-use super::{ObjectHarness, run_children, skip, unenforced, unique};
+use super::{ObjectHarness, skip, unenforced, unique};
+use crate::object_key;
 use bytes::Bytes;
 use std::collections::BTreeSet;
-use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tilegate_core::object::{
@@ -12,7 +12,6 @@ use tilegate_core::object::{
     ObjectStore, ObjectStoreExt as _, PartId, PutMode, PutOptions, PutOutcome, UpdateVersion,
 };
 use tilegate_core::{ConditionList, ETag, ObjectKey, StoreError};
-use tilegate_tests::object_key;
 
 fn written(out: PutOutcome) -> ObjectMeta {
     match out {
@@ -899,18 +898,11 @@ pub async fn race_create_cross_process(h: &dyn ObjectHarness) {
     };
     let s = h.objects();
     let key = format!("{}/tile.tif", unique("xproc-create"));
-    let dir = tilegate_tests::tempdir();
-    let args: Vec<Vec<OsString>> = (0..4)
-        .map(|i| {
-            vec![
-                "create-race".into(),
-                urls.objects.clone().into(),
-                key.clone().into(),
-                format!("process-{i}").into(),
-            ]
-        })
+    let dir = crate::tempdir();
+    let args: Vec<Vec<String>> = (0..4)
+        .map(|i| vec!["create-race".into(), key.clone(), format!("process-{i}")])
         .collect();
-    let outcomes = run_children(args, &dir.path().join("go")).await;
+    let outcomes = crate::child::run_children(&urls, args, &dir.path().join("go")).await;
     let last: Vec<&str> = outcomes
         .iter()
         .map(|o| o.last().map(String::as_str).unwrap_or_default())
@@ -949,18 +941,11 @@ pub async fn race_cas_counter_cross_process(h: &dyn ObjectHarness) {
             .await
             .unwrap(),
     );
-    let dir = tilegate_tests::tempdir();
-    let args: Vec<Vec<OsString>> = (0..4)
-        .map(|_| {
-            vec![
-                "cas-increment".into(),
-                urls.objects.clone().into(),
-                key.clone().into(),
-                "25".into(),
-            ]
-        })
+    let dir = crate::tempdir();
+    let args: Vec<Vec<String>> = (0..4)
+        .map(|_| vec!["cas-increment".into(), key.clone(), "25".into()])
         .collect();
-    let outcomes = run_children(args, &dir.path().join("go")).await;
+    let outcomes = crate::child::run_children(&urls, args, &dir.path().join("go")).await;
     for o in &outcomes {
         assert!(o.last().is_some_and(|l| l.starts_with("done")), "{o:?}");
     }
@@ -979,7 +964,7 @@ pub async fn lost_answer_is_told_apart(h: &dyn ObjectHarness) {
             return;
         }
     };
-    let proxy = tilegate_tests::lossy::LossyProxy::start(&upstream).await;
+    let proxy = crate::lossy::LossyProxy::start(&upstream).await;
     let lossy = h.objects_via(&proxy.url).await;
     let s = h.objects();
     let p = unique("lost-answer");

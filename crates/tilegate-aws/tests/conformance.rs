@@ -1,4 +1,4 @@
-//! The conformance suite instantiated for the AWS backends against the local emulator: S3 and
+//! The conformance suite run against the AWS backends against the local emulator: S3 and
 //! DynamoDB on moto's single-threaded server (`AWS_ENDPOINT_URL`), SQS on its threaded server
 //! (`AWS_ENDPOINT_URL_SQS`) — a fresh bucket, table prefix and queue names per test.
 //!
@@ -13,11 +13,13 @@
 //! Without the emulator (`TILEGATE_AWS_EMULATOR` unset) the suite fails loudly in CI (`CI`
 //! set) and is skipped with a message elsewhere.
 
-use super::{Capabilities, ChildUrls, Harness, ObjectHarness, conformance_suite, unique};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
 use tilegate_aws::{DynamoTables, S3Location, S3Store, SqsQueue, config};
+use tilegate_conformance::{
+    Capabilities, ChildUrls, Harness, ObjectHarness, conformance_suite, unique,
+};
 use tilegate_core::object::ObjectStore;
 use tilegate_core::queue::WorkQueue;
 use tilegate_core::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
@@ -25,15 +27,15 @@ use tilegate_core::table::{ClaimTable, CounterTable, JobTable, ManifestTable};
 struct Aws {
     objects: S3Store,
     tables: DynamoTables,
-    sqs: tilegate_aws::aws_sdk_sqs::Client,
+    sqs: aws_sdk_sqs::Client,
 }
 
 fn no_emulator() -> ! {
-    super::no_emulator("aws", "eval \"$(bash .ci/aws-emulator start)\"")
+    tilegate_conformance::no_emulator("aws", "eval \"$(bash .ci/aws-emulator start)\"")
 }
 
 /// A fresh bucket and table prefix on the emulator.
-pub async fn harness() -> Arc<dyn Harness> {
+async fn harness() -> Arc<dyn Harness> {
     if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
         no_emulator();
     }
@@ -97,8 +99,8 @@ impl ObjectHarness for Aws {
 
     async fn objects_via(&self, endpoint: &str) -> Arc<dyn ObjectStore> {
         let sdk = config::load_sdk_config().await;
-        let client = tilegate_aws::aws_sdk_s3::Client::from_conf(
-            tilegate_aws::aws_sdk_s3::config::Builder::from(&sdk)
+        let client = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&sdk)
                 .endpoint_url(endpoint)
                 .force_path_style(true)
                 .build(),
@@ -147,7 +149,7 @@ impl Harness for Aws {
     }
 }
 
-conformance_suite!(crate::conformance::aws::harness);
+conformance_suite!(harness);
 
 /// `AwsBackends::init` and `connect`, outside the shared suite: init is idempotent, keys land
 /// under the URL's prefix, and a queue that was never initialised is a permanent error.
@@ -156,9 +158,9 @@ mod deployment {
     use bytes::Bytes;
     use std::time::Duration;
     use tilegate_aws::{AwsBackends, S3Store};
+    use tilegate_conformance::object_key;
     use tilegate_core::object::{ObjectStore as _, ObjectStoreExt as _, PutOutcome};
     use tilegate_core::queue::{AckOutcome, ReceiveOptions};
-    use tilegate_tests::object_key;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn init_is_idempotent_and_connect_opens_every_store() {
@@ -252,17 +254,17 @@ mod deployment {
 /// same transaction as the row — counts it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manifest_row_whose_answer_is_lost_is_created_and_counted_once() {
-    use crate::conformance::tables::{entry, new_job};
+    use tilegate_conformance::tables::{entry, new_job};
     use tilegate_core::grid::Window;
     use tilegate_core::table::CreateOutcome;
     if std::env::var_os("TILEGATE_AWS_EMULATOR").is_none() {
         no_emulator();
     }
     let upstream = std::env::var("AWS_ENDPOINT_URL").expect("the emulator's endpoint");
-    let proxy = tilegate_tests::lossy::LossyProxy::start(&upstream).await;
+    let proxy = tilegate_conformance::lossy::LossyProxy::start(&upstream).await;
     let sdk = config::load_sdk_config().await;
-    let client = tilegate_aws::aws_sdk_dynamodb::Client::from_conf(
-        tilegate_aws::aws_sdk_dynamodb::config::Builder::from(&sdk)
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&sdk)
             .endpoint_url(&proxy.url)
             .build(),
     );
