@@ -37,6 +37,7 @@
 //! duplicated, which points crash and when, which workers encode duplicates). Process timing
 //! still varies from run to run: the invariants must hold for every interleaving.
 
+use crate::per_backend::per_backend;
 use serde_json::Value;
 use std::collections::{BTreeMap, VecDeque};
 use std::os::unix::process::ExitStatusExt;
@@ -77,40 +78,10 @@ const POINTS: [&str; 4] = [
 /// Give up (and report what was seen) after this long.
 const DEADLINE: Duration = Duration::from_secs(600);
 
-#[test]
-fn heavy_chaos_embedded() {
-    chaos(Target::Embedded);
-}
-
-/// On GCS and Azure (their emulators keep no object versions, so the write log is the final
-/// listing: a second write shows as a changed version against the monitor's first sighting,
-/// the readers' pinned reads and the manifest rows).
-#[test]
-fn heavy_chaos_gcs() {
-    let _ = tilegate_tests::gcs_emulator();
-    chaos(Target::Objects(format!(
-        "gs://{}/chaos",
-        tilegate_tests::unique("tg-chaos")
-    )));
-}
-
-#[test]
-fn heavy_chaos_azure() {
-    let account = tilegate_tests::azure_emulator();
-    chaos(Target::Objects(format!(
-        "az://{}/{}/chaos",
-        account.name,
-        tilegate_tests::azure_container()
-    )));
-}
-
-#[test]
-fn heavy_chaos_aws() {
-    let Some(aws) = Aws::for_test("heavy_chaos_aws") else {
-        return;
-    };
-    chaos(Target::Aws(aws));
-}
+// On GCS and Azure too (their emulators keep no object versions, so the write log is the final
+// listing: a second write shows as a changed version against the monitor's first sighting, the
+// readers' pinned reads and the manifest rows).
+per_backend!(heavy_chaos: [embedded, aws, gcs, azure]);
 
 /// The recipe of a run, by seed (`TILEGATE_CHAOS_RECIPE=copy|warp` chooses): `copy`, or a
 /// `warp` onto the source's own grid (same CRS, resolution and alignment, nearest), whose scene
@@ -203,7 +174,7 @@ impl Violations {
     }
 }
 
-fn chaos(target: Target) {
+fn heavy_chaos(target: Target) {
     let seed = seed();
     let flavor = target.name();
     println!("chaos[{flavor}]: seed {seed} (replay with TILEGATE_CHAOS_SEED={seed})");

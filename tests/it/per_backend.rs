@@ -1,27 +1,29 @@
-//! `per_backend!`: one test per backend for a pipeline test written as a function of its
-//! [`Target`](tilegate_tests::Target), as `conformance_suite!` does for the store contracts.
+//! `per_backend!`: the one way a test of `tests/it` runs once per backend — a test written as a
+//! function of its [`Target`](tilegate_tests::Target), expanded into one `#[test]` per backend.
+//! (The store contracts run the same way from each backend's own crate, through
+//! `tilegate_conformance::conformance_suite!`.)
 
-/// For each `name`, a module `name` holding the tests `embedded` and `aws`, each calling the
-/// enclosing module's `fn name(target: Target)` on its backend. The AWS test skips (with a
-/// printed reason) without the emulator outside CI and fails without it in CI
-/// ([`Target::aws`](tilegate_tests::Target::aws)).
+/// For each `name`, a module `name` holding one test per backend (`embedded` and `aws` unless a
+/// list follows the name: `per_backend!(name: [embedded, aws, gcs, azure]);`), each calling
+/// the enclosing module's `fn name(target: Target)` on its backend
+/// ([`Target::named`](tilegate_tests::Target::named)). A test on an emulator skips (with a
+/// printed reason) without it outside CI and fails without it in CI.
 macro_rules! per_backend {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
+    ($name:ident: [$($backend:ident),+ $(,)?]) => {
+        mod $name {
+            $(
                 #[test]
-                fn embedded() {
-                    super::$name(tilegate_tests::Target::Embedded);
-                }
-
-                #[test]
-                fn aws() {
-                    if let Some(target) = tilegate_tests::Target::aws(stringify!($name)) {
+                fn $backend() {
+                    let test = concat!(stringify!($name), "::", stringify!($backend));
+                    if let Some(target) = tilegate_tests::Target::named(stringify!($backend), test) {
                         super::$name(target);
                     }
                 }
-            }
-        )*
+            )+
+        }
+    };
+    ($($name:ident),+ $(,)?) => {
+        $(per_backend!($name: [embedded, aws]);)+
     };
 }
 pub(crate) use per_backend;

@@ -3,6 +3,7 @@
 //! emulator. Then its limits, the Lambda adapter against the server, the page in Chromium and
 //! Schemathesis against the served document.
 
+use crate::per_backend::per_backend;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -215,7 +216,7 @@ fn job_ids(r: &Reply) -> Vec<String> {
         .collect()
 }
 
-fn tenants_are_kept_apart(target: Target) {
+fn every_route_keeps_tenants_apart(target: Target) {
     let name = target.name();
     let d = Deployment::new(target, &["--rate-limit", "0"]);
     let planned = d.plan(&d.key_a, "scene.tif");
@@ -392,17 +393,7 @@ fn tenants_are_kept_apart(target: Target) {
     );
 }
 
-#[test]
-fn every_route_keeps_tenants_apart_embedded() {
-    tenants_are_kept_apart(Target::Embedded);
-}
-
-#[test]
-fn every_route_keeps_tenants_apart_aws() {
-    if let Some(t) = Target::aws("every_route_keeps_tenants_apart_aws") {
-        tenants_are_kept_apart(t);
-    }
-}
+per_backend!(every_route_keeps_tenants_apart);
 
 #[test]
 fn limits_refuse_with_named_reasons() {

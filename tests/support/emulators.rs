@@ -5,6 +5,23 @@
 use tilegate_azure::Account;
 pub use tilegate_conformance::{no_emulator, unique};
 
+/// Whether the emulator of `backend` is configured (its `marker` variable set, as
+/// `.ci/<backend>-emulator start` prints it); without it, `test` says why it is skipped — and in
+/// CI, where it must be, fails.
+pub fn emulator_configured(backend: &str, marker: &str, test: &str) -> bool {
+    if std::env::var_os(marker).is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: no {backend} emulator in CI: run through .ci/test, which starts it"
+    );
+    println!(
+        "SKIPPED {test}: no {backend} emulator (run eval \"$(bash .ci/{backend}-emulator start)\")"
+    );
+    false
+}
+
 /// The GCS emulator's endpoint (`STORAGE_EMULATOR_HOST`, fake-gcs-server).
 pub fn gcs_emulator() -> String {
     match std::env::var("STORAGE_EMULATOR_HOST") {

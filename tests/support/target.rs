@@ -1,6 +1,7 @@
 //! [`Target`]: the backend a pipeline test runs `tilegate` on — embedded, AWS on the emulator,
 //! or a cloud object store.
 
+use crate::support::emulators::{azure_container, azure_emulator, emulator_configured, unique};
 use crate::{Aws, json_of, tempdir, tilegate_bin};
 use serde_json::Value;
 use std::path::Path;
@@ -18,12 +19,23 @@ pub enum Target {
 }
 
 impl Target {
-    /// The embedded backend, and AWS (bucket, tables and queues created) when the emulator is
-    /// there; in CI it must be.
-    pub fn embedded_and_aws(test: &str) -> Vec<Self> {
-        std::iter::once(Self::Embedded)
-            .chain(Self::aws(test))
-            .collect()
+    /// The backend named `backend` (`embedded`, `aws`, `gcs`, `azure`) for the test `test`: AWS
+    /// with its bucket, tables and queues created, GCS and Azure as a fresh bucket or container
+    /// for the objects (tables and queue embedded). `None` (with a printed reason) when its
+    /// emulator is not there outside CI; in CI a missing emulator fails the test. This is what
+    /// `per_backend!` runs each test on.
+    pub fn named(backend: &str, test: &str) -> Option<Self> {
+        match backend {
+            "embedded" => Some(Self::Embedded),
+            "aws" => Self::aws(test),
+            "gcs" => emulator_configured("gcs", "TILEGATE_GCS_EMULATOR", test)
+                .then(|| Self::Objects(format!("gs://{}/out", unique("tg")))),
+            "azure" => emulator_configured("azure", "TILEGATE_AZURE_EMULATOR", test).then(|| {
+                let account = azure_emulator();
+                Self::Objects(format!("az://{}/{}/out", account.name, azure_container()))
+            }),
+            other => panic!("{test}: no backend named `{other}`"),
+        }
     }
 
     /// AWS on the emulator (bucket, tables and queues created), or `None` (with a printed

@@ -1,6 +1,7 @@
 //! Sources and the documents that name them, queue messages and tenants' parameters: each
 //! attack a test, each refusal named, nothing of the forbidden content in any output.
 
+use crate::per_backend::per_backend;
 use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{SocketAddr, TcpListener};
@@ -32,52 +33,51 @@ fn tiles(target: &Target, data: &Path) -> JobId {
 /// Anyone who can send to the queue can send a regeneration order; what it may change is what
 /// the job's ledger rows allow. An attempt regenerated with `--no-accept` is not published by a
 /// forged message that says `accept: true`: the worker reads the accept from the attempt's row.
-#[test]
-fn a_forged_accept_message_does_not_publish_an_attempt() {
-    for target in Target::embedded_and_aws("forged_accept") {
-        let tmp = tempdir();
-        let data = tmp.path();
-        let a = tiles(&target, data);
-        let out = target.json(
-            data,
-            &[
-                "regenerate",
-                a.as_str(),
-                "--window",
-                "1_3",
-                "--enqueue",
-                "--no-accept",
-            ],
-        );
-        let id = AttemptId::parse(out["attempt"].as_str().unwrap()).unwrap();
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let b = rt.block_on(target.backends(data));
-        let job = rt.block_on(b.jobs.get_job(&a)).unwrap().unwrap().row;
-        let w = Window::new(1, 3);
-        let forged = WindowMessage {
-            attempt: Some(AttemptOrder {
-                id: id.clone(),
-                accept: true,
-            }),
-            ..WindowMessage::for_job(&job, w)
-        };
-        rt.block_on(b.queue.send_batch(&[forged.encode()])).unwrap();
-        let work = target.json(data, &["work", "--until-empty", "--threads", "1"]);
-        assert_eq!(work["dead_lettered"], 0, "{work}");
-        let s = Subject::Window(w);
-        assert!(
-            rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().is_none(),
-            "a forged message published an attempt on {}",
-            target.name()
-        );
-        let row = rt
-            .block_on(b.ledger.get_attempt(&a, s, &id))
-            .unwrap()
-            .unwrap()
-            .row;
-        assert_eq!(row.state, AttemptState::Uploaded, "uploaded, not accepted");
-    }
+fn a_forged_accept_message_does_not_publish_an_attempt(target: Target) {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let a = tiles(&target, data);
+    let out = target.json(
+        data,
+        &[
+            "regenerate",
+            a.as_str(),
+            "--window",
+            "1_3",
+            "--enqueue",
+            "--no-accept",
+        ],
+    );
+    let id = AttemptId::parse(out["attempt"].as_str().unwrap()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = rt.block_on(target.backends(data));
+    let job = rt.block_on(b.jobs.get_job(&a)).unwrap().unwrap().row;
+    let w = Window::new(1, 3);
+    let forged = WindowMessage {
+        attempt: Some(AttemptOrder {
+            id: id.clone(),
+            accept: true,
+        }),
+        ..WindowMessage::for_job(&job, w)
+    };
+    rt.block_on(b.queue.send_batch(&[forged.encode()])).unwrap();
+    let work = target.json(data, &["work", "--until-empty", "--threads", "1"]);
+    assert_eq!(work["dead_lettered"], 0, "{work}");
+    let s = Subject::Window(w);
+    assert!(
+        rt.block_on(b.ledger.get_pointer(&a, s)).unwrap().is_none(),
+        "a forged message published an attempt on {}",
+        target.name()
+    );
+    let row = rt
+        .block_on(b.ledger.get_attempt(&a, s, &id))
+        .unwrap()
+        .unwrap()
+        .row;
+    assert_eq!(row.state, AttemptState::Uploaded, "uploaded, not accepted");
 }
+
+per_backend!(a_forged_accept_message_does_not_publish_an_attempt);
 
 // ---------------------------------------------------------------------------------------------
 // Sources and the documents that name them.

@@ -3,6 +3,7 @@
 //! deadline, connections over the cap are refused at once, accept errors back off instead of
 //! spinning, and concurrent scrapes share one ledger read per period.
 
+use crate::per_backend::per_backend;
 use serde_json::Value;
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -273,49 +274,48 @@ fn connections_over_the_cap_are_refused_at_once_and_health_returns_when_they_go(
 /// counters come from memory), counted by `ledger_gauge_reads_total` in `/metrics`. On AWS the
 /// worker's own request meter confirms it: DynamoDB `Query` requests charged to no job are
 /// exactly the 16 due shards per counted read.
-#[test]
-fn concurrent_scrapes_read_the_ledger_once_per_period() {
-    for target in Target::embedded_and_aws("concurrent_scrapes_read_the_ledger_once_per_period") {
-        let tmp = tempdir();
-        let ep = Endpoint::start(target.command(tmp.path()));
-        let start = Instant::now();
-        for _wave in 0..2 {
-            std::thread::scope(|s| {
-                let scrapes: Vec<_> = (0..50).map(|_| s.spawn(|| ep.scrape())).collect();
-                for scrape in scrapes {
-                    let body = scrape.join().unwrap();
-                    assert!(
-                        sample(&body, "deletion_overdue_oldest_seconds").is_some(),
-                        "{}: no ledger gauge in\n{body}",
-                        target.name()
-                    );
-                }
-            });
-        }
-        let metrics = ep.scrape();
-        let periods = start.elapsed().as_secs() / GAUGE_TTL.as_secs() + 1;
-        let reads = sample(&metrics, "ledger_gauge_reads_total").expect("the reads counter");
-        println!(
-            "{}: 101 scrapes in {:.1?}: {reads} ledger read(s)",
-            target.name(),
-            start.elapsed()
-        );
-        assert!(
-            (1..=periods).contains(&reads),
-            "{}: {reads} ledger reads in {periods} period(s)",
-            target.name()
-        );
-        let report = ep.stop();
-        if let Target::Aws(_) = target {
-            let queries = report["unattributed_requests"]
-                ["requests_total{service=\"dynamodb\",op=\"Query\"}"]
+fn concurrent_scrapes_read_the_ledger_once_per_period(target: Target) {
+    let tmp = tempdir();
+    let ep = Endpoint::start(target.command(tmp.path()));
+    let start = Instant::now();
+    for _wave in 0..2 {
+        std::thread::scope(|s| {
+            let scrapes: Vec<_> = (0..50).map(|_| s.spawn(|| ep.scrape())).collect();
+            for scrape in scrapes {
+                let body = scrape.join().unwrap();
+                assert!(
+                    sample(&body, "deletion_overdue_oldest_seconds").is_some(),
+                    "{}: no ledger gauge in\n{body}",
+                    target.name()
+                );
+            }
+        });
+    }
+    let metrics = ep.scrape();
+    let periods = start.elapsed().as_secs() / GAUGE_TTL.as_secs() + 1;
+    let reads = sample(&metrics, "ledger_gauge_reads_total").expect("the reads counter");
+    println!(
+        "{}: 101 scrapes in {:.1?}: {reads} ledger read(s)",
+        target.name(),
+        start.elapsed()
+    );
+    assert!(
+        (1..=periods).contains(&reads),
+        "{}: {reads} ledger reads in {periods} period(s)",
+        target.name()
+    );
+    let report = ep.stop();
+    if let Target::Aws(_) = target {
+        let queries =
+            report["unattributed_requests"]["requests_total{service=\"dynamodb\",op=\"Query\"}"]
                 .as_u64()
                 .unwrap_or(0);
-            println!("aws: {queries} DynamoDB Query request(s) for the gauge");
-            assert_eq!(queries, 16 * reads, "{report}");
-        }
+        println!("aws: {queries} DynamoDB Query request(s) for the gauge");
+        assert_eq!(queries, 16 * reads, "{report}");
     }
 }
+
+per_backend!(concurrent_scrapes_read_the_ledger_once_per_period);
 
 /// CPU time (user + system) a process has used, from `/proc/PID/stat`.
 fn cpu_time(pid: i32) -> Duration {
