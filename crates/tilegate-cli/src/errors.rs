@@ -22,14 +22,6 @@ pub fn one_line(err: &anyhow::Error) -> String {
     tilegate_core::redact::redact(&message).into_owned()
 }
 
-/// The `{"reason": …, "message": …}` document of a failure, as `--json` prints it.
-pub fn error_doc(err: &anyhow::Error) -> crate::reports::ErrorDoc {
-    crate::reports::ErrorDoc {
-        reason: reason_of(err),
-        message: one_line(err),
-    }
-}
-
 /// The reason of the outermost error in the chain that names one; [`Reason::Unexpected`] for
 /// an error nothing names yet (its message still says what happened).
 pub fn reason_of(err: &anyhow::Error) -> Reason {
@@ -68,6 +60,9 @@ pub fn reason_of(err: &anyhow::Error) -> Reason {
             return e.reason_code();
         }
         if let Some(e) = e.downcast_ref::<tilegate_backends::UnknownUrl>() {
+            return e.reason_code();
+        }
+        if let Some(e) = e.downcast_ref::<tilegate_pipeline::batch::BatchError>() {
             return e.reason_code();
         }
         if e.is::<KeyError>() {

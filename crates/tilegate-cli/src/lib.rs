@@ -10,18 +10,13 @@
 //! ```
 
 mod args;
-mod backends;
-mod batch;
 mod commands;
+mod ctx;
+mod dispatch;
 mod errors;
-mod http;
-mod ledger;
-mod look;
 mod output;
 mod recipes;
 mod reports;
-mod serve;
-mod sources;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -31,7 +26,7 @@ use tilegate_core::Exit;
 pub fn main() -> ExitCode {
     tune_allocator();
     end_quietly_on_a_closed_pipe();
-    let cli = args::Cli::parse();
+    let cli = dispatch::Cli::parse();
     let json = cli.global.json;
     init_tracing(cli.global.verbose);
     // GDAL reads s3:// sources through /vsis3/ with the same endpoint and credentials as the
@@ -42,15 +37,15 @@ pub fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("start the async runtime");
-    match runtime.block_on(commands::dispatch(cli)) {
+    match runtime.block_on(dispatch::dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
             // One line, led by the reason code scripts can match on, its secrets redacted.
             let reason = errors::reason_of(&e);
             let message = errors::one_line(&e);
             if json {
-                let doc = reports::Failed {
-                    error: errors::error_doc(&e),
+                let doc = output::Failed {
+                    error: commands::error_doc(&e),
                 };
                 println!("{}", serde_json::to_string(&doc).expect("serialises"));
             }

@@ -1,15 +1,60 @@
 //! Printing results: one JSON document with `--json`, readable text otherwise, and a progress
-//! bar on stderr for long work (drawn only on a terminal).
+//! bar on stderr for long work (drawn only on a terminal). It names nothing else of the command
+//! line: reports, commands and errors build on it.
 
-use crate::reports::Report;
 use indicatif::{ProgressBar, ProgressStyle};
+use schemars::JsonSchema;
 use serde::Serialize;
 use std::time::Duration;
-use tilegate_core::Backends;
 use tilegate_core::metrics as m;
 use tilegate_core::table::JobRecord;
 use tilegate_core::time::with_utc;
+use tilegate_core::{Backends, Reason};
 use tilegate_report::status::JobStatus;
+
+/// A command's result: its JSON document is the type itself, its text is [`Report::text`].
+pub trait Report: Serialize {
+    /// What a person reads; `out` says where the object keys live.
+    fn text(&self, out: &Out) -> String;
+}
+
+/// A failure, as `--json` prints it: `{"error": {"reason": …, "message": …}}`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ErrorDoc {
+    /// The stable reason code (README, "Reasons and exit statuses").
+    pub reason: Reason,
+    /// One line: the whole chain of causes, secrets redacted.
+    pub message: String,
+}
+
+/// The document of a command that failed.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Failed {
+    pub error: ErrorDoc,
+}
+
+/// One item of a list command (`plan --from`, `run --from`): done, or the source's failure.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Item<T> {
+    Done(T),
+    Failed {
+        /// The source as given (secrets redacted).
+        source: String,
+        error: ErrorDoc,
+    },
+}
+
+impl<T: Report> Item<T> {
+    pub fn line(&self, out: &Out) -> String {
+        match self {
+            Self::Done(t) => t.text(out),
+            Self::Failed { source, error } => {
+                format!("error[{}] {source}: {}", error.reason, error.message)
+            }
+        }
+    }
+}
 
 /// Where results go.
 #[derive(Debug, Clone)]

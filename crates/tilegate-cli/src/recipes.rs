@@ -3,6 +3,7 @@
 
 use crate::args::RecipeArgs;
 use crate::errors::refused;
+use crate::reports::{RecipeEntry, RecipeParam};
 use anyhow::Context;
 use tilegate_core::Reason;
 use tilegate_core::recipe::Operation;
@@ -214,24 +215,6 @@ fn warp_spec(a: &RecipeArgs) -> anyhow::Result<tilegate_core::recipe::WarpSpec> 
     })
 }
 
-/// One recipe as `tilegate recipes` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
-pub struct RecipeEntry {
-    pub name: &'static str,
-    /// `built-in`, or `registered` by this binary.
-    pub kind: &'static str,
-    pub summary: &'static str,
-    /// The flags (built-in) or `--param` names (registered) it takes, with their meaning.
-    pub params: Vec<RecipeParam>,
-}
-
-/// A flag or parameter of a recipe.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
-pub struct RecipeParam {
-    pub name: &'static str,
-    pub meaning: &'static str,
-}
-
 /// The built-in recipes, then those registered by this binary.
 pub fn catalogue() -> Vec<RecipeEntry> {
     let built_in = |name, summary, params: &[(&'static str, &'static str)]| RecipeEntry {
@@ -309,17 +292,4 @@ pub fn catalogue() -> Vec<RecipeEntry> {
         });
     }
     all
-}
-
-/// `tilegate recipes` as text: one block per recipe.
-pub fn catalogue_text(all: &[RecipeEntry]) -> String {
-    let mut s = String::new();
-    for r in all {
-        s.push_str(&format!("{} ({}): {}\n", r.name, r.kind, r.summary));
-        for p in &r.params {
-            s.push_str(&format!("    {:<18} {}\n", p.name, p.meaning));
-        }
-    }
-    s.push_str("--recipe NAME picks one; a registered recipe takes --param NAME=VALUE.");
-    s
 }

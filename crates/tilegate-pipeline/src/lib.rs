@@ -5,6 +5,7 @@
 //! Architecture invariant: this is the only crate that depends on more than one stage.
 
 pub mod announce;
+pub mod batch;
 pub mod complete;
 pub mod estimate;
 pub mod ingest;

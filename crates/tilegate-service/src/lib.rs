@@ -16,6 +16,7 @@ pub mod extract;
 pub mod jwt;
 pub mod keys;
 pub mod lambda;
+pub mod metrics;
 
 use aide::axum::ApiRouter;
 use aide::axum::routing::{get_with, post_with};

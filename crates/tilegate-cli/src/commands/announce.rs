@@ -2,6 +2,7 @@
 
 use super::find_job;
 use crate::args::AnnounceArgs;
+use crate::ctx::Ctx;
 use crate::output::Out;
 use crate::reports::AnnounceReport;
 use std::process::ExitCode;
@@ -36,11 +37,13 @@ pub(super) async fn deliver_after(announcer: Option<&Announcer>, job: &JobId) {
     }
 }
 
-pub(super) async fn announce_cmd(
-    out: &Out,
-    b: &Backends,
-    a: AnnounceArgs,
-) -> anyhow::Result<ExitCode> {
+impl AnnounceArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        announce_cmd(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+async fn announce_cmd(out: &Out, b: &Backends, a: AnnounceArgs) -> anyhow::Result<ExitCode> {
     let announcer = announcer(b, &a.announce)
         .await?
         .expect("clap requires --announce");

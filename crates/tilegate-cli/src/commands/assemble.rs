@@ -4,6 +4,7 @@
 use super::announce::{announcer, deliver_after};
 use super::find_job;
 use crate::args::{AssembleArgs, AssembleFlags, CleanupArgs, RepairArgs};
+use crate::ctx::Ctx;
 use crate::errors::refused;
 use crate::output::Out;
 use crate::reports::{
@@ -18,7 +19,7 @@ use tilegate_core::Exit;
 use tilegate_core::Reason;
 use tilegate_core::metrics::Counters;
 
-pub(crate) fn assemble_options(
+pub(super) fn assemble_options(
     f: &AssembleFlags,
 ) -> anyhow::Result<tilegate_assembler::AssembleOptions> {
     let mut o = tilegate_assembler::AssembleOptions::new(tilegate_claim::unique_owner("assemble"));
@@ -40,11 +41,25 @@ pub(crate) fn assemble_options(
     Ok(o)
 }
 
-pub(super) async fn assemble_cmd(
-    out: &Out,
-    b: &Backends,
-    a: AssembleArgs,
-) -> anyhow::Result<ExitCode> {
+impl AssembleArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        assemble_cmd(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+impl RepairArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        repair_cmd(cx, &cx.open().await?, self).await
+    }
+}
+
+impl CleanupArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        cleanup_uploads(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+async fn assemble_cmd(out: &Out, b: &Backends, a: AssembleArgs) -> anyhow::Result<ExitCode> {
     if a.all {
         return assemble_all(out, b, &a.flags).await;
     }
@@ -94,7 +109,8 @@ pub(super) async fn assemble_cmd(
     }
 }
 
-pub(super) async fn repair_cmd(out: &Out, b: &Backends, a: RepairArgs) -> anyhow::Result<ExitCode> {
+async fn repair_cmd(cx: &Ctx, b: &Backends, a: RepairArgs) -> anyhow::Result<ExitCode> {
+    let out = &cx.out;
     let job = find_job(b, Some(&a.job)).await?;
     let window = tilegate_core::Window::parse(&a.window).with_context(|| {
         format!(
@@ -102,7 +118,7 @@ pub(super) async fn repair_cmd(out: &Out, b: &Backends, a: RepairArgs) -> anyhow
             a.window
         )
     })?;
-    let policy = crate::sources::of(&job.tenant);
+    let policy = cx.policy_of(&job.tenant);
     let prepared = tilegate_worker::repair::prepare(b, &policy, &job.job_id, window).await?;
     let key = prepared.key.to_string();
     let outcome = tilegate_worker::repair::commit(b, prepared).await?;
@@ -117,11 +133,7 @@ pub(super) async fn repair_cmd(out: &Out, b: &Backends, a: RepairArgs) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
-pub(super) async fn cleanup_uploads(
-    out: &Out,
-    b: &Backends,
-    a: CleanupArgs,
-) -> anyhow::Result<ExitCode> {
+async fn cleanup_uploads(out: &Out, b: &Backends, a: CleanupArgs) -> anyhow::Result<ExitCode> {
     let cutoff = std::time::SystemTime::now() - Duration::from_secs(a.older_than_s);
     let stale = b.objects.list_multipart("", Some(cutoff)).await?;
     let mut uploads = Vec::new();
@@ -202,7 +214,7 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
                     AssembleResult::Failed {
                         job_id: job.job_id.clone(),
                         outcome: FailedOutcome::Failed,
-                        error: crate::errors::error_doc(&anyhow::Error::new(e)),
+                        error: super::error_doc(&anyhow::Error::new(e)),
                     }
                 }
             }

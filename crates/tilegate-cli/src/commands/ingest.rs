@@ -1,7 +1,7 @@
 //! `ingest`: arrivals (queue messages, files in watched directories) become planned jobs.
 
 use crate::args::IngestArgs;
-use crate::backends::{self, Selection};
+use crate::ctx::Ctx;
 use crate::output::Out;
 use crate::recipes::recipe_from;
 use crate::reports::{IngestLine, IngestReport};
@@ -18,11 +18,14 @@ use tilegate_pipeline::ingest::{
 /// arrival of a process that died comes back within this long.
 const ARRIVAL_VISIBILITY: Duration = Duration::from_secs(30);
 
-pub(super) async fn ingest_cmd(
-    out: &Out,
-    sel: &Selection,
-    a: IngestArgs,
-) -> anyhow::Result<ExitCode> {
+impl IngestArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        ingest_cmd(cx, self).await
+    }
+}
+
+async fn ingest_cmd(cx: &Ctx, a: IngestArgs) -> anyhow::Result<ExitCode> {
+    let out = &cx.out;
     let (recipe, (prefix, tenant)) = recipe_from(&a.recipe)?;
     for b in &a.buckets {
         if !b.starts_with("s3://") || b.trim_end_matches('/')[5..].contains('/') {
@@ -51,9 +54,9 @@ pub(super) async fn ingest_cmd(
         println!("{}", serde_json::to_string(&cfg)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let b = backends::open(sel).await?;
-    let arrivals = backends::open_arrivals(sel, a.arrivals.as_deref()).await?;
-    let ingest = Ingest::new(b, cfg, crate::sources::all());
+    let b = cx.open().await?;
+    let arrivals = cx.open_arrivals(a.arrivals.as_deref()).await?;
+    let ingest = Ingest::new(b, cfg, cx.policies());
     // A file whose planning meets a passing fault is tried again by a later scan; a one-off
     // round gives it as many tries as an arrival gets receives, then says it refused.
     let mut watches: Vec<Watch> = a
@@ -156,7 +159,7 @@ pub(super) async fn ingest_cmd(
     if out.json {
         out.emit(&report);
     } else {
-        eprintln!("{}", crate::reports::Report::text(&report, out));
+        eprintln!("{}", crate::output::Report::text(&report, out));
     }
     // A consumer stopped by a signal stopped cleanly; a one-off round says what it refused.
     Ok(if a.until_idle && report.refused > 0 {

@@ -1,8 +1,7 @@
 //! `plan`: one job per source, printed as it is planned.
 
 use crate::args::PlanArgs;
-use crate::backends::Selection;
-use crate::output::Out;
+use crate::ctx::{Ctx, Selection};
 use crate::recipes::recipe_from;
 use crate::reports::{Item, PlanBatch, PlanEstimate, PlanReport, PlanTimings};
 use anyhow::Context;
@@ -15,17 +14,19 @@ use tilegate_pipeline::estimate::Upload;
 use tilegate_planner::{PlanOptions, plan};
 use tilegate_report::PriceTable;
 
-pub(super) async fn plan_cmd(
-    out: &Out,
-    sel: &Selection,
-    b: &Backends,
-    a: PlanArgs,
-) -> anyhow::Result<ExitCode> {
+impl PlanArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        plan_cmd(cx, &cx.open().await?, self).await
+    }
+}
+
+async fn plan_cmd(cx: &Ctx, b: &Backends, a: PlanArgs) -> anyhow::Result<ExitCode> {
+    let (out, sel) = (&cx.out, &cx.sel);
     let (recipe, (prefix, tenant)) = recipe_from(&a.recipe)?;
     let opts = PlanOptions {
         recipe,
         prefix,
-        policy: crate::sources::of(&tenant),
+        policy: cx.policy_of(&tenant),
         tenant,
         resume: !a.all_windows,
         assets: a.recipe.assets.clone(),
@@ -37,14 +38,14 @@ pub(super) async fn plan_cmd(
             .as_deref()
             .expect("clap requires a source or --from");
         if a.estimate {
-            let prices = crate::look::prices(a.prices.as_deref())?;
+            let prices = super::look::prices(a.prices.as_deref())?;
             out.emit(&estimate(sel, b, source, &opts, &prices).await?);
             return Ok(ExitCode::SUCCESS);
         }
         out.emit(&plan_one(b, source, &opts).await?);
         return Ok(ExitCode::SUCCESS);
     };
-    let sources = crate::batch::sources(list).await?;
+    let sources = tilegate_pipeline::batch::sources(list)?;
     let mut jobs = Vec::with_capacity(sources.len());
     let mut failed = 0usize;
     for source in &sources {
@@ -54,7 +55,7 @@ pub(super) async fn plan_cmd(
                 failed += 1;
                 Item::Failed {
                     source: tilegate_core::redact::redact(source).into_owned(),
-                    error: crate::errors::error_doc(&e),
+                    error: super::error_doc(&e),
                 }
             }
         };

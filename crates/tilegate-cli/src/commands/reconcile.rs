@@ -3,6 +3,7 @@
 use super::assemble::assemble_options;
 use super::stop_on_signals;
 use crate::args::ReconcileJobsArgs;
+use crate::ctx::Ctx;
 use crate::output::Out;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use tilegate_pipeline::announce::Announcer;
 use tilegate_pipeline::reconcile::{PassReport, ReconcileOptions, Reconciler};
 
 /// The reconciler a command line (or the Lambda function's environment) describes.
-pub(crate) async fn reconciler(b: &Backends, a: &ReconcileJobsArgs) -> anyhow::Result<Reconciler> {
+async fn reconciler(b: &Backends, a: &ReconcileJobsArgs) -> anyhow::Result<Reconciler> {
     let mut opts = ReconcileOptions::new(assemble_options(&a.flags)?);
     opts.grace = Duration::from_secs_f64(a.grace.max(0.0));
     opts.limit = a.limit.max(1);
@@ -29,11 +30,13 @@ pub(crate) async fn reconciler(b: &Backends, a: &ReconcileJobsArgs) -> anyhow::R
     ))
 }
 
-pub(super) async fn reconcile_jobs(
-    out: &Out,
-    b: &Backends,
-    a: ReconcileJobsArgs,
-) -> anyhow::Result<ExitCode> {
+impl ReconcileJobsArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        reconcile_jobs(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+async fn reconcile_jobs(out: &Out, b: &Backends, a: ReconcileJobsArgs) -> anyhow::Result<ExitCode> {
     let r = reconciler(b, &a).await?;
     let Some(every) = a.every.filter(|_| !a.once) else {
         let report = r.pass().await?;

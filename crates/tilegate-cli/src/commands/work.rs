@@ -5,6 +5,7 @@ use super::announce::{announcer, deliver_after};
 use super::assemble::assemble_options;
 use super::{find_job, stop_on_signals, worker_config};
 use crate::args::{AssembleFlags, BackfillArgs, PoolArgs, RunArgs, WorkArgs};
+use crate::ctx::Ctx;
 use crate::errors::refused;
 use crate::output::{self, Out};
 use crate::recipes::{Location, recipe_from};
@@ -49,14 +50,33 @@ async fn reconcile_in_background(
     }
 }
 
-pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> {
+impl WorkArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        work(cx, &cx.open().await?, self).await
+    }
+}
+
+impl RunArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        run(cx, &cx.open().await?, self).await
+    }
+}
+
+impl BackfillArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        backfill_cmd(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+async fn work(cx: &Ctx, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> {
+    let out = &cx.out;
     let stop = if a.until_empty {
         StopWhen::QueueDrained
     } else {
         StopWhen::Signal
     };
     let counters = Arc::new(Counters::new());
-    let mut cfg = worker_config(&a.pool, stop);
+    let mut cfg = worker_config(cx, &a.pool, stop);
     let announcer = announcer(b, &a.assemble_flags.announce).await?;
     if a.assemble {
         let mut hook = AssembleOnComplete::new(b.clone(), assemble_options(&a.assemble_flags)?);
@@ -88,7 +108,7 @@ pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result
             .await
             .with_context(|| format!("listen on --metrics-addr {addr}"))?;
         tracing::info!(addr = %listener.local_addr()?, "serving /healthz and /metrics");
-        tokio::spawn(crate::http::serve(
+        tokio::spawn(tilegate_service::metrics::serve(
             listener,
             counters.clone(),
             b.ledger.clone(),
@@ -132,7 +152,8 @@ pub(super) async fn work(out: &Out, b: &Backends, a: WorkArgs) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
-pub(super) async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<ExitCode> {
+async fn run(cx: &Ctx, b: &Backends, a: RunArgs) -> anyhow::Result<ExitCode> {
+    let out = &cx.out;
     let (recipe, location) = recipe_from(&a.recipe)?;
     let assemble = (!a.no_assemble).then_some(&a.assemble);
     let run_one = |source: String| {
@@ -140,7 +161,7 @@ pub(super) async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<E
         let (assets, shards, pool) = (&a.recipe.assets, a.recipe.manifest_shards, &a.pool);
         async move {
             run_source(
-                out,
+                cx,
                 b,
                 (&source, assets, shards),
                 recipe,
@@ -167,7 +188,7 @@ pub(super) async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<E
     };
     // One scene after another, each planned, worked and assembled before the next: a job
     // that cannot complete is reported and the list goes on.
-    let sources = crate::batch::sources(list).await?;
+    let sources = tilegate_pipeline::batch::sources(list)?;
     let (mut jobs, mut failed, mut incomplete) = (Vec::with_capacity(sources.len()), 0, 0);
     for source in sources {
         let item = match run_one(source.clone()).await {
@@ -179,7 +200,7 @@ pub(super) async fn run(out: &Out, b: &Backends, a: RunArgs) -> anyhow::Result<E
                 failed += 1;
                 Item::Failed {
                     source: tilegate_core::redact::redact(&source).into_owned(),
-                    error: crate::errors::error_doc(&e),
+                    error: super::error_doc(&e),
                 }
             }
         };
@@ -226,7 +247,7 @@ pub(super) fn emit_run(out: &Out, ran: &Ran) -> ExitCode {
 }
 
 pub(super) async fn run_source(
-    out: &Out,
+    cx: &Ctx,
     b: &Backends,
     (source, assets, recipe_shards): (&str, &[String], u32),
     recipe: Recipe,
@@ -234,19 +255,20 @@ pub(super) async fn run_source(
     pool: &PoolArgs,
     assemble: Option<&AssembleFlags>,
 ) -> anyhow::Result<Ran> {
+    let out = &cx.out;
     let started = Instant::now();
     let counters = Arc::new(Counters::new());
     let opts = RunOptions {
         plan: PlanOptions {
             recipe,
             prefix,
-            policy: crate::sources::of(&tenant),
+            policy: cx.policy_of(&tenant),
             tenant,
             resume: true,
             assets: assets.to_vec(),
             manifest_shards: recipe_shards,
         },
-        worker: worker_config(pool, StopWhen::Signal),
+        worker: worker_config(cx, pool, StopWhen::Signal),
         pools: 1,
         until: Until::JobComplete,
         assemble: assemble.map(assemble_options).transpose()?,
@@ -302,11 +324,7 @@ fn run_summary(
     }
 }
 
-pub(super) async fn backfill_cmd(
-    out: &Out,
-    b: &Backends,
-    a: BackfillArgs,
-) -> anyhow::Result<ExitCode> {
+async fn backfill_cmd(out: &Out, b: &Backends, a: BackfillArgs) -> anyhow::Result<ExitCode> {
     let job = find_job(b, Some(&a.job)).await?;
     let (enqueued, recorded) = tilegate_planner::enqueue_windows(b, &job, a.missing).await?;
     out.emit(&BackfillReport {

@@ -39,7 +39,7 @@ impl Report for StatusReport {
         let mut s = crate::output::status_text(&self.status, &out.objects_root);
         if self.show_cost {
             s.push('\n');
-            s.push_str(&crate::look::cost_text(&self.status.cost));
+            s.push_str(&cost_text(&self.status.cost));
         }
         if let Some(recent) = self.recent_jobs.as_ref().filter(|r| r.len() > 1) {
             s.push_str("\n\nrecent jobs (newest first)\n");
@@ -183,4 +183,36 @@ impl Report for DlqRedrive {
             self.redriven
         )
     }
+}
+
+/// The cost section of `status --cost`.
+pub fn cost_text(c: &tilegate_report::cost::CostEstimate) -> String {
+    let mut s = format!(
+        "cost (prices of {}, {})\n  {:<10} {:<28} {:>10} {:>14}\n",
+        c.price_table_date, c.currency, "service", "operation", "requests", "estimate"
+    );
+    for l in &c.lines {
+        let usd = l
+            .usd_per_request
+            .map_or_else(|| "not priced".to_owned(), |_| format!("{:.6}", l.usd));
+        s.push_str(&format!(
+            "  {:<10} {:<28} {:>10} {:>14}\n",
+            l.service, l.op, l.requests, usd
+        ));
+    }
+    if c.lines.is_empty() {
+        s.push_str("  no billed requests (the embedded backend's stores are local)\n");
+    }
+    s.push_str(&format!(
+        "  {} requests, {} bytes sent, {} bytes received\n  total {:.6} {cur} ({:.8} {cur} per window), storage {:.6} {cur} per month for {} bytes",
+        c.requests,
+        c.bytes_sent,
+        c.bytes_received,
+        c.total_usd,
+        c.per_window_usd,
+        c.storage_usd_per_month,
+        c.stored_bytes,
+        cur = c.currency
+    ));
+    s
 }

@@ -55,12 +55,12 @@ impl Report for SampleReport {
 /// `recipes`: the built-in and registered recipes.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct RecipesReport {
-    pub recipes: Vec<crate::recipes::RecipeEntry>,
+    pub recipes: Vec<RecipeEntry>,
 }
 
 impl Report for RecipesReport {
     fn text(&self, _: &Out) -> String {
-        crate::recipes::catalogue_text(&self.recipes)
+        catalogue_text(&self.recipes)
     }
 }
 
@@ -160,7 +160,7 @@ impl Report for PlanEstimate {
             } else {
                 self.billed_services.join(", ")
             },
-            crate::look::cost_text(&self.cost),
+            super::cost_text(&self.cost),
         )
     }
 }
@@ -739,4 +739,35 @@ impl Report for IngestReport {
             self.retried
         )
     }
+}
+
+/// One recipe as `tilegate recipes` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct RecipeEntry {
+    pub name: &'static str,
+    /// `built-in`, or `registered` by this binary.
+    pub kind: &'static str,
+    pub summary: &'static str,
+    /// The flags (built-in) or `--param` names (registered) it takes, with their meaning.
+    pub params: Vec<RecipeParam>,
+}
+
+/// A flag or parameter of a recipe.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct RecipeParam {
+    pub name: &'static str,
+    pub meaning: &'static str,
+}
+
+/// `tilegate recipes` as text: one block per recipe.
+pub fn catalogue_text(all: &[RecipeEntry]) -> String {
+    let mut s = String::new();
+    for r in all {
+        s.push_str(&format!("{} ({}): {}\n", r.name, r.kind, r.summary));
+        for p in &r.params {
+            s.push_str(&format!("    {:<18} {}\n", p.name, p.meaning));
+        }
+    }
+    s.push_str("--recipe NAME picks one; a registered recipe takes --param NAME=VALUE.");
+    s
 }

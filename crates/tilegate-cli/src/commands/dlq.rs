@@ -1,21 +1,83 @@
-//! `dlq redrive`: dead letters back to the work queue, each of their jobs in a new generation.
+//! `dlq list` and `dlq redrive`: dead letters read, and sent back to the work queue, each of
+//! their jobs in a new generation.
 
+use super::find_job;
+use crate::args::DlqCommand;
+use crate::ctx::Ctx;
 use crate::output::Out;
 use crate::reports;
 use std::collections::BTreeSet;
+use std::process::ExitCode;
+use tilegate_core::message::WindowMessage;
 use tilegate_core::queue::DeadLetter;
 use tilegate_core::{Backends, JobId};
 use tilegate_report::status::dead_letter_job;
 
+/// How many dead letters `dlq --job` reads to find a job's.
+const DLQ_SCAN: usize = 100_000;
+
+/// The dead letters whose body names `job`.
+async fn job_dead_letters(b: &Backends, job: &JobId) -> anyhow::Result<Vec<DeadLetter>> {
+    let mut dead = b.queue.list_dead_letters(DLQ_SCAN).await?;
+    dead.retain(|d| dead_letter_job(&d.body).as_ref() == Some(job));
+    Ok(dead)
+}
+
+impl DlqCommand {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        let b = match self {
+            DlqCommand::List { .. } => cx.open_read_only().await?,
+            _ => cx.open().await?,
+        };
+        dlq(&cx.out, &b, self).await
+    }
+}
+
+async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode> {
+    match c {
+        DlqCommand::List { limit, job } => {
+            let job = match job {
+                Some(j) => Some(find_job(b, Some(&j)).await?.job_id),
+                None => None,
+            };
+            let dead = match &job {
+                Some(job) => job_dead_letters(b, job).await?,
+                None => b.queue.list_dead_letters(limit).await?,
+            };
+            let rows: Vec<_> = dead
+                .iter()
+                .take(limit)
+                .map(|d| reports::DeadLetterRow {
+                    message_id: d.message_id.clone(),
+                    reason: d.reason.clone(),
+                    receive_count: d.receive_count,
+                    dead_at_ms: d.dead_at,
+                    job_id: dead_letter_job(&d.body),
+                    window: WindowMessage::decode(&d.body)
+                        .ok()
+                        .map(|p| p.window.to_string()),
+                    body_bytes: d.body.len(),
+                })
+                .collect();
+            out.emit(&reports::DlqList {
+                count: rows.len(),
+                dead_letters: rows,
+            });
+        }
+        DlqCommand::Redrive { ids, job } => redrive_cmd(out, b, ids, job).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `dlq redrive [--id ID]… [--job JOB]`: [`redrive`], then say what moved.
-pub(super) async fn redrive_cmd(
+async fn redrive_cmd(
     out: &Out,
     b: &Backends,
     ids: Vec<String>,
     job: Option<String>,
 ) -> anyhow::Result<()> {
     let job = match job {
-        Some(j) => Some(super::find_job(b, Some(&j)).await?.job_id),
+        Some(j) => Some(find_job(b, Some(&j)).await?.job_id),
         None => None,
     };
     let which = match (&job, ids.as_slice()) {
@@ -39,11 +101,11 @@ pub(super) async fn redrive_cmd(
 
 /// Dead letters one `dlq redrive` reads, and so redrives, at most; a dead-letter queue that
 /// holds more is said, and the next `dlq redrive` takes the rest.
-pub(super) const REDRIVE_SCAN: usize = 100_000;
+const REDRIVE_SCAN: usize = 100_000;
 
 /// Which dead letters go back.
 #[derive(Debug)]
-pub(super) enum Letters<'a> {
+enum Letters<'a> {
     /// Every one (up to [`REDRIVE_SCAN`]).
     All,
     /// Those with these message IDs.
@@ -54,7 +116,7 @@ pub(super) enum Letters<'a> {
 
 /// What one redrive did.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Redriven {
+struct Redriven {
     /// Letters the queue moved back.
     pub moved: u64,
     /// Jobs that started a new generation.
@@ -68,7 +130,7 @@ pub(super) struct Redriven {
 /// window dead-lettered again announces its job incomplete again. A letter that reaches the
 /// queue after the scan, or lies beyond [`REDRIVE_SCAN`], stays where it is for the next
 /// redrive; none goes back without its generation.
-pub(super) async fn redrive(b: &Backends, which: Letters<'_>) -> anyhow::Result<Redriven> {
+async fn redrive(b: &Backends, which: Letters<'_>) -> anyhow::Result<Redriven> {
     let scanned = b.queue.list_dead_letters(REDRIVE_SCAN).await?;
     let more = scanned.len() >= REDRIVE_SCAN;
     let chosen: Vec<&DeadLetter> = scanned

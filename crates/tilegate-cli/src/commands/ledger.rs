@@ -1,10 +1,11 @@
 //! The commands over the ledger of regenerated outputs: regenerate, accept, attempts, hold,
 //! gc, reconcile, url.
 
+use super::find_job;
 use crate::args::{
     AcceptArgs, AttemptsArgs, GcArgs, HoldArgs, ReconcileArgs, RegenerateArgs, UrlArgs, WindowRef,
 };
-use crate::commands::find_job;
+use crate::ctx::Ctx;
 use crate::errors::refused;
 use crate::output::Out;
 use crate::reports::{
@@ -100,7 +101,50 @@ fn publish_code(out: Option<&PublishOutcome>) -> ExitCode {
     }
 }
 
-pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::Result<ExitCode> {
+impl RegenerateArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        regenerate(cx, &cx.open().await?, self).await
+    }
+}
+
+impl AcceptArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        accept(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+impl AttemptsArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        attempts(&cx.out, &cx.open_read_only().await?, self).await
+    }
+}
+
+impl HoldArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        hold(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+impl GcArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        gc_cmd(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+impl ReconcileArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        reconcile_cmd(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+impl UrlArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        url_cmd(&cx.out, &cx.open().await?, self).await
+    }
+}
+
+async fn regenerate(cx: &Ctx, b: &Backends, a: RegenerateArgs) -> anyhow::Result<ExitCode> {
+    let out = &cx.out;
     let (job, subject) = subject_of(b, &a.at).await?;
     let id = a.attempt.as_deref().map(attempt_id).transpose()?;
     let before = published_output(b, &job, subject).await?;
@@ -113,11 +157,11 @@ pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::R
         id,
         retention,
         accept: !a.no_accept,
-        policy: crate::sources::of(&job.tenant),
+        policy: cx.policy_of(&job.tenant),
     };
     let done = match subject {
         Subject::Scene => {
-            let opts = crate::commands::assemble_options(&a.assemble)?;
+            let opts = super::assemble::assemble_options(&a.assemble)?;
             let counters = tilegate_core::metrics::Counters::new();
             tilegate_pipeline::regenerate::scene(b, &job, req, opts, &counters, now_millis).await?
         }
@@ -169,7 +213,7 @@ pub async fn regenerate(out: &Out, b: &Backends, a: RegenerateArgs) -> anyhow::R
     Ok(publish_code(done.published.as_ref()))
 }
 
-pub async fn accept(out: &Out, b: &Backends, a: AcceptArgs) -> anyhow::Result<ExitCode> {
+async fn accept(out: &Out, b: &Backends, a: AcceptArgs) -> anyhow::Result<ExitCode> {
     let (job, subject) = subject_of(b, &a.at).await?;
     let id = attempt_id(&a.attempt)?;
     let outcome = match a.seen.as_deref() {
@@ -189,7 +233,7 @@ pub async fn accept(out: &Out, b: &Backends, a: AcceptArgs) -> anyhow::Result<Ex
     Ok(publish_code(Some(&outcome)))
 }
 
-pub async fn attempts(out: &Out, b: &Backends, a: AttemptsArgs) -> anyhow::Result<ExitCode> {
+async fn attempts(out: &Out, b: &Backends, a: AttemptsArgs) -> anyhow::Result<ExitCode> {
     let job = find_job(b, a.job.as_deref()).await?;
     let mut rows = b.ledger.list_attempts(&job.job_id).await?;
     rows.sort_by(|x, y| {
@@ -211,7 +255,7 @@ pub async fn attempts(out: &Out, b: &Backends, a: AttemptsArgs) -> anyhow::Resul
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn hold(out: &Out, b: &Backends, a: HoldArgs) -> anyhow::Result<ExitCode> {
+async fn hold(out: &Out, b: &Backends, a: HoldArgs) -> anyhow::Result<ExitCode> {
     let (job, subject) = subject_of(b, &a.at).await?;
     let id = attempt_id(&a.attempt)?;
     let row = attempt::set_hold(b, &job.job_id, subject, &id, !a.release).await?;
@@ -225,7 +269,7 @@ pub async fn hold(out: &Out, b: &Backends, a: HoldArgs) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn gc_cmd(out: &Out, b: &Backends, a: GcArgs) -> anyhow::Result<ExitCode> {
+async fn gc_cmd(out: &Out, b: &Backends, a: GcArgs) -> anyhow::Result<ExitCode> {
     let opts = gc::GcOptions {
         dry_run: a.dry_run,
         ..gc::GcOptions::at(a.test_now_ms.unwrap_or_else(now_millis))
@@ -264,7 +308,7 @@ pub async fn gc_cmd(out: &Out, b: &Backends, a: GcArgs) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn reconcile_cmd(out: &Out, b: &Backends, a: ReconcileArgs) -> anyhow::Result<ExitCode> {
+async fn reconcile_cmd(out: &Out, b: &Backends, a: ReconcileArgs) -> anyhow::Result<ExitCode> {
     let job = find_job(b, a.job.as_deref()).await?;
     let report = reconcile::reconcile(b, &job).await?;
     out.emit(&report);
@@ -275,7 +319,7 @@ pub async fn reconcile_cmd(out: &Out, b: &Backends, a: ReconcileArgs) -> anyhow:
     })
 }
 
-pub async fn url_cmd(out: &Out, b: &Backends, a: UrlArgs) -> anyhow::Result<ExitCode> {
+async fn url_cmd(out: &Out, b: &Backends, a: UrlArgs) -> anyhow::Result<ExitCode> {
     let (job, subject) = subject_of(b, &a.at).await?;
     let tenant = Tenant::parse(&a.tenant).context("invalid --tenant")?;
     let g = url::grant(b, &job, subject, &tenant, a.expires, now_millis()).await?;

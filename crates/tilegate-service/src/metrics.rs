@@ -1,6 +1,7 @@
-//! The worker's HTTP endpoint for orchestrators (`work --metrics-addr`): `GET /healthz` answers
-//! 200 while the worker runs and 503 once it is stopping (so a Kubernetes probe sees the
-//! shutdown), `GET /metrics` the process's counters in Prometheus text format and the ledger's
+//! The worker's HTTP endpoint for orchestrators (`work --metrics-addr`), in the crate of the
+//! job service's server (hardened apart from it still): `GET /healthz` answers 200 while the
+//! worker runs and 503 once it is stopping (so a Kubernetes probe sees the shutdown),
+//! `GET /metrics` the process's counters in Prometheus text format and the ledger's
 //! `deletion_overdue_oldest_seconds` gauge. Deliberately tiny: one request per connection, no
 //! keep-alive, nothing else served.
 //!

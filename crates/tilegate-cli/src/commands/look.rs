@@ -2,9 +2,9 @@
 //! and `stac` (the scenes' Items and a Collection). Every view reads one
 //! [`tilegate_report::Gathered`] job, so they agree on every count.
 
+use super::find_job;
 use crate::args::{PriceArgs, ReportArgs, StacArgs, StatusArgs};
-use crate::backends::Selection;
-use crate::commands::find_job;
+use crate::ctx::{Ctx, Selection};
 use crate::errors::refused;
 use crate::output::Out;
 use crate::reports::{PageReport, RecentJob, StacReport, StatusReport, WatchFrame};
@@ -22,7 +22,7 @@ use tilegate_report::{PriceTable, status};
 use tilegate_stac as stac;
 
 /// The price table the flags name (the built-in one by default).
-pub(crate) fn prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
+pub(super) fn prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
     match path {
         None => Ok(PriceTable::default()),
         Some(path) => {
@@ -41,7 +41,25 @@ fn printed_prices(a: &PriceArgs) -> Option<ExitCode> {
     })
 }
 
-pub async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<ExitCode> {
+impl StatusArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        status(&cx.out, &cx.open_read_only().await?, self).await
+    }
+}
+
+impl ReportArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        report(&cx.out, &cx.sel, &cx.open_read_only().await?, self).await
+    }
+}
+
+impl StacArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        stac_cmd(&cx.out, &cx.open_read_only().await?, self).await
+    }
+}
+
+async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<ExitCode> {
     if let Some(code) = printed_prices(&a.prices) {
         return Ok(code);
     }
@@ -87,38 +105,6 @@ async fn recent_jobs(b: &Backends) -> anyhow::Result<Vec<RecentJob>> {
         });
     }
     Ok(out)
-}
-
-/// The cost section of `status --cost`.
-pub(crate) fn cost_text(c: &tilegate_report::cost::CostEstimate) -> String {
-    let mut s = format!(
-        "cost (prices of {}, {})\n  {:<10} {:<28} {:>10} {:>14}\n",
-        c.price_table_date, c.currency, "service", "operation", "requests", "estimate"
-    );
-    for l in &c.lines {
-        let usd = l
-            .usd_per_request
-            .map_or_else(|| "not priced".to_owned(), |_| format!("{:.6}", l.usd));
-        s.push_str(&format!(
-            "  {:<10} {:<28} {:>10} {:>14}\n",
-            l.service, l.op, l.requests, usd
-        ));
-    }
-    if c.lines.is_empty() {
-        s.push_str("  no billed requests (the embedded backend's stores are local)\n");
-    }
-    s.push_str(&format!(
-        "  {} requests, {} bytes sent, {} bytes received\n  total {:.6} {cur} ({:.8} {cur} per window), storage {:.6} {cur} per month for {} bytes",
-        c.requests,
-        c.bytes_sent,
-        c.bytes_received,
-        c.total_usd,
-        c.per_window_usd,
-        c.storage_usd_per_month,
-        c.stored_bytes,
-        cur = c.currency
-    ));
-    s
 }
 
 /// `status --watch`: refresh until the job completes (exit 0), or until every window left
@@ -246,7 +232,7 @@ async fn watch(
     }
 }
 
-pub async fn report(
+async fn report(
     out: &Out,
     sel: &Selection,
     b: &Backends,
@@ -297,7 +283,7 @@ pub async fn report(
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn stac_cmd(out: &Out, b: &Backends, a: StacArgs) -> anyhow::Result<ExitCode> {
+async fn stac_cmd(out: &Out, b: &Backends, a: StacArgs) -> anyhow::Result<ExitCode> {
     let jobs = if a.jobs.is_empty() {
         b.jobs
             .list_jobs(10_000)
