@@ -5,6 +5,7 @@ made by) and tile matrix set questions; the result holds what `pmtiles` 3.8.1 an
 `morecantile` 7.1.0 answer. The Rust test compares; this script only reports.
 """
 
+import gzip
 import importlib.resources
 import json
 import sys
@@ -12,6 +13,7 @@ import warnings
 
 import morecantile
 from pmtiles.reader import MmapSource, Reader, all_tiles
+from pmtiles.tile import deserialize_directory, serialize_directory, zxy_to_tileid
 
 warnings.simplefilter("ignore")
 
@@ -37,6 +39,18 @@ def check_archive(job):
             k: (v.value if hasattr(v, "value") else v) for k, v in header.items()
         }
         out["metadata"] = reader.metadata()
+        # Each directory's encoding, byte for byte: re-encoded by pmtiles from its own decoding.
+        dirs = [(header["root_offset"], header["root_length"])]
+        for e in deserialize_directory(get_bytes(*dirs[0])):
+            if e.run_length == 0:
+                dirs.append((header["leaf_directory_offset"] + e.offset, e.length))
+        same = 0
+        for offset, length in dirs:
+            raw = get_bytes(offset, length)
+            again = serialize_directory(deserialize_directory(raw))
+            same += gzip.decompress(raw) == gzip.decompress(again)
+        out["directories"] = len(dirs)
+        out["directories_same"] = same
         seen = 0
         wrong = []
         for (z, x, y), data in all_tiles(get_bytes):
@@ -114,6 +128,10 @@ def check_tms(job):
     return out
 
 
+def check_tileids(cases):
+    return [c for c in cases if zxy_to_tileid(c[0], c[1], c[2]) != c[3]]
+
+
 def main():
     with open(sys.argv[1]) as f:
         job = json.load(f)
@@ -124,6 +142,7 @@ def main():
         },
         "archive": check_archive(job["archive"]),
         "tms": check_tms(job["tms"]),
+        "tileids_wrong": check_tileids(job["tileids"]),
     }
     with open(sys.argv[2], "w") as f:
         json.dump(result, f)

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{Value, json};
+use tilegate_pmtiles::archive::zxy_to_tileid;
 use tilegate_pmtiles::tms::{Crs, ZoomStrategy};
 use tilegate_pmtiles::{
     ArchiveBuilder, ArchiveOptions, Bbox, ContentKey, Tile, TileMatrixSet, TileType,
@@ -171,7 +172,20 @@ fn reference_implementations_agree() {
         }
     }
 
+    // Tile IDs at every zoom the spec allows, a few tiles each.
+    let mut tileids = Vec::new();
+    for z in 0..=31u8 {
+        let n = if z == 31 { u32::MAX / 2 + 1 } else { 1u32 << z };
+        for (x, y) in [(0, 0), (n - 1, n - 1), (n - 1, 0)]
+            .into_iter()
+            .chain((0..20).map(|_| (sample.below(n), sample.below(n))))
+        {
+            tileids.push(json!([z, x, y, zxy_to_tileid(z, x, y).unwrap()]));
+        }
+    }
+
     let job = json!({
+        "tileids": tileids,
         "archive": {"path": path, "max_zoom": ARCHIVE_MAX_ZOOM, "gets": gets},
         "tms": {
             "tiles": {
@@ -244,6 +258,14 @@ fn reference_implementations_agree() {
         a["metadata"],
         json!({"name": "reference", "attribution": "tilegate tests"})
     );
+    assert_eq!(result["tileids_wrong"], json!([]));
+    let directories = a["directories"].as_u64().unwrap();
+    assert_eq!(
+        a["directories_same"].as_u64(),
+        Some(directories),
+        "directories re-encoded by pmtiles differ"
+    );
+    assert_eq!(directories, 1 + reader_leaves(&layout));
     assert_eq!(a["traversed_wrong"], json!([]));
     assert_eq!(a["traversed"].as_u64(), Some(tiles.len() as u64));
     assert_eq!(a["expected"].as_u64(), Some(tiles.len() as u64));
@@ -377,8 +399,9 @@ fn reference_implementations_agree() {
         covered += ours;
     }
     eprintln!(
-        "pmtiles read {} tiles ({} entries, {} contents, {} leaf bytes) and {present} + {absent} lookups; \
+        "pmtiles agreed on {} tile IDs and re-encoded {directories} directories byte for byte; read {} tiles ({} entries, {} contents, {} leaf bytes) and {present} + {absent} lookups; \
          morecantile agreed on {compared} tiles' bounds, {} zoom choices, {} box covers ({covered} tiles)",
+        tileids.len(),
         tiles.len(),
         h.tile_entries,
         h.tile_contents,
@@ -386,4 +409,15 @@ fn reference_implementations_agree() {
         3 * (resolutions[0].len() + resolutions[1].len()),
         box_cases.len(),
     );
+}
+
+/// How many leaf directories the archive's root points to.
+fn reader_leaves(layout: &tilegate_pmtiles::ArchiveLayout) -> u64 {
+    let reader = tilegate_pmtiles::ArchiveReader::new(&layout.prefix).unwrap();
+    reader
+        .root_directory()
+        .unwrap()
+        .iter()
+        .filter(|e| e.run_length == 0)
+        .count() as u64
 }
