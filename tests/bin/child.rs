@@ -1,4 +1,4 @@
-//! A child process for the crash-safety test (`tests/it/crash.rs`): a writer the test
+//! A child process for the crash-safety test (`tests/it/faults/crash.rs`): a writer the test
 //! kills mid-write. (The conformance suite's cross-process races run their own test binary as
 //! the child; see `tilegate_conformance::child`.)
 //!

@@ -5,7 +5,7 @@
 //! `If-None-Match: *` → 409 `BlobAlreadyExists`, stale `If-Match` → 412, GET `If-None-Match`
 //! → 304, conditional delete), so nothing here is skipped for the emulator. What it does not
 //! send — the 412 `ConditionNotMet` some Azure front ends answer to a refused create, 503
-//! `ServerBusy` — is covered by the scripted-responder tests in `tests/it/scripted_azure.rs`.
+//! `ServerBusy` — is covered by the scripted-responder tests in `tests/it/contracts/scripted_azure.rs`.
 
 use async_trait::async_trait;
 use std::sync::Arc;

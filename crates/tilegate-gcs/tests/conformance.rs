@@ -57,7 +57,7 @@ impl ObjectHarness for Gcs {
             parts_in_any_order: false,
             completion_unenforced: Some(
                 "fake-gcs-server 1.54 ignores ifGenerationMatch at resumable finalisation; \
-                 tests/it/scripted_gcs.rs covers the session's precondition and its 412",
+                 tests/it/contracts/scripted_gcs.rs covers the session's precondition and its 412",
             ),
         }
     }

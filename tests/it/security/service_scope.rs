@@ -5,7 +5,7 @@
 //! and a credential proves only what it should (`nbf`, the reserved tenant `default`, a
 //! subject that cannot forge an audit line).
 
-use crate::service::{AUDIENCE, Deployment, ISSUER, key};
+use crate::interfaces::service::{AUDIENCE, Deployment, ISSUER, key};
 use serde_json::{Value, json};
 use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};

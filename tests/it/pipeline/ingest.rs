@@ -602,7 +602,7 @@ fn the_lambda_functions_take_an_uploaded_scene_to_its_announcement() {
         }
     }
     assert_eq!(notes.len(), 2);
-    let batch = rt.block_on(ingest.handle(crate::lambda::event(&notes)));
+    let batch = rt.block_on(ingest.handle(crate::pipeline::lambda::event(&notes)));
     assert!(batch.response.batch_item_failures.is_empty(), "{batch:?}");
     assert!(batch.dead_lettered.is_empty(), "{batch:?}");
     let outcomes: Vec<&Ingested> = batch.outcomes.iter().flat_map(|(_, i)| i).collect();
@@ -640,7 +640,7 @@ fn the_lambda_functions_take_an_uploaded_scene_to_its_announcement() {
             ..tilegate_lambda::HandlerConfig::default()
         },
     );
-    let windows = rt.block_on(crate::lambda::receive_all(&b, 4));
+    let windows = rt.block_on(crate::pipeline::lambda::receive_all(&b, 4));
     assert_eq!(
         windows.len(),
         4,
@@ -648,7 +648,7 @@ fn the_lambda_functions_take_an_uploaded_scene_to_its_announcement() {
     );
     // Two batches, as two concurrent invocations would get them.
     for part in windows.chunks(2) {
-        let r = rt.block_on(worker.handle(crate::lambda::event(part)));
+        let r = rt.block_on(worker.handle(crate::pipeline::lambda::event(part)));
         assert!(
             r.response.batch_item_failures.is_empty(),
             "{:?}",
@@ -929,8 +929,8 @@ fn safety_net(flow: &Flow, hook: &str) -> Vec<(&'static str, Command)> {
 /// beside them. Then [`after_the_flow`] checks the outcome.
 fn unattended_flow_under_chaos(flow: &Flow) {
     const SCENES: usize = 3;
-    let seed = crate::chaos::seed();
-    let mut rng = crate::chaos::Rng(seed);
+    let seed = crate::faults::chaos::seed();
+    let mut rng = crate::faults::chaos::Rng(seed);
     println!("chaos[unattended] seed {seed} (TILEGATE_CHAOS_SEED replays it)");
     let mut logs = ChaosLogs {
         seed,
