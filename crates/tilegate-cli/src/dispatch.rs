@@ -126,6 +126,7 @@ pub enum Command {
     /// List the recipes `--recipe` accepts: the built-in ones with their flags, and those
     /// registered by this binary with their `--param NAME=VALUE` parameters.
     Recipes,
+    Config(commands::config::ConfigArgs),
     /// Print the JSON Schema of a command's `--json` document (`tilegate schema status`);
     /// without a name, list the documents. The same schemas are in the repository's
     /// `docs/json/`.
@@ -172,6 +173,7 @@ async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Keys(c) => c.exec(&cx).await,
         Command::Demo(a) => a.exec(&cx).await,
         Command::Recipes => catalog::recipes(&cx),
+        Command::Config(a) => a.exec(&cx).await,
         Command::Schema { name } => catalog::schema(name.as_deref()),
     }
 }

@@ -8,6 +8,7 @@
 mod announce;
 mod assemble;
 pub mod catalog;
+pub mod config;
 mod dlq;
 mod ingest;
 mod ledger;
