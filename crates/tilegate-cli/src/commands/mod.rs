@@ -2,8 +2,8 @@
 //! `work`, `run` and `backfill`; `assemble`, `repair` and `cleanup-uploads`; the ledger's
 //! commands (`ledger`); the read-only ones (`look`); `dlq`; `announce`; `reconcile-jobs`;
 //! `ingest`; `serve` and `keys` (`service`); `init`, `sample-scene` and `demo` (`setup`);
-//! `recipes` and `schema` (`catalog`). What several commands share is here: the context
-//! the dispatcher builds, finding a job, a worker's configuration, stopping on signals.
+//! `recipes` and `schema` (`catalog`); `config`. What several commands share is here: the
+//! context the dispatcher builds, finding a job, a worker's configuration, stopping on signals.
 
 mod announce;
 mod assemble;
