@@ -38,6 +38,10 @@ pub use support::files::{
     tempdir, tiles_dir,
 };
 pub use support::http::{HttpServer, allow_loopback_sources};
+/// The tests' one HTTP/1.1 client.
+pub mod http {
+    pub use crate::support::http::{Reply, get, request, try_get, try_request};
+}
 pub use support::raster::{
     assert_scene_matches_source, sample, sample_with, validate_cog, validate_cogs,
 };

@@ -308,13 +308,12 @@ fn bad_input_is_dead_lettered_with_a_named_reason_and_overwrites_nothing() {
 
 /// `GET path` on the worker's endpoint: (status code, body), or `None` while it is not up.
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    Some((status, text.split_once("\r\n\r\n")?.1.to_owned()))
+    let r = tilegate_tests::http::try_get(
+        &format!("127.0.0.1:{port}"),
+        path,
+        std::time::Duration::from_secs(60),
+    )?;
+    Some((r.status, r.text()))
 }
 
 /// A worker pool told to stop (SIGTERM) mid-job with no grace left hands every in-flight

@@ -648,36 +648,14 @@ per_backend!(tenants_are_apart_and_urls_are_theirs);
 
 /// The status of a GET of `url`.
 fn http_status(url: &str) -> u16 {
-    let (status, _) = http(url);
-    status
+    tilegate_tests::http::get(url).status
 }
 
-/// A plain HTTP/1.0 GET of an `http://host:port/path?query` URL (the emulator's), body only.
+/// A GET of an `http://host:port/path?query` URL (the emulator's) that must answer 200: its body.
 fn http_get(url: &str) -> Vec<u8> {
-    let (status, body) = http(url);
-    assert_eq!(status, 200, "GET {url}: {}", String::from_utf8_lossy(&body));
-    body
-}
-
-fn http(url: &str) -> (u16, Vec<u8>) {
-    use std::io::{Read as _, Write as _};
-    let rest = url.strip_prefix("http://").expect("an http:// URL");
-    let (host, path) = rest.split_at(rest.find('/').expect("a path"));
-    let mut conn = std::net::TcpStream::connect(host).expect("connect");
-    write!(conn, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut all = Vec::new();
-    conn.read_to_end(&mut all).unwrap();
-    let split = all
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a header block");
-    let head = String::from_utf8_lossy(&all[..split]);
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, all[split + 4..].to_vec())
+    let r = tilegate_tests::http::get(url);
+    assert_eq!(r.status, 200, "GET {url}: {}", r.text());
+    r.body
 }
 
 fn a_scene_is_regenerated_as_an_attempt_from_the_accepted_tiles(target: Target) {

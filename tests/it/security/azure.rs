@@ -409,24 +409,8 @@ fn azure_url_lifetimes_are_bounded_and_named() {
     assert_eq!(body, want.to_vec(), "the URL reads the accepted attempt");
 }
 
-/// GET an `http://` URL with HTTP/1.0: its status and body.
+/// GET an `http://` URL: its status and body.
 fn http_get(url: &str) -> (u16, Vec<u8>) {
-    use std::io::{Read as _, Write as _};
-    let rest = url.strip_prefix("http://").expect("an http:// URL");
-    let (host, path) = rest.split_at(rest.find('/').expect("a path"));
-    let mut conn = std::net::TcpStream::connect(host).expect("connect");
-    write!(conn, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut all = Vec::new();
-    conn.read_to_end(&mut all).unwrap();
-    let split = all
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a header block");
-    let head = String::from_utf8_lossy(&all[..split]);
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, all[split + 4..].to_vec())
+    let r = tilegate_tests::http::get(url);
+    (r.status, r.body)
 }

@@ -85,13 +85,8 @@ impl Endpoint {
 
     /// `GET path`: (status, body), or `None` if the connection failed or was closed early.
     fn get(&self, path: &str) -> Option<(u16, String)> {
-        let mut s = TcpStream::connect(self.addr).ok()?;
-        s.set_read_timeout(Some(GENEROUS)).ok()?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).ok()?;
-        let status = text.split(' ').nth(1)?.parse().ok()?;
-        Some((status, text.split_once("\r\n\r\n")?.1.to_owned()))
+        let r = tilegate_tests::http::try_get(&self.addr.to_string(), path, GENEROUS)?;
+        Some((r.status, r.text()))
     }
 
     /// `/metrics`, which must answer 200.
