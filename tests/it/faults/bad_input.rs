@@ -61,38 +61,51 @@ fn cli(args: &[&str]) -> Input {
 }
 
 fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
-    let scene = dir.join("scene.tif").to_str().unwrap().to_owned();
-    let file = |name: &str| dir.join(name).to_str().unwrap().to_owned();
-    // A job that was never planned here, with an ID consistent with its source and recipe.
-    let ghost = {
-        let source = SourceInfo {
-            uri: "file:///nowhere/ghost.tif".into(),
-            etag: ETag::new("\"ghost\""),
-            size: 1,
-            stat: None,
-            assets: Vec::new(),
-            signed: false,
-        };
-        let recipe = Recipe {
-            window: job.recipe.window,
-            ..Recipe::copy_all()
-        };
-        let id = JobId::of(&source, &recipe, &job.prefix, &job.tenant);
-        WindowMessage::new(
-            id,
-            source,
-            recipe,
-            job.grid,
-            job.prefix.clone(),
-            Window::new(0, 0),
-        )
-        .encode()
-    };
-    let case = |name, input, reason| Case {
+    let mut cases = message_cases(job);
+    cases.extend(planned_cases());
+    cases.extend(plan_command_cases(dir));
+    cases.extend(assembly_cases());
+    cases
+}
+
+fn case(name: &'static str, input: Input, reason: &'static str) -> Case {
+    Case {
         name,
         input,
         reason,
+    }
+}
+
+/// A message for a job that was never planned here, with an ID consistent with its source and
+/// recipe.
+fn ghost_message(job: &JobRecord) -> String {
+    let source = SourceInfo {
+        uri: "file:///nowhere/ghost.tif".into(),
+        etag: ETag::new("\"ghost\""),
+        size: 1,
+        stat: None,
+        assets: Vec::new(),
+        signed: false,
     };
+    let recipe = Recipe {
+        window: job.recipe.window,
+        ..Recipe::copy_all()
+    };
+    let id = JobId::of(&source, &recipe, &job.prefix, &job.tenant);
+    WindowMessage::new(
+        id,
+        source,
+        recipe,
+        job.grid,
+        job.prefix.clone(),
+        Window::new(0, 0),
+    )
+    .encode()
+}
+
+/// Messages a worker receives: malformed, forged, unsafe or out of bounds.
+fn message_cases(job: &JobRecord) -> Vec<Case> {
+    let ghost = ghost_message(job);
     vec![
         case(
             "invalid json",
@@ -198,6 +211,12 @@ fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
             edit(job, |v| v["padding"] = "x".repeat(MAX_MESSAGE_BYTES).into()),
             "message-too-large",
         ),
+    ]
+}
+
+/// Sources that went wrong between planning and the worker's read.
+fn planned_cases() -> Vec<Case> {
+    vec![
         case(
             "source missing",
             Input::Planned {
@@ -225,6 +244,14 @@ fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
             },
             "corrupt-raster",
         ),
+    ]
+}
+
+/// Bad input to `tilegate plan`.
+fn plan_command_cases(dir: &Path) -> Vec<Case> {
+    let scene = dir.join("scene.tif").to_str().unwrap().to_owned();
+    let file = |name: &str| dir.join(name).to_str().unwrap().to_owned();
+    vec![
         case(
             "corrupt raster at plan",
             cli(&["plan", &file("garbage.tif")]),
@@ -267,6 +294,12 @@ fn catalogue(job: &JobRecord, dir: &Path) -> Vec<Case> {
             cli(&["plan", &scene, "--window", "100"]),
             "bad-window",
         ),
+    ]
+}
+
+/// Tiles and manifest rows the assembler must refuse.
+fn assembly_cases() -> Vec<Case> {
+    vec![
         case(
             "tile object that is not a TIFF at assembly",
             Input::Assemble(|dir, b| {

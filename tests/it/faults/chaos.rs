@@ -174,141 +174,389 @@ impl Violations {
     }
 }
 
+/// One chaos run: set up, schedule the faults, drive the pool through them, then judge what
+/// the storage recorded.
 fn heavy_chaos(target: Target) {
     let seed = seed();
-    let flavor = target.name();
-    println!("chaos[{flavor}]: seed {seed} (replay with TILEGATE_CHAOS_SEED={seed})");
+    println!(
+        "chaos[{}]: seed {seed} (replay with TILEGATE_CHAOS_SEED={seed})",
+        target.name()
+    );
     let mut rng = Rng(seed);
     let started = Instant::now();
-    let tmp = tempdir();
-    let data = tmp.path().to_path_buf();
-    let logs = data.join("logs");
-    std::fs::create_dir_all(&logs).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let run = Run::set_up(target, seed);
+    let observers = Observers::start(&run, seed);
+    let schedule = Schedule::draw(&run, &mut rng);
+    let driven = Driver::new(&run, schedule).drive(&observers.violations, &mut rng);
+    let observed = observers.finish(&run);
+    let Assembly::Done(docs) = &driven.assembly else {
+        unreachable!()
+    };
+    let [a, b_doc, c_doc] = &docs[..] else {
+        unreachable!()
+    };
 
-    match &target {
-        Target::Aws(aws) => {
-            target.json(&data, &["init", "--create-bucket"]);
-            rt.block_on(enable_versioning(aws));
-        }
-        Target::Objects(_) => {
-            target.json(&data, &["init", "--create-bucket"]);
-        }
-        Target::Embedded => {}
-    }
-    let scene = data.join("scene.tif");
-    sample(&data, &scene, SIZE, seed % 1000);
-    let recipe = chaos_recipe(seed);
-    let window = WINDOW.to_string();
-    let mut plan_args = vec!["plan", scene.to_str().unwrap(), "--window", &window];
-    plan_args.extend(recipe.1.iter().copied());
-    let plan = target.json(&data, &plan_args);
-    assert_eq!(plan["windows"], WINDOWS);
-    let job = plan["job_id"].as_str().unwrap().to_owned();
-    let job_id = JobId::parse(&job).unwrap();
-    let tiles_prefix = format!("tilegate/tiles/{job}/");
-    let scene_key = format!("tilegate/scenes/{job}.tif");
-    let b = rt.block_on(target.backends(&data));
+    // ---- What must hold. ----
+    let status = run.target.json(&run.data, &["status", &run.job]);
+    let mut judged = Judged {
+        problems: observed.violations.clone(),
+        ..Judged::default()
+    };
+    judge_storage(&run, &driven, &observed, &status, &mut judged);
+    judge_faults(&run, &driven, &observed, &status, &mut judged);
+    judge_assemblers(&run, [a, b_doc, c_doc], &status, &mut judged);
+    report(&run, &driven, &observed, &status, &judged, started);
 
-    let write_log = WriteLog::start(&target, &b.objects, &data, &tiles_prefix, &scene_key);
-    let violations = Arc::new(Violations::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen: Arc<Mutex<BTreeMap<String, (ETag, SystemTime)>>> = Arc::default();
-    // The emulator serves S3 one request at a time: observe it more gently than a local disk.
-    let (poll, pause) = match target {
-        Target::Embedded => (Duration::from_millis(50), Duration::from_millis(5)),
+    // The scene is a valid COG, pixel for pixel the source.
+    let local_scene = match &run.target {
+        Target::Embedded => run.data.join("objects").join(&run.scene_key),
         Target::Aws(_) | Target::Objects(_) => {
-            (Duration::from_millis(300), Duration::from_millis(30))
+            let path = run.data.join("scene-downloaded.tif");
+            let got = run
+                .rt
+                .block_on(run.b.objects.get_bytes(&object_key(&run.scene_key)))
+                .unwrap();
+            std::fs::write(&path, &got.bytes).unwrap();
+            path
         }
     };
-    let monitor = rt.spawn(monitor(
-        b.objects.clone(),
-        tiles_prefix.clone(),
-        seen.clone(),
-        violations.clone(),
-        stop.clone(),
-        poll,
-    ));
-    let reads = Arc::new(AtomicU64::new(0));
-    let reader = rt.spawn(reader(
-        b.objects.clone(),
-        seen.clone(),
-        violations.clone(),
-        stop.clone(),
-        reads.clone(),
-        seed,
-        pause,
-    ));
+    assert_scene_matches_source(&local_scene, &run.scene);
+}
 
-    // What happens when: duplicates (a first batch among the earliest windows, so their
-    // originals are still queued or in flight, then a second anywhere), a backfill of the
-    // whole job, kills from outside.
-    let grid_windows: Vec<Window> = {
-        let row = rt.block_on(b.jobs.get_job(&job_id)).unwrap().unwrap().row;
-        row.grid.windows().collect()
-    };
-    let mut early: Vec<Window> = grid_windows[..100].to_vec();
-    rng.shuffle(&mut early);
-    let mut later: Vec<Window> = grid_windows[100..].to_vec();
-    rng.shuffle(&mut later);
-    let dup_batches: Vec<(Duration, Vec<Window>)> = vec![
-        (
-            Duration::from_millis(rng.range(100, 400)),
-            early[..60].to_vec(),
-        ),
-        (
-            Duration::from_millis(rng.range(800, 2500)),
-            later[..75].to_vec(),
-        ),
-    ];
-    let duplicates: usize = dup_batches.iter().map(|(_, w)| w.len()).sum();
-    // A panic on a first delivery cuts that delivery short, as a crash point does, and no more.
-    let panics: String = later[75..75 + PANIC_WINDOWS]
-        .iter()
-        .map(Window::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut dup_batches: VecDeque<_> = dup_batches.into();
-    let backfill_at = Duration::from_millis(rng.range(500, 3000));
-    // Every message a worker holds before the first visibility timeout has run out (counted
-    // from before the first worker started) is on its first delivery: a kill from outside then
-    // strands only first deliveries, as the armed points do.
-    let mut kill_times: VecDeque<Duration> = {
-        let mut v: Vec<Duration> = (0..EXTERNAL_KILLS)
-            .map(|_| Duration::from_millis(rng.range(300, KILLS_BEFORE.as_millis() as u64 - 200)))
-            .collect();
-        v.sort();
-        v.into()
-    };
-    let mut points: VecDeque<&'static str> = (0..POINT_CRASHES).map(|i| POINTS[i % 4]).collect();
+/// What a chaos run works on: its backend, data directory, runtime, scene and planned job.
+struct Run {
+    target: Target,
+    seed: u64,
+    flavor: &'static str,
+    data: PathBuf,
+    logs: PathBuf,
+    rt: tokio::runtime::Runtime,
+    scene: PathBuf,
+    recipe: (&'static str, &'static [&'static str]),
+    job: String,
+    job_id: JobId,
+    tiles_prefix: String,
+    scene_key: String,
+    b: Backends,
+    _tmp: tempfile::TempDir,
+}
 
-    let mut slots: Vec<Option<WorkerProc>> = (0..WORKERS).map(|_| None).collect();
-    let mut spawned = 0usize;
-    let mut crashes: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut external_kills = 0u64;
-    let mut kills_dropped = 0usize;
-    let mut backfill: Option<Child> = None;
-    let mut backfilled = None;
-    let mut assembly = Assembly::NotStarted;
-    let mut manifest_rows = 0u64;
-    let mut complete_at = None;
-    let mut assembled_at = None;
-    let mut last_count = Instant::now() - Duration::from_secs(1);
-    let t0 = Instant::now();
-    loop {
-        let now = t0.elapsed();
-        assert!(
-            now < DEADLINE,
-            "chaos[{flavor}] seed {seed}: not done after {DEADLINE:?}: manifest {manifest_rows}, \
-             assembly {assembly:?}, violations so far {:?}",
-            violations.take()
+impl Run {
+    /// The stores initialised (S3 versioned, so that every write is a version), the scene
+    /// made and the job planned: 400 windows.
+    fn set_up(target: Target, seed: u64) -> Self {
+        let flavor = target.name();
+        let tmp = tempdir();
+        let data = tmp.path().to_path_buf();
+        let logs = data.join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+
+        match &target {
+            Target::Aws(aws) => {
+                target.json(&data, &["init", "--create-bucket"]);
+                rt.block_on(enable_versioning(aws));
+            }
+            Target::Objects(_) => {
+                target.json(&data, &["init", "--create-bucket"]);
+            }
+            Target::Embedded => {}
+        }
+        let scene = data.join("scene.tif");
+        sample(&data, &scene, SIZE, seed % 1000);
+        let recipe = chaos_recipe(seed);
+        let window = WINDOW.to_string();
+        let mut plan_args = vec!["plan", scene.to_str().unwrap(), "--window", &window];
+        plan_args.extend(recipe.1.iter().copied());
+        let plan = target.json(&data, &plan_args);
+        assert_eq!(plan["windows"], WINDOWS);
+        let job = plan["job_id"].as_str().unwrap().to_owned();
+        let job_id = JobId::parse(&job).unwrap();
+        let tiles_prefix = format!("tilegate/tiles/{job}/");
+        let scene_key = format!("tilegate/scenes/{job}.tif");
+        let b = rt.block_on(target.backends(&data));
+        Self {
+            target,
+            seed,
+            flavor,
+            data,
+            logs,
+            rt,
+            scene,
+            recipe,
+            job,
+            job_id,
+            tiles_prefix,
+            scene_key,
+            b,
+            _tmp: tmp,
+        }
+    }
+}
+
+/// Who watches the run besides the workers: the storage's write log, the monitor that
+/// records each tile's first sighting, and the reader whose reads are pinned to it.
+struct Observers {
+    write_log: WriteLog,
+    violations: Arc<Violations>,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<BTreeMap<String, (ETag, SystemTime)>>>,
+    reads: Arc<AtomicU64>,
+    monitor: tokio::task::JoinHandle<()>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+/// What the observers saw, once the run settled.
+struct Observed {
+    writes: BTreeMap<String, Vec<String>>,
+    first_seen: BTreeMap<String, (ETag, SystemTime)>,
+    violations: Vec<String>,
+    reads: u64,
+}
+
+impl Observers {
+    fn start(run: &Run, seed: u64) -> Self {
+        let b = &run.b;
+        let write_log = WriteLog::start(
+            &run.target,
+            &b.objects,
+            &run.data,
+            &run.tiles_prefix,
+            &run.scene_key,
         );
-        // Reap finished workers.
-        for slot in &mut slots {
+        let violations = Arc::new(Violations::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen: Arc<Mutex<BTreeMap<String, (ETag, SystemTime)>>> = Arc::default();
+        // The emulator serves S3 one request at a time: observe it more gently than a local disk.
+        let (poll, pause) = match run.target {
+            Target::Embedded => (Duration::from_millis(50), Duration::from_millis(5)),
+            Target::Aws(_) | Target::Objects(_) => {
+                (Duration::from_millis(300), Duration::from_millis(30))
+            }
+        };
+        let monitor = run.rt.spawn(monitor(
+            b.objects.clone(),
+            run.tiles_prefix.clone(),
+            seen.clone(),
+            violations.clone(),
+            stop.clone(),
+            poll,
+        ));
+        let reads = Arc::new(AtomicU64::new(0));
+        let reader = run.rt.spawn(reader(
+            b.objects.clone(),
+            seen.clone(),
+            violations.clone(),
+            stop.clone(),
+            reads.clone(),
+            seed,
+            pause,
+        ));
+        Self {
+            write_log,
+            violations,
+            stop,
+            seen,
+            reads,
+            monitor,
+            reader,
+        }
+    }
+
+    /// Let the reader and monitor see the settled state once more, then stop them.
+    fn finish(self, run: &Run) -> Observed {
+        std::thread::sleep(Duration::from_millis(400));
+        self.stop.store(true, Ordering::SeqCst);
+        run.rt.block_on(self.monitor).unwrap();
+        run.rt.block_on(self.reader).unwrap();
+        let writes = self.write_log.finish(&run.rt);
+        let first_seen = self.seen.lock().unwrap().clone();
+        Observed {
+            writes,
+            first_seen,
+            violations: self.violations.take(),
+            reads: self.reads.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// What happens when: duplicates (a first batch among the earliest windows, so their
+/// originals are still queued or in flight, then a second anywhere), a backfill of the whole
+/// job, kills from outside, the crash points to arm and the windows whose encoder panics.
+struct Schedule {
+    grid_windows: Vec<Window>,
+    dup_batches: VecDeque<(Duration, Vec<Window>)>,
+    duplicates: usize,
+    panics: String,
+    backfill_at: Duration,
+    kill_times: VecDeque<Duration>,
+    points: VecDeque<&'static str>,
+}
+
+impl Schedule {
+    fn draw(run: &Run, rng: &mut Rng) -> Self {
+        let grid_windows: Vec<Window> = {
+            let row = run
+                .rt
+                .block_on(run.b.jobs.get_job(&run.job_id))
+                .unwrap()
+                .unwrap()
+                .row;
+            row.grid.windows().collect()
+        };
+        let mut early: Vec<Window> = grid_windows[..100].to_vec();
+        rng.shuffle(&mut early);
+        let mut later: Vec<Window> = grid_windows[100..].to_vec();
+        rng.shuffle(&mut later);
+        let dup_batches: Vec<(Duration, Vec<Window>)> = vec![
+            (
+                Duration::from_millis(rng.range(100, 400)),
+                early[..60].to_vec(),
+            ),
+            (
+                Duration::from_millis(rng.range(800, 2500)),
+                later[..75].to_vec(),
+            ),
+        ];
+        let duplicates: usize = dup_batches.iter().map(|(_, w)| w.len()).sum();
+        // A panic on a first delivery cuts that delivery short, as a crash point does, and no
+        // more.
+        let panics: String = later[75..75 + PANIC_WINDOWS]
+            .iter()
+            .map(Window::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let backfill_at = Duration::from_millis(rng.range(500, 3000));
+        // Every message a worker holds before the first visibility timeout has run out
+        // (counted from before the first worker started) is on its first delivery: a kill from
+        // outside then strands only first deliveries, as the armed points do.
+        let kill_times: VecDeque<Duration> = {
+            let mut v: Vec<Duration> = (0..EXTERNAL_KILLS)
+                .map(|_| {
+                    Duration::from_millis(rng.range(300, KILLS_BEFORE.as_millis() as u64 - 200))
+                })
+                .collect();
+            v.sort();
+            v.into()
+        };
+        let points: VecDeque<&'static str> = (0..POINT_CRASHES).map(|i| POINTS[i % 4]).collect();
+        Self {
+            grid_windows,
+            dup_batches: dup_batches.into(),
+            duplicates,
+            panics,
+            backfill_at,
+            kill_times,
+            points,
+        }
+    }
+}
+
+/// The pool under faults, step by step: workers reaped and replaced, duplicates, backfill and
+/// kills injected when due, the assemblers started once the manifest is complete.
+struct Driver<'r> {
+    run: &'r Run,
+    schedule: Schedule,
+    slots: Vec<Option<WorkerProc>>,
+    spawned: usize,
+    crashes: BTreeMap<&'static str, u64>,
+    external_kills: u64,
+    kills_dropped: usize,
+    backfill: Option<Child>,
+    backfilled: Option<u64>,
+    assembly: Assembly,
+    manifest_rows: u64,
+    complete_at: Option<Duration>,
+    assembled_at: Option<Duration>,
+    last_count: Instant,
+    t0: Instant,
+}
+
+impl<'r> Driver<'r> {
+    fn new(run: &'r Run, schedule: Schedule) -> Self {
+        Self {
+            run,
+            schedule,
+            slots: (0..WORKERS).map(|_| None).collect(),
+            spawned: 0,
+            crashes: BTreeMap::new(),
+            external_kills: 0,
+            kills_dropped: 0,
+            backfill: None,
+            backfilled: None,
+            assembly: Assembly::NotStarted,
+            manifest_rows: 0,
+            complete_at: None,
+            assembled_at: None,
+            last_count: Instant::now() - Duration::from_secs(1),
+            t0: Instant::now(),
+        }
+    }
+
+    /// Until the pool is idle, the queue drained, every injection made, the manifest complete
+    /// and the scene assembled.
+    fn drive(mut self, violations: &Violations, rng: &mut Rng) -> Self {
+        let (flavor, seed) = (self.run.flavor, self.run.seed);
+        loop {
+            let now = self.t0.elapsed();
+            assert!(
+                now < DEADLINE,
+                "chaos[{flavor}] seed {seed}: not done after {DEADLINE:?}: manifest {}, \
+                 assembly {:?}, violations so far {:?}",
+                self.manifest_rows,
+                self.assembly,
+                violations.take()
+            );
+            self.reap();
+            self.inject(now, rng);
+            // The manifest, and the assemblers once it is complete.
+            if self.last_count.elapsed() >= Duration::from_millis(200) {
+                self.manifest_rows = self
+                    .run
+                    .rt
+                    .block_on(self.run.b.manifest.count_entries(&self.run.job_id))
+                    .unwrap();
+                self.last_count = Instant::now();
+            }
+            if self.manifest_rows == WINDOWS {
+                self.complete_at.get_or_insert(now);
+                let r = self.run;
+                self.assembly.step(
+                    &r.target,
+                    &r.data,
+                    &r.job,
+                    &r.scene_key,
+                    &r.b,
+                    &r.rt,
+                    &r.logs,
+                );
+            }
+            let (drained, injections_done) = self.keep_strength(rng);
+            let idle = self.slots.iter().all(Option::is_none);
+            if self.assembly.done() {
+                self.assembled_at.get_or_insert(now);
+            }
+            if idle
+                && drained
+                && injections_done
+                && self.assembly.done()
+                && self.manifest_rows == WINDOWS
+            {
+                return self;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Reap finished workers: count each crash at its point or each kill from outside, and
+    /// hand a point that was never reached to the next worker.
+    fn reap(&mut self) {
+        let (flavor, seed) = (self.run.flavor, self.run.seed);
+        for slot in &mut self.slots {
             let Some(w) = slot else { continue };
             let Some(status) = w.child.try_wait().unwrap() else {
                 continue;
@@ -316,11 +564,12 @@ fn heavy_chaos(target: Target) {
             let w = slot.take().unwrap();
             if status.signal() == Some(libc::SIGKILL) {
                 if w.killed_from_outside {
-                    external_kills += 1;
+                    self.external_kills += 1;
                     // Killed before its point fired: the next worker takes the point.
-                    points.extend(w.armed);
+                    self.schedule.points.extend(w.armed);
                 } else {
-                    *crashes
+                    *self
+                        .crashes
                         .entry(w.armed.expect("only armed workers die"))
                         .or_default() += 1;
                 }
@@ -333,116 +582,134 @@ fn heavy_chaos(target: Target) {
                 );
                 if let Some(p) = w.armed {
                     // Its point was never reached: arm the next worker with it.
-                    points.push_front(p);
+                    self.schedule.points.push_front(p);
                 }
             }
         }
-        // Duplicates, backfill, kills from outside.
-        if dup_batches.front().is_some_and(|(at, _)| now >= *at) {
-            let (_, windows) = dup_batches.pop_front().unwrap();
-            rt.block_on(enqueue_again(&b, &job_id, &windows));
+    }
+
+    /// Duplicates, backfill, kills from outside, each when its time has come.
+    fn inject(&mut self, now: Duration, rng: &mut Rng) {
+        let r = self.run;
+        if self
+            .schedule
+            .dup_batches
+            .front()
+            .is_some_and(|(at, _)| now >= *at)
+        {
+            let (_, windows) = self.schedule.dup_batches.pop_front().unwrap();
+            r.rt.block_on(enqueue_again(&r.b, &r.job_id, &windows));
         }
-        if backfill.is_none() && backfilled.is_none() && now >= backfill_at {
-            backfill = Some(
-                target
-                    .command(&data)
-                    .args(["--json", "backfill", &job])
+        if self.backfill.is_none() && self.backfilled.is_none() && now >= self.schedule.backfill_at
+        {
+            self.backfill = Some(
+                r.target
+                    .command(&r.data)
+                    .args(["--json", "backfill", &r.job])
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
                     .unwrap(),
             );
         }
-        if let Some(child) = backfill.as_mut()
+        if let Some(child) = self.backfill.as_mut()
             && child.try_wait().unwrap().is_some()
         {
-            let out = backfill.take().unwrap().wait_with_output().unwrap();
+            let out = self.backfill.take().unwrap().wait_with_output().unwrap();
             assert!(
                 out.status.success(),
                 "backfill failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
             let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-            backfilled = Some(doc["enqueued"].as_u64().unwrap());
+            self.backfilled = Some(doc["enqueued"].as_u64().unwrap());
         }
-        if kill_times.front().is_some_and(|at| now >= *at) {
+        if self
+            .schedule
+            .kill_times
+            .front()
+            .is_some_and(|at| now >= *at)
+        {
             let live: Vec<usize> = (0..WORKERS)
-                .filter(|&i| slots[i].as_ref().is_some_and(|w| !w.killed_from_outside))
+                .filter(|&i| {
+                    self.slots[i]
+                        .as_ref()
+                        .is_some_and(|w| !w.killed_from_outside)
+                })
                 .collect();
-            if t0.elapsed() >= KILLS_BEFORE {
+            if self.t0.elapsed() >= KILLS_BEFORE {
                 // A kill that could not be made in time (no live worker) is dropped, not made
                 // late: late, it could strand a redelivery.
-                kills_dropped += kill_times.len();
-                kill_times.clear();
+                self.kills_dropped += self.schedule.kill_times.len();
+                self.schedule.kill_times.clear();
             } else if !live.is_empty() {
-                kill_times.pop_front();
-                let w = slots[live[rng.below(live.len() as u64) as usize]]
+                self.schedule.kill_times.pop_front();
+                let w = self.slots[live[rng.below(live.len() as u64) as usize]]
                     .as_mut()
                     .unwrap();
                 w.killed_from_outside = true;
                 let _ = w.child.kill();
             }
         }
-        // The manifest, and the assemblers once it is complete.
-        if last_count.elapsed() >= Duration::from_millis(200) {
-            manifest_rows = rt.block_on(b.manifest.count_entries(&job_id)).unwrap();
-            last_count = Instant::now();
-        }
-        if manifest_rows == WINDOWS {
-            complete_at.get_or_insert(now);
-            assembly.step(&target, &data, &job, &scene_key, &b, &rt, &logs);
-        }
-        // Keep the pool at strength while anything is left to do.
-        let injections_done = dup_batches.is_empty() && backfilled.is_some();
-        let depth = rt.block_on(b.queue.depth()).unwrap();
+    }
+
+    /// Keep the pool at strength while anything is left to do; returns (queue drained,
+    /// injections done).
+    fn keep_strength(&mut self, rng: &mut Rng) -> (bool, bool) {
+        let r = self.run;
+        let injections_done = self.schedule.dup_batches.is_empty() && self.backfilled.is_some();
+        let depth = r.rt.block_on(r.b.queue.depth()).unwrap();
         let drained = depth.visible == 0 && depth.in_flight == 0;
-        for (i, slot) in slots.iter_mut().enumerate() {
-            if slot.is_none() && !(drained && injections_done && manifest_rows == WINDOWS) {
-                let armed = points.pop_front();
-                spawned += 1;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.is_none() && !(drained && injections_done && self.manifest_rows == WINDOWS) {
+                let armed = self.schedule.points.pop_front();
+                self.spawned += 1;
                 // The first slot's workers always encode duplicates, so that the store's
                 // refusal is exercised whatever the seed; the others by chance.
                 let encode_duplicates = i == 0 || rng.chance(50);
                 *slot = Some(WorkerProc::spawn(
-                    &target,
-                    &data,
-                    &logs,
-                    spawned,
+                    &r.target,
+                    &r.data,
+                    &r.logs,
+                    self.spawned,
                     Arms {
                         point: armed,
                         encode_duplicates,
-                        panics: &panics,
+                        panics: &self.schedule.panics,
                     },
-                    &mut rng,
+                    rng,
                 ));
             }
         }
-        let idle = slots.iter().all(Option::is_none);
-        if assembly.done() {
-            assembled_at.get_or_insert(now);
-        }
-        if idle && drained && injections_done && assembly.done() && manifest_rows == WINDOWS {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+        (drained, injections_done)
     }
-    // Let the reader and monitor see the settled state once more, then stop them.
-    std::thread::sleep(Duration::from_millis(400));
-    stop.store(true, Ordering::SeqCst);
-    rt.block_on(monitor).unwrap();
-    rt.block_on(reader).unwrap();
-    let writes = write_log.finish(&rt);
-    let Assembly::Done(docs) = &assembly else {
-        unreachable!()
-    };
+}
 
-    // ---- What must hold. ----
-    let mut problems = violations.take();
-    let status = target.json(&data, &["status", &job]);
-    let c = &status["counters"];
-    let counter = |name: &str| c[name].as_u64().unwrap_or(0);
-    let tiles = rt.block_on(b.objects.list(&tiles_prefix)).unwrap();
-    let rows = rt.block_on(b.manifest.list_entries(&job_id)).unwrap();
+/// The judgement of a run: each problem found, and the figures the summary line prints.
+#[derive(Default)]
+struct Judged {
+    problems: Vec<String>,
+    tiles_listed: usize,
+    manifest_rows: usize,
+    refused: u64,
+    panicked: usize,
+    loser_bytes: u64,
+}
+
+/// Storage: 400 tiles and manifest rows, exactly one write per tile (and of the scene and its
+/// STAC Item) by the storage's own record, each row naming what is in place, and every tile
+/// still what the monitor first saw.
+fn judge_storage(run: &Run, driven: &Driver, observed: &Observed, status: &Value, j: &mut Judged) {
+    let (tiles_prefix, scene_key) = (&run.tiles_prefix, &run.scene_key);
+    let writes = &observed.writes;
+    let tiles = run.rt.block_on(run.b.objects.list(tiles_prefix)).unwrap();
+    let rows = run
+        .rt
+        .block_on(run.b.manifest.list_entries(&run.job_id))
+        .unwrap();
+    j.tiles_listed = tiles.len();
+    j.manifest_rows = rows.len();
+    let problems = &mut j.problems;
     if tiles.len() as u64 != WINDOWS {
         problems.push(format!("{} tile objects, expected {WINDOWS}", tiles.len()));
     }
@@ -454,13 +721,15 @@ fn heavy_chaos(target: Target) {
         ));
     }
     // Exactly one write per tile, by the storage's own record.
-    let mut expected_keys: Vec<String> = grid_windows
+    let mut expected_keys: Vec<String> = driven
+        .schedule
+        .grid_windows
         .iter()
         .map(|w| format!("{tiles_prefix}{:04}_{:04}.tif", w.row, w.col))
         .collect();
     expected_keys.push(scene_key.clone());
     // The scene's STAC Item, written once beside it like the scene.
-    expected_keys.push(tilegate_stac::item_key(&scene_key).unwrap().into_string());
+    expected_keys.push(tilegate_stac::item_key(scene_key).unwrap().into_string());
     for key in &expected_keys {
         let seen_writes = writes.get(key).map_or(&[][..], Vec::as_slice);
         if seen_writes.len() != 1 {
@@ -470,13 +739,12 @@ fn heavy_chaos(target: Target) {
             ));
         }
     }
-    for (key, w) in &writes {
+    for (key, w) in writes {
         if !expected_keys.contains(key) {
             problems.push(format!("unexpected object `{key}`; writes seen: {w:?}"));
         }
     }
     // The manifest records what is in place, and the monitor's first sighting still stands.
-    let first_seen = seen.lock().unwrap().clone();
     for r in &rows {
         let now = tiles.iter().find(|t| t.key == r.row.key);
         match now {
@@ -495,7 +763,7 @@ fn heavy_chaos(target: Target) {
         }
     }
     for t in &tiles {
-        match first_seen.get(&t.key) {
+        match observed.first_seen.get(&t.key) {
             Some((e, lm)) if *e == t.e_tag && *lm == t.last_modified => {}
             Some((e, lm)) => problems.push(format!(
                 "`{}` changed since first seen: {e} @ {lm:?} → {} @ {:?}; writes seen: {:?}",
@@ -507,45 +775,56 @@ fn heavy_chaos(target: Target) {
             None => problems.push(format!("`{}` was never seen by the monitor", t.key)),
         }
     }
+}
+
+/// The faults were all made and all survived: no dead letters, the store refused Creates, a
+/// worker crashed at every point, the reader read, an encoder panic was caught.
+fn judge_faults(run: &Run, driven: &Driver, observed: &Observed, status: &Value, j: &mut Judged) {
+    let problems = &mut j.problems;
     if status["queue"]["dead"] != 0 {
-        let dlq = target.json(&data, &["dlq", "list"]);
+        let dlq = run.target.json(&run.data, &["dlq", "list"]);
         for d in dlq["dead_letters"].as_array().into_iter().flatten() {
             let window = d["window"].as_str().unwrap_or("?");
             problems.push(format!(
                 "dead letter of window {window}: {d}\n    what the workers logged about it:\n      {}",
-                log_lines(&logs, &[&format!("window={window}"), d["message_id"].as_str().unwrap_or("?")])
+                log_lines(&run.logs, &[&format!("window={window}"), d["message_id"].as_str().unwrap_or("?")])
                     .join("\n      ")
             ));
         }
     }
-    let refused = counter("conditional_write_precondition_failed_total");
-    if refused == 0 {
+    j.refused = status["counters"]["conditional_write_precondition_failed_total"]
+        .as_u64()
+        .unwrap_or(0);
+    if j.refused == 0 {
         problems.push("the store never refused a Create: the gate went untested".into());
     }
     for p in POINTS {
-        if crashes.get(p).copied().unwrap_or(0) == 0 {
+        if driven.crashes.get(p).copied().unwrap_or(0) == 0 {
             problems.push(format!(
                 "no worker crashed at `{p}`: the harness missed a point"
             ));
         }
     }
-    if reads.load(Ordering::SeqCst) == 0 {
+    if observed.reads == 0 {
         problems.push("the reader read nothing".into());
     }
     // Judged by the workers' logs (a SIGKILLed worker's last second of counters is lost): a
     // panic was caught, and the worker that caught it carried on (no worker exits non-zero,
     // asserted as each is reaped).
-    let panicked = log_lines(&logs, &["encoder panicked"]).len();
-    if panicked == 0 {
+    j.panicked = log_lines(&run.logs, &["encoder panicked"]).len();
+    if j.panicked == 0 {
         problems.push(format!(
-            "no encoder panic was caught: the panic windows {panics} were never encoded"
+            "no encoder panic was caught: the panic windows {} were never encoded",
+            driven.schedule.panics
         ));
     }
-    // The assemblers: A's lease lapsed mid-upload and its upload was aborted; of B and C
-    // exactly one wrote the scene, the other lost the claim and uploaded nothing.
-    let [a, b_doc, c_doc] = &docs[..] else {
-        unreachable!()
-    };
+}
+
+/// The assemblers: A's lease lapsed mid-upload and its upload was aborted; of B and C exactly
+/// one wrote the scene, the other lost the claim and uploaded nothing; the scene object and
+/// the job row's scene output are the winner's.
+fn judge_assemblers(run: &Run, [a, b_doc, c_doc]: [&Value; 3], status: &Value, j: &mut Judged) {
+    let problems = &mut j.problems;
     if a["outcome"] != "lease_lost" || a["multipart_bytes_uploaded_total"].as_u64() == Some(0) {
         problems.push(format!(
             "the lapsing assembler should lose its lease mid-upload: {a}"
@@ -575,12 +854,16 @@ fn heavy_chaos(target: Target) {
     if loser_bytes != 0 {
         problems.push(format!("claim losers uploaded {loser_bytes} bytes"));
     }
-    let cleanup = target.json(&data, &["cleanup-uploads", "--older-than-s", "0"]);
+    j.loser_bytes = loser_bytes;
+    let cleanup = run
+        .target
+        .json(&run.data, &["cleanup-uploads", "--older-than-s", "0"]);
     if cleanup["aborted"] != 0 {
         problems.push(format!("an upload was left incomplete: {cleanup}"));
     }
-    let scene_meta = rt
-        .block_on(b.objects.head(&object_key(&scene_key)))
+    let scene_meta = run
+        .rt
+        .block_on(run.b.objects.head(&object_key(&run.scene_key)))
         .unwrap();
     match (&scene_meta, winners.first()) {
         (Some(m), Some(w)) if w["scene_etag"] == m.e_tag.as_str() => {}
@@ -594,55 +877,64 @@ fn heavy_chaos(target: Target) {
             status["scene_output"]
         ));
     }
+}
 
+/// One line of figures, then every problem found (the run fails if there is any).
+fn report(
+    run: &Run,
+    driven: &Driver,
+    observed: &Observed,
+    status: &Value,
+    j: &Judged,
+    started: Instant,
+) {
+    let (flavor, seed) = (run.flavor, run.seed);
+    let counter = |name: &str| status["counters"][name].as_u64().unwrap_or(0);
+    let Assembly::Done(docs) = &driven.assembly else {
+        unreachable!()
+    };
     println!(
-        "chaos[{flavor}] seed={seed} recipe={} windows={WINDOWS} duplicates={duplicates} backfill={} \
-         workers={spawned} crashes={{{}}} external_kills={external_kills} kills_dropped={kills_dropped} \
-         encoder_panics_caught={panicked} \
-         tiles_written_counted={} precondition_failed={refused} \
+        "chaos[{flavor}] seed={seed} recipe={} windows={WINDOWS} duplicates={} backfill={} \
+         workers={} crashes={{{}}} external_kills={} kills_dropped={} \
+         encoder_panics_caught={} \
+         tiles_written_counted={} precondition_failed={} \
          encodes_skipped={} manifest_rows={} dead={} reader_reads={} etag_changes_seen=0 \
-         assemblers=[{}, {}, {}] loser_bytes={loser_bytes} manifest_complete_at={:.1}s \
+         assemblers=[{}, {}, {}] loser_bytes={} manifest_complete_at={:.1}s \
          assembled_at={:.1}s drained_at={:.1}s elapsed={:.1}s problems={}",
-        recipe.0,
-        backfilled.unwrap_or(0),
-        crashes
+        run.recipe.0,
+        driven.schedule.duplicates,
+        driven.backfilled.unwrap_or(0),
+        driven.spawned,
+        driven
+            .crashes
             .iter()
             .map(|(k, v)| format!("{k}:{v}"))
             .collect::<Vec<_>>()
             .join(","),
+        driven.external_kills,
+        driven.kills_dropped,
+        j.panicked,
         counter("tiles_written_total"),
+        j.refused,
         counter("duplicate_encodes_skipped_total"),
-        rows.len(),
+        j.manifest_rows,
         status["queue"]["dead"],
-        reads.load(Ordering::SeqCst),
-        a["outcome"],
-        b_doc["outcome"],
-        c_doc["outcome"],
-        complete_at.unwrap_or_default().as_secs_f64(),
-        assembled_at.unwrap_or_default().as_secs_f64(),
-        t0.elapsed().as_secs_f64(),
+        observed.reads,
+        docs[0]["outcome"],
+        docs[1]["outcome"],
+        docs[2]["outcome"],
+        j.loser_bytes,
+        driven.complete_at.unwrap_or_default().as_secs_f64(),
+        driven.assembled_at.unwrap_or_default().as_secs_f64(),
+        driven.t0.elapsed().as_secs_f64(),
         started.elapsed().as_secs_f64(),
-        problems.len(),
+        j.problems.len(),
     );
     assert!(
-        problems.is_empty(),
+        j.problems.is_empty(),
         "chaos[{flavor}] seed {seed} (replay with TILEGATE_CHAOS_SEED={seed}):\n  {}",
-        problems.join("\n  ")
+        j.problems.join("\n  ")
     );
-
-    // The scene is a valid COG, pixel for pixel the source.
-    let local_scene = match &target {
-        Target::Embedded => data.join("objects").join(&scene_key),
-        Target::Aws(_) | Target::Objects(_) => {
-            let path = data.join("scene-downloaded.tif");
-            let got = rt
-                .block_on(b.objects.get_bytes(&object_key(&scene_key)))
-                .unwrap();
-            std::fs::write(&path, &got.bytes).unwrap();
-            path
-        }
-    };
-    assert_scene_matches_source(&local_scene, &scene);
 }
 
 /// Every line of the run's logs that mentions one of `needles`, prefixed with its file's name.

@@ -103,6 +103,18 @@ fn every_commands_json_validates() {
         data: data.clone(),
         cases: Vec::new(),
     };
+    let job = planning_and_jobs(&mut c, dir, s);
+    ingest(&mut c, dir, &data);
+    ledger(&mut c, &job);
+    dead_letters_and_announcements(&mut c, dir, &data, &job);
+    demo_keys_and_service(&mut c, dir, &data);
+    validate(&c, dir);
+}
+
+/// `sample-scene`, `init`, `recipes`, `plan` (with `--estimate` and `--from`), `run`,
+/// `assemble` (of an incomplete job: exit 4), `repair`, `backfill`, `work`, `cleanup-uploads`,
+/// `status`, `report`, `stac`. Returns the job that ran.
+fn planning_and_jobs(c: &mut Cases, dir: &Path, s: &str) -> String {
     let other = dir.join("other.tif");
     c.run(
         "sample-scene",
@@ -160,10 +172,14 @@ fn every_commands_json_validates() {
     );
     c.run("stac", &["stac", &job], 0);
     c.run("stac", &["stac"], 0);
-    // A watched directory: a scene planned, a file the filter leaves out.
+    job
+}
+
+/// `ingest` of a watched directory: a scene planned, a file the filter leaves out.
+fn ingest(c: &mut Cases, dir: &Path, data: &Path) {
     let inbox = dir.join("inbox");
     std::fs::create_dir_all(&inbox).unwrap();
-    sample(&data, &inbox.join("arrived.tif"), 128, 7);
+    sample(data, &inbox.join("arrived.tif"), 128, 7);
     std::fs::write(inbox.join("readme.txt"), "not a scene").unwrap();
     let ingested = c.run(
         "ingest",
@@ -184,50 +200,55 @@ fn every_commands_json_validates() {
     assert_eq!(ingested["planned"], 1, "{ingested}");
     assert_eq!(ingested["skipped"], 1, "{ingested}");
     c.run("work", &["work", "--until-empty"], 0);
+}
 
-    // The ledger: a regenerated window, accepted, held, listed, collected; a URL of it.
+/// The ledger: a regenerated window, accepted, held, listed, collected; a URL of it.
+fn ledger(c: &mut Cases, job: &str) {
     let regen = c.run(
         "regenerate",
-        &["regenerate", &job, "--window", "0_1", "--retain", "1h"],
+        &["regenerate", job, "--window", "0_1", "--retain", "1h"],
         0,
     );
     let attempt = regen["attempt"].as_str().unwrap().to_owned();
     c.run(
         "regenerate",
-        &["regenerate", &job, "--window", "1_1", "--enqueue"],
+        &["regenerate", job, "--window", "1_1", "--enqueue"],
         0,
     );
     c.run("work", &["work", "--until-empty"], 0);
     c.run(
         "accept",
-        &["accept", &job, "--window", "0_1", "--attempt", &attempt],
+        &["accept", job, "--window", "0_1", "--attempt", &attempt],
         0,
     );
     c.run(
         "hold",
-        &["hold", &job, "--window", "0_1", "--attempt", &attempt],
+        &["hold", job, "--window", "0_1", "--attempt", &attempt],
         0,
     );
-    c.run("attempts", &["attempts", &job], 0);
+    c.run("attempts", &["attempts", job], 0);
     c.run("gc", &["gc"], 0);
     c.run("gc", &["gc", "--dry-run"], 0);
-    c.run("reconcile", &["reconcile", &job], 0);
+    c.run("reconcile", &["reconcile", job], 0);
     c.run(
         "url",
-        &["url", &job, "--window", "0_1", "--tenant", "default"],
+        &["url", job, "--window", "0_1", "--tenant", "default"],
         0,
     );
+}
 
-    // Dead letters: the source changes under a planned job, so every window is refused.
+/// Dead letters: the source changes under a planned job, so every window is refused; its
+/// announcement, the reconciler's pass, `dlq`, and `status --watch`.
+fn dead_letters_and_announcements(c: &mut Cases, dir: &Path, data: &Path, job: &str) {
     let changing = dir.join("changing.tif");
-    sample(&data, &changing, 128, 5);
+    sample(data, &changing, 128, 5);
     let planned = c.run(
         "plan",
         &["plan", changing.to_str().unwrap(), "--window", "64"],
         0,
     );
     let dead_job = planned["job_id"].as_str().unwrap().to_owned();
-    sample(&data, &changing, 128, 6);
+    sample(data, &changing, 128, 6);
     c.run("work", &["work", "--until-empty"], 0);
     c.run("status", &["status", &dead_job], 0);
     // The job's `incomplete` announcement, delivered to a webhook.
@@ -249,7 +270,7 @@ fn every_commands_json_validates() {
     c.run("dlq-list", &["dlq", "list", "--job", &dead_job], 0);
     c.run("dlq-redrive", &["dlq", "redrive", "--job", &dead_job], 0);
     // `status --watch --json` prints a frame a line; a finished job prints one.
-    let out = tg(&data, &["--json", "status", &job, "--watch"], &[]);
+    let out = tg(data, &["--json", "status", job, "--watch"], &[]);
     assert!(out.status.success());
     for line in String::from_utf8(out.stdout).unwrap().lines() {
         c.cases.push((
@@ -257,6 +278,10 @@ fn every_commands_json_validates() {
             serde_json::from_str(line).unwrap(),
         ));
     }
+}
+
+/// `demo`, the service's keys, what `serve` prints once it listens, and a failure's document.
+fn demo_keys_and_service(c: &mut Cases, dir: &Path, data: &Path) {
     c.run("demo", &["demo", "--size", "256"], 0);
     // The service's keys, and what `serve` prints once it listens.
     let made = c.run("keys-create", &["keys", "create", "--tenant", "acme"], 0);
@@ -266,13 +291,16 @@ fn every_commands_json_validates() {
     c.run("keys-list", &["keys", "list"], 0);
     c.run("keys-revoke", &["keys", "revoke", &new_id], 0);
     let mut serve = Command::new(tilegate_bin());
-    serve.arg("--data").arg(&data);
+    serve.arg("--data").arg(data);
     let server = tilegate_tests::service::Server::start(serve, &[], dir.join("serve.log"));
     c.cases.push(("serve".to_owned(), server.listening.clone()));
     drop(server);
     // A failure's document.
     c.run("error", &["status", "zzzz"], 1);
+}
 
+/// Every schema was used, and every document validates against its schema.
+fn validate(c: &Cases, dir: &Path) {
     let used: std::collections::BTreeSet<&str> = c.cases.iter().map(|(n, _)| n.as_str()).collect();
     for name in schema_names() {
         assert!(

@@ -237,6 +237,45 @@ fn every_route_keeps_tenants_apart(target: Target) {
     assert_ne!(b_job, job);
     d.work();
 
+    b_is_refused_everywhere_and_no_credential_proves_anything(&d, name, &job);
+    // Listing: each tenant sees its own; the operator sees both.
+    let list = |auth: &str| job_ids(&d.call("GET", "/v1/jobs", Some(auth), None));
+    assert_eq!(list(&d.key_a), vec![job.clone()]);
+    assert_eq!(list(&d.token_b), vec![b_job.clone()]);
+    let all = list(&d.key_operator);
+    assert!(all.contains(&job) && all.contains(&b_job), "{all:?}");
+    assert_eq!(d.call("GET", "/v1/jobs", None, None).status, 401);
+    assert_eq!(
+        d.call("GET", "/v1/jobs", Some(&d.key_revoked), None).status,
+        401
+    );
+
+    let st = a_sees_its_own_job(&d, name, &job);
+    urls_read_a_s_bytes_and_are_audited(&d, name, &job, &st);
+    // A's regeneration is accepted; B's was refused before anything was written.
+    let r = d.call(
+        "POST",
+        &format!("/v1/jobs/{job}/regenerate"),
+        Some(&d.key_a),
+        Some(&json!({"window": "1_1", "accept": false})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let attempts = d.target.json(&d.data, &["attempts", &job]);
+    assert_eq!(
+        attempts["attempts"].as_array().unwrap().len(),
+        1,
+        "{attempts}"
+    );
+}
+
+/// Every route naming A's job: B (by key or token) gets 404 `unknown-job`, and no credentials,
+/// a revoked key, an expired token, a token signed by another key or for another audience get
+/// 401 `unauthenticated` with `WWW-Authenticate`.
+fn b_is_refused_everywhere_and_no_credential_proves_anything(
+    d: &Deployment,
+    name: &str,
+    job: &str,
+) {
     let routes: Vec<(&str, String, Option<Value>)> = vec![
         ("GET", format!("/v1/jobs/{job}"), None),
         ("GET", format!("/v1/jobs/{job}/report"), None),
@@ -289,19 +328,10 @@ fn every_route_keeps_tenants_apart(target: Target) {
             assert!(r.header("www-authenticate").is_some());
         }
     }
-    // Listing: each tenant sees its own; the operator sees both.
-    let list = |auth: &str| job_ids(&d.call("GET", "/v1/jobs", Some(auth), None));
-    assert_eq!(list(&d.key_a), vec![job.clone()]);
-    assert_eq!(list(&d.token_b), vec![b_job.clone()]);
-    let all = list(&d.key_operator);
-    assert!(all.contains(&job) && all.contains(&b_job), "{all:?}");
-    assert_eq!(d.call("GET", "/v1/jobs", None, None).status, 401);
-    assert_eq!(
-        d.call("GET", "/v1/jobs", Some(&d.key_revoked), None).status,
-        401
-    );
+}
 
-    // A's own views.
+/// A's own views: the job, the report page, the STAC Item, the event stream. Returns the job.
+fn a_sees_its_own_job(d: &Deployment, name: &str, job: &str) -> Reply {
     let st = d.call("GET", &format!("/v1/jobs/{job}"), Some(&d.token_a), None);
     assert_eq!(st.status, 200, "{}", st.text());
     assert_eq!(st.json()["lifecycle"], "published", "{name}: {}", st.text());
@@ -312,7 +342,7 @@ fn every_route_keeps_tenants_apart(target: Target) {
         None,
     );
     assert_eq!(page.status, 200);
-    assert!(page.text().contains(&job) && page.text().starts_with("<!DOCTYPE html>"));
+    assert!(page.text().contains(job) && page.text().starts_with("<!DOCTYPE html>"));
     let item = d.call("GET", &format!("/v1/jobs/{job}/stac"), Some(&d.key_a), None);
     assert_eq!(item.status, 200, "{}", item.text());
     assert_eq!(item.json()["type"], "Feature");
@@ -328,6 +358,12 @@ fn every_route_keeps_tenants_apart(target: Target) {
         "{}",
         events.text()
     );
+    st
+}
+
+/// A URL obtained by A reads A's bytes (the window's tile, then the scene); every URL issued is
+/// an audit line, with the caller's key and never the URL.
+fn urls_read_a_s_bytes_and_are_audited(d: &Deployment, name: &str, job: &str, st: &Reply) {
     // A URL obtained by A reads A's bytes: the window's tile, then the scene.
     for (body, key_of) in [
         (json!({"window": "0_0", "expires_s": 300}), None),
@@ -376,20 +412,6 @@ fn every_route_keeps_tenants_apart(target: Target) {
     assert!(
         !log.contains("X-Amz-Signature") && !log.contains("file://"),
         "{log}"
-    );
-    // A's regeneration is accepted; B's was refused before anything was written.
-    let r = d.call(
-        "POST",
-        &format!("/v1/jobs/{job}/regenerate"),
-        Some(&d.key_a),
-        Some(&json!({"window": "1_1", "accept": false})),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let attempts = d.target.json(&d.data, &["attempts", &job]);
-    assert_eq!(
-        attempts["attempts"].as_array().unwrap().len(),
-        1,
-        "{attempts}"
     );
 }
 

@@ -954,22 +954,6 @@ fn unattended_flow_under_chaos(flow: &Flow) {
     for (name, cmd) in safety_net(flow, &hook.url) {
         logs.logs.push(net.spawn(name, cmd));
     }
-    let pool = |hook: &str| {
-        vec![
-            "work".to_owned(),
-            "--assemble".into(),
-            "--announce".into(),
-            hook.to_owned(),
-            "--threads".into(),
-            "1".into(),
-            "--concurrency".into(),
-            "2".into(),
-            "--visibility".into(),
-            "10".into(),
-            "--lease-ttl-ms".into(),
-            "10000".into(),
-        ]
-    };
     let mut points: std::collections::VecDeque<&str> = FLOW_POINTS.into_iter().collect();
     let mut slots: Vec<Option<(Child, Option<&str>)>> = (0..3).map(|_| None).collect();
     let mut crashed: Vec<&str> = Vec::new();
@@ -993,71 +977,20 @@ fn unattended_flow_under_chaos(flow: &Flow) {
     };
     let mut dlq_checked = Instant::now();
     while !done(&hook) {
-        // A dead letter would leave a job incomplete for good: say so at once, with why.
-        if dlq_checked.elapsed() > Duration::from_secs(5) {
-            dlq_checked = Instant::now();
-            let out = flow.command(&["--json", "dlq", "list"]).output().unwrap();
-            let dead: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-            assert!(
-                dead["dead_letters"].as_array().is_none_or(Vec::is_empty),
-                "chaos[unattended] seed {seed}: dead letters: {dead}"
-            );
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(300),
-            "chaos[unattended] seed {seed}: not done after 300 s; crashed at {crashed:?}; \
-             announced {:?}; arrivals dead-lettered {:?}",
-            published(&hook.received())
-                .iter()
-                .map(|m| m["idempotency_key"].clone())
-                .collect::<Vec<_>>(),
-            flow.arrival_dead_letters()
-                .iter()
-                .map(|d| &d.reason)
-                .collect::<Vec<_>>(),
+        assert_making_progress(flow, seed, t0, &crashed, &hook, &mut dlq_checked);
+        keep_pools(
+            flow,
+            &hook.url,
+            seed,
+            &mut rng,
+            Pools {
+                slots: &mut slots,
+                points: &mut points,
+                crashed: &mut crashed,
+                spawned: &mut spawned,
+                logs: &mut logs.logs,
+            },
         );
-        for slot in &mut slots {
-            if let Some((child, armed)) = slot
-                && let Some(status) = child.try_wait().unwrap()
-            {
-                use std::os::unix::process::ExitStatusExt as _;
-                assert_eq!(
-                    status.signal(),
-                    Some(libc::SIGKILL),
-                    "chaos[unattended] seed {seed}: a pool exited on its own: {status}"
-                );
-                if let Some(p) = armed {
-                    crashed.push(p);
-                }
-                *slot = None;
-            }
-            if slot.is_none() {
-                let mut cmd = flow.command(
-                    &pool(&hook.url)
-                        .iter()
-                        .map(String::as_str)
-                        .collect::<Vec<_>>(),
-                );
-                let armed = points.pop_front();
-                if let Some(p) = armed {
-                    let skip = if p.starts_with("after-")
-                        && p != "after-commit"
-                        && p != "after-manifest"
-                    {
-                        0
-                    } else {
-                        rng.range(0, 6)
-                    };
-                    cmd.env("TILEGATE_FAULT", p)
-                        .env("TILEGATE_FAULT_SKIP", skip.to_string())
-                        .env("TILEGATE_FAULT_MAX_ATTEMPT", "1");
-                }
-                spawned += 1;
-                let (child, log) = logged(&format!("work-{spawned}"), cmd);
-                logs.logs.push(log);
-                *slot = Some((child, armed));
-            }
-        }
         // Kills from outside, before any message could have come back (visibility 10 s):
         // they cut short first deliveries only.
         if outside_kills < kill_at.len() && t0.elapsed() >= kill_at[outside_kills] {
@@ -1101,6 +1034,119 @@ fn unattended_flow_under_chaos(flow: &Flow) {
     );
     after_the_flow(flow, seed, &hook, &scenes, tmp.path());
     drop(logs);
+}
+
+/// The `work --assemble --announce` command line of a pool in the unattended chaos.
+fn pool(hook: &str) -> Vec<String> {
+    vec![
+        "work".to_owned(),
+        "--assemble".into(),
+        "--announce".into(),
+        hook.to_owned(),
+        "--threads".into(),
+        "1".into(),
+        "--concurrency".into(),
+        "2".into(),
+        "--visibility".into(),
+        "10".into(),
+        "--lease-ttl-ms".into(),
+        "10000".into(),
+    ]
+}
+
+/// No dead letter (it would leave a job incomplete for good: say so at once, with why, checked
+/// every 5 s), and not past 300 s.
+fn assert_making_progress(
+    flow: &Flow,
+    seed: u64,
+    t0: Instant,
+    crashed: &[&str],
+    hook: &WebhookReceiver,
+    dlq_checked: &mut Instant,
+) {
+    // A dead letter would leave a job incomplete for good: say so at once, with why.
+    if dlq_checked.elapsed() > Duration::from_secs(5) {
+        *dlq_checked = Instant::now();
+        let out = flow.command(&["--json", "dlq", "list"]).output().unwrap();
+        let dead: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        assert!(
+            dead["dead_letters"].as_array().is_none_or(Vec::is_empty),
+            "chaos[unattended] seed {seed}: dead letters: {dead}"
+        );
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(300),
+        "chaos[unattended] seed {seed}: not done after 300 s; crashed at {crashed:?}; \
+         announced {:?}; arrivals dead-lettered {:?}",
+        published(&hook.received())
+            .iter()
+            .map(|m| m["idempotency_key"].clone())
+            .collect::<Vec<_>>(),
+        flow.arrival_dead_letters()
+            .iter()
+            .map(|d| &d.reason)
+            .collect::<Vec<_>>(),
+    );
+}
+
+/// The pools' state in the unattended chaos.
+struct Pools<'a> {
+    slots: &'a mut Vec<Option<(Child, Option<&'static str>)>>,
+    points: &'a mut std::collections::VecDeque<&'static str>,
+    crashed: &'a mut Vec<&'static str>,
+    spawned: &'a mut usize,
+    logs: &'a mut Vec<PathBuf>,
+}
+
+/// Reap each pool that died (only ever SIGKILLed: a crash point or a kill from outside) and
+/// start another in its place, armed with the next crash point.
+fn keep_pools(
+    flow: &Flow,
+    hook_url: &str,
+    seed: u64,
+    rng: &mut crate::faults::chaos::Rng,
+    pools: Pools,
+) {
+    for slot in pools.slots.iter_mut() {
+        if let Some((child, armed)) = slot
+            && let Some(status) = child.try_wait().unwrap()
+        {
+            use std::os::unix::process::ExitStatusExt as _;
+            assert_eq!(
+                status.signal(),
+                Some(libc::SIGKILL),
+                "chaos[unattended] seed {seed}: a pool exited on its own: {status}"
+            );
+            if let Some(p) = armed {
+                pools.crashed.push(p);
+            }
+            *slot = None;
+        }
+        if slot.is_none() {
+            let mut cmd = flow.command(
+                &pool(hook_url)
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            );
+            let armed = pools.points.pop_front();
+            if let Some(p) = armed {
+                let skip =
+                    if p.starts_with("after-") && p != "after-commit" && p != "after-manifest" {
+                        0
+                    } else {
+                        rng.range(0, 6)
+                    };
+                cmd.env("TILEGATE_FAULT", p)
+                    .env("TILEGATE_FAULT_SKIP", skip.to_string())
+                    .env("TILEGATE_FAULT_MAX_ATTEMPT", "1");
+            }
+            *pools.spawned += 1;
+            let (child, log) = logged(&format!("work-{}", pools.spawned), cmd);
+            pools.logs.push(log);
+            *slot = Some((child, armed));
+        }
+    }
 }
 
 /// The end of the unattended flow, every process stopped: every scene published once and equal

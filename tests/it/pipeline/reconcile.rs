@@ -82,90 +82,8 @@ fn every_lost_edge_is_moved_on_by_the_reconciler(target: Target) {
         })
         .collect();
     let hook = WebhookReceiver::start();
+    let [j1, j2, j3, j4, j5, j6] = lose_every_edge(&target, &data, &scenes, &hook);
     let announce = ["--announce", hook.url.as_str()];
-    let no_reconcile = ["--reconcile-every", "0"];
-
-    // 6. A sink down for longer than every inline retry: published, its announcement pending.
-    let j6 = plan(&target, &data, &scenes[5], "64");
-    hook.set_failing(true);
-    let out = tg(
-        &target,
-        &data,
-        &[
-            &["work", "--until-empty", "--assemble"][..],
-            &announce,
-            &no_reconcile,
-        ]
-        .concat(),
-        &[],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // 2, 3, 4: every window recorded by workers that assemble nothing.
-    let j2 = plan(&target, &data, &scenes[1], "64");
-    let j3 = plan(&target, &data, &scenes[2], "64");
-    let j4 = plan(&target, &data, &scenes[3], "64");
-    let out = tg(&target, &data, &["work", "--until-empty"], &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // 2. The last window's trigger: lost (nobody assembles it).
-    // 3. The assembler after publishing: the scene object is there, the row does not say so,
-    //    and the dead assembler's claim lapses in 2 s.
-    killed_at(
-        &target,
-        &data,
-        &["assemble", &j3, "--lease-ttl-ms", "2000"],
-        "after-publish",
-    );
-    // 4. The announcement after recording: published, and no sink told.
-    let out = tg(&target, &data, &["assemble", &j4], &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // 5. A window the queue's own redrive policy moves to the dead-letter queue: its handler
-    //    is killed on every receive, and the receive after the third moves it.
-    let j5 = plan(&target, &data, &scenes[4], "128");
-    for _ in 0..3 {
-        killed_at(
-            &target,
-            &data,
-            &[
-                "work",
-                "--until-empty",
-                "--threads",
-                "1",
-                "--visibility",
-                "1",
-            ],
-            "before-encode",
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1200));
-    }
-    let out = tg(&target, &data, &["--json", "work", "--until-empty"], &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // 1. The arrival after the row: the planner dies with the row written, nothing enqueued.
-    killed_at(
-        &target,
-        &data,
-        &["plan", scenes[0].to_str().unwrap(), "--window", "64"],
-        "after-job-row",
-    );
-    let (j1, planned) = job_of(&target, &data, &scenes[0], "64");
-    assert!(planned, "the killed planner wrote no row");
-    let before = json(&target, &data, &["status", &j1]);
-    assert_eq!(before["lifecycle"], "planned", "{before}");
 
     // Only the reconciler from here (and plain workers for the windows it enqueues).
     hook.set_failing(false);
@@ -182,24 +100,7 @@ fn every_lost_edge_is_moved_on_by_the_reconciler(target: Target) {
         &announce,
     ]
     .concat();
-    let mut passes = Vec::new();
-    for round in 0..30 {
-        let pass = json(&target, &data, &reconcile);
-        passes.push(pass.clone());
-        if pass["windows_enqueued"].as_u64().unwrap_or(0) > 0 {
-            let out = tg(&target, &data, &["work", "--until-empty"], &[]);
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        if pass["open_jobs"] == 0 {
-            break;
-        }
-        assert!(round < 29, "jobs still open after 30 passes: {passes:#?}");
-        std::thread::sleep(std::time::Duration::from_millis(700));
-    }
+    let passes = reconcile_until_settled(&target, &data, &reconcile);
     let total = |field: &str| -> u64 { passes.iter().map(|p| p[field].as_u64().unwrap()).sum() };
     assert_eq!(total("jobs_enqueued"), 1, "{passes:#?}");
     assert_eq!(total("incomplete_recorded"), 1, "{passes:#?}");
@@ -257,6 +158,130 @@ fn every_lost_edge_is_moved_on_by_the_reconciler(target: Target) {
     let last = json(&target, &data, &reconcile);
     assert_eq!(last["open_jobs"], 0, "{last}");
     assert_eq!(hook.received().len(), seen_before + 6);
+}
+
+/// Each edge of the flow lost on purpose, one job each (numbered as the faults are); returns
+/// the six jobs, `j1` … `j6`.
+fn lose_every_edge(
+    target: &Target,
+    data: &Path,
+    scenes: &[PathBuf],
+    hook: &WebhookReceiver,
+) -> [String; 6] {
+    let announce = ["--announce", hook.url.as_str()];
+    let no_reconcile = ["--reconcile-every", "0"];
+
+    // 6. A sink down for longer than every inline retry: published, its announcement pending.
+    let j6 = plan(target, data, &scenes[5], "64");
+    hook.set_failing(true);
+    let out = tg(
+        target,
+        data,
+        &[
+            &["work", "--until-empty", "--assemble"][..],
+            &announce,
+            &no_reconcile,
+        ]
+        .concat(),
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 2, 3, 4: every window recorded by workers that assemble nothing.
+    let j2 = plan(target, data, &scenes[1], "64");
+    let j3 = plan(target, data, &scenes[2], "64");
+    let j4 = plan(target, data, &scenes[3], "64");
+    let out = tg(target, data, &["work", "--until-empty"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 2. The last window's trigger: lost (nobody assembles it).
+    // 3. The assembler after publishing: the scene object is there, the row does not say so,
+    //    and the dead assembler's claim lapses in 2 s.
+    killed_at(
+        target,
+        data,
+        &["assemble", &j3, "--lease-ttl-ms", "2000"],
+        "after-publish",
+    );
+    // 4. The announcement after recording: published, and no sink told.
+    let out = tg(target, data, &["assemble", &j4], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 5. A window the queue's own redrive policy moves to the dead-letter queue: its handler
+    //    is killed on every receive, and the receive after the third moves it.
+    let j5 = plan(target, data, &scenes[4], "128");
+    for _ in 0..3 {
+        killed_at(
+            target,
+            data,
+            &[
+                "work",
+                "--until-empty",
+                "--threads",
+                "1",
+                "--visibility",
+                "1",
+            ],
+            "before-encode",
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+    }
+    let out = tg(target, data, &["--json", "work", "--until-empty"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 1. The arrival after the row: the planner dies with the row written, nothing enqueued.
+    killed_at(
+        target,
+        data,
+        &["plan", scenes[0].to_str().unwrap(), "--window", "64"],
+        "after-job-row",
+    );
+    let (j1, planned) = job_of(target, data, &scenes[0], "64");
+    assert!(planned, "the killed planner wrote no row");
+    let before = json(target, data, &["status", &j1]);
+    assert_eq!(before["lifecycle"], "planned", "{before}");
+
+    [j1, j2, j3, j4, j5, j6]
+}
+
+/// Reconciler passes (and plain workers for the windows a pass enqueues) until no job is open,
+/// at most 30; every pass's document.
+fn reconcile_until_settled(
+    target: &Target,
+    data: &Path,
+    reconcile: &[&str],
+) -> Vec<serde_json::Value> {
+    let mut passes = Vec::new();
+    for round in 0..30 {
+        let pass = json(target, data, reconcile);
+        passes.push(pass.clone());
+        if pass["windows_enqueued"].as_u64().unwrap_or(0) > 0 {
+            let out = tg(target, data, &["work", "--until-empty"], &[]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        if pass["open_jobs"] == 0 {
+            break;
+        }
+        assert!(round < 29, "jobs still open after 30 passes: {passes:#?}");
+        std::thread::sleep(std::time::Duration::from_millis(700));
+    }
+    passes
 }
 
 /// Fault 2: `assemble --all` announces what it publishes (a job too large for the Lambda
