@@ -206,16 +206,9 @@ fn plan_options(cfg: &SimConfig) -> PlanOptions {
 
 fn assemble_options(cfg: &SimConfig, owner: String) -> tilegate_assembler::AssembleOptions {
     tilegate_assembler::AssembleOptions {
-        owner,
-        lease_ttl: Duration::from_secs(60),
         multipart_threshold: cfg.multipart_threshold,
         part_size: cfg.part_size,
-        resampling: tilegate_cogwrite::Resampling::Average,
-        pause_renewals_after_parts: None,
-        part_delay: Duration::ZERO,
-        reduced: None,
-        attempt: None,
-        delivery: 1,
+        ..tilegate_assembler::AssembleOptions::new(owner)
     }
 }
 

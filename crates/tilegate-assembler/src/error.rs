@@ -56,6 +56,10 @@ pub enum AssembleError {
         #[source]
         mismatch: CompletionMismatch,
     },
+    /// Stopped before publishing (the caller's stop signal): the claim was released and any
+    /// upload aborted; nothing was published.
+    #[error("assemble job {job}: stopped before the scene was published; the claim was released")]
+    Interrupted { job: JobId },
     #[error("assemble: storage")]
     Store(#[from] StoreError),
 }
@@ -78,6 +82,7 @@ impl AssembleError {
             Self::ETagMismatch { .. } => Reason::ManifestEtagMismatch,
             Self::Build { source, .. } => source.reason_code(),
             Self::PublishedMismatch { .. } => Reason::PublishedSceneMismatch,
+            Self::Interrupted { .. } => Reason::Interrupted,
             Self::Store(e) => Reason::storage(e.is_retryable()),
         }
     }
@@ -88,6 +93,7 @@ impl AssembleError {
         match self {
             Self::Store(e) => e.is_retryable(),
             Self::PublishedMismatch { mismatch, .. } => mismatch.withdrawn,
+            Self::Interrupted { .. } => true,
             Self::UnknownJob(_)
             | Self::Incomplete { .. }
             | Self::SizeMismatch { .. }

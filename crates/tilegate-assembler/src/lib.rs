@@ -63,6 +63,10 @@ pub struct AssembleOptions {
     /// The receive count of the message whose completion triggered this assembly (1 for a
     /// command): crash tests arm `after-publish` by it (see `tilegate-fault`).
     pub delivery: u32,
+    /// The caller's stop signal (`true`: stop): the build is abandoned, an upload aborted
+    /// between parts, the claim released, and the assembly ends as
+    /// [`AssembleError::Interrupted`]. A single PUT already sent is let finish.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Where a regenerated scene goes.
@@ -102,6 +106,27 @@ impl AssembleOptions {
             attempt: None,
             reduced: None,
             delivery: 1,
+            stop: None,
+        }
+    }
+
+    /// Whether the caller has asked this assembly to stop.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| *s.borrow())
+    }
+
+    /// `work` unless the caller asks to stop first; then `Interrupted`.
+    pub(crate) async fn until_stopped<T>(
+        &self,
+        job: &JobId,
+        work: impl Future<Output = Result<T, AssembleError>>,
+    ) -> Result<T, AssembleError> {
+        let Some(mut stop) = self.stop.clone() else {
+            return work.await;
+        };
+        tokio::select! {
+            done = work => done,
+            _ = stop.wait_for(|s| *s) => Err(AssembleError::Interrupted { job: job.clone() }),
         }
     }
 }

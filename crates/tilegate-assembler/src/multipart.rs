@@ -41,6 +41,12 @@ pub(crate) async fn multipart(
             if keep_alive.is_lost() {
                 return abort(b, key, &upload_id).await;
             }
+            if opts.stopped() {
+                // The error path below aborts the upload; the caller releases the claim.
+                return Err(AssembleError::Interrupted {
+                    job: report.job_id.clone(),
+                });
+            }
             let end = (offset + part_size).min(file.len());
             n += 1;
             let bytes = file.read(offset, (end - offset) as usize);
@@ -60,6 +66,12 @@ pub(crate) async fn multipart(
             if !opts.part_delay.is_zero() {
                 tokio::time::sleep(opts.part_delay).await;
             }
+        }
+        // A stop before completing publishes nothing: the upload is aborted below.
+        if opts.stopped() {
+            return Err(AssembleError::Interrupted {
+                job: report.job_id.clone(),
+            });
         }
         // The last word before completing: a guarded renewal proves the lease is still ours.
         if gate.renew(lease).await? == LeaseState::Lost {

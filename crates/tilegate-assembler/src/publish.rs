@@ -31,27 +31,33 @@ pub(crate) async fn build_and_publish(
     report: &mut AssembleReport,
 ) -> Result<(), AssembleError> {
     let started = Instant::now();
-    let (tiles, e_tags) = fetch_tiles(b, job).await?;
-    let reduced = opts.reduced.clone();
-    if let Some(r) = &reduced {
-        r.retain_matching(tiles.iter().map(|t| t.window).zip(&e_tags));
-    }
-    let spec = SceneSpec {
-        grid: job.grid,
-        scene: job.scene.clone(),
-        resampling: opts.resampling,
-        force_bigtiff: false,
-    };
-    let job_id = job.job_id.clone();
-    let cog = tokio::task::spawn_blocking(move || {
-        tilegate_cogwrite::assemble_reusing(&spec, tiles, reduced.as_deref())
-    })
-    .await
-    .expect("assembly task panicked")
-    .map_err(|source| AssembleError::Build {
-        job: job_id,
-        source,
-    })?;
+    // The build reads tiles and lays the scene out: nothing is uploaded yet, so a stop
+    // abandons it at once (the blocking layout finishes in the background, unused).
+    let cog = opts
+        .until_stopped(&job.job_id, async {
+            let (tiles, e_tags) = fetch_tiles(b, job).await?;
+            let reduced = opts.reduced.clone();
+            if let Some(r) = &reduced {
+                r.retain_matching(tiles.iter().map(|t| t.window).zip(&e_tags));
+            }
+            let spec = SceneSpec {
+                grid: job.grid,
+                scene: job.scene.clone(),
+                resampling: opts.resampling,
+                force_bigtiff: false,
+            };
+            let job_id = job.job_id.clone();
+            tokio::task::spawn_blocking(move || {
+                tilegate_cogwrite::assemble_reusing(&spec, tiles, reduced.as_deref())
+            })
+            .await
+            .expect("assembly task panicked")
+            .map_err(|source| AssembleError::Build {
+                job: job_id,
+                source,
+            })
+        })
+        .await?;
     report.build_s = started.elapsed().as_secs_f64();
     report.path = Some(cog.path);
     report.reduced_windows_reused = cog.reduced_windows_reused;

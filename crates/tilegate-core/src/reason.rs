@@ -165,6 +165,9 @@ reasons! {
     /// The assembler's claim lapsed and another took it over mid-upload; the upload was aborted
     /// (assembly on completion tries again).
     LeaseLost = "lease-lost",
+    /// The assembly was stopped (Ctrl-C, SIGTERM) before it published; its claim was released
+    /// and any upload aborted, so the next `assemble` starts at once.
+    Interrupted = "interrupted",
     /// A tile is not a TIFF.
     TileNotATiff = "tile-not-a-tiff",
     /// A tile's structure is not one the assembler can copy blocks from.

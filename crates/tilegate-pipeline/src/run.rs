@@ -129,6 +129,9 @@ pub async fn run<P: Progress>(
     });
     cfg.reduce_into = reduced.clone();
     let shown = progress(&job);
+    // A stop during the assembly abandons it and releases its claim (the next run assembles
+    // at once); a stop before it leaves the job unassembled.
+    let stop_assembly = stop.clone();
     let work = work_pools(b, cfg, opts.pools, counters, stop).await;
     shown.finish().await;
     let work = work.map_err(RunError::Work)?;
@@ -144,6 +147,7 @@ pub async fn run<P: Progress>(
     let scene = match opts.assemble {
         Some(mut a) if manifest_rows == plan.windows => {
             a.reduced = reduced;
+            a.stop = Some(stop_assembly);
             Some(
                 tilegate_assembler::assemble(b, &job.job_id, &a, counters)
                     .await

@@ -65,7 +65,10 @@ async fn assemble_cmd(out: &Out, b: &Backends, a: AssembleArgs) -> anyhow::Resul
     }
     let job = find_job(b, a.job.as_deref()).await?;
     let started = Instant::now();
-    let (assembled, counters) = assemble_job(b, &job.job_id, &assemble_options(&a.flags)?).await;
+    let mut opts = assemble_options(&a.flags)?;
+    // Ctrl-C or SIGTERM abandons the assembly and releases its claim.
+    opts.stop = Some(super::stop_on_signals());
+    let (assembled, counters) = assemble_job(b, &job.job_id, &opts).await;
     match assembled {
         Ok(r) => {
             deliver_after(announcer(b, &a.flags.announce).await?.as_ref(), &job.job_id).await;
