@@ -55,7 +55,7 @@
 //!
 //! What Azurite 3.35 does not prove: it evaluates every condition tilegate sends, so no
 //! conformance test skips for it; but it never answers a refused create with 412, never
-//! throttles, never answers with a 5xx and never loses an answer. `tests/it/scripted_azure.rs`
+//! throttles, never answers with a 5xx and never loses an answer. `tests/it/contracts/scripted_azure.rs`
 //! checks the requests tilegate sends and its reading of those answers against a scripted
 //! responder; the lost answer is also tested for real through the proxy of `tests/lossy.rs`.
 

@@ -34,7 +34,7 @@
 //! What fake-gcs-server 1.54 (the emulator the tests run) does not prove: it ignores
 //! preconditions on resumable finalisation, on media reads and on deletes (and on media
 //! uploads, which the store does not use). The conformance tests that need them say so when
-//! they skip; `tests/it/scripted_gcs.rs` checks the requests tilegate sends there and its
+//! they skip; `tests/it/contracts/scripted_gcs.rs` checks the requests tilegate sends there and its
 //! reading of GCS's 412 against a scripted responder. A lost answer is tested for real on
 //! every HTTP store: a proxy forwards the write and closes the connection unanswered
 //! (`tests/lossy.rs`).

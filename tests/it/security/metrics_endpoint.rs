@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 use tilegate_tests::{Target, tempdir};
 
-/// The endpoint's connection cap (`MAX_CONNECTIONS` in `crates/tilegate-cli/src/http.rs`).
+/// The endpoint's connection cap (`MAX_CONNECTIONS` in `crates/tilegate-service/src/metrics.rs`).
 const CAP: usize = 64;
 /// Its request-head timeout (`HEAD_TIMEOUT`): a refusal must come well before it.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);

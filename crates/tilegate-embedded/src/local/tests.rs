@@ -1,6 +1,6 @@
 //! Local-store behaviour that only a directory has: files people drop in, sidecars, the
 //! internal directory, crash-leftover sweeps, key/directory conflicts. The behaviour every
-//! backend shares is in the conformance suite (`tests/it/conformance`).
+//! backend shares is in the conformance suite (`crates/tilegate-conformance`).
 
 use super::*;
 use tilegate_core::object::ObjectStoreExt as _;
