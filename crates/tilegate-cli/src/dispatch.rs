@@ -1,6 +1,7 @@
-//! The dispatcher: the command line's grammar ([`Cli`], [`Command`]) and one match from each
-//! command to its `exec` in `crate::commands`. It builds the [`Ctx`] every command is given
-//! and does nothing else; a new command is its own file under `commands/` plus its line here.
+//! The dispatcher: the command line's grammar ([`Cli`], [`Command`]) and, from the same list,
+//! the match from each command to its `exec` in `crate::commands`. It builds the [`Ctx`] every
+//! command is given and does nothing else; a new command is its own file under `commands/`
+//! (and its `mod` line there) plus its one line in `commands!` here.
 
 use crate::args::*;
 use crate::commands::{self, catalog};
@@ -27,8 +28,27 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum Command {
+/// Declares [`Command`] and its dispatch together, so that a command is one line here: its
+/// variant and its arguments type, whose `exec(self, &Ctx)` runs it (its `--help` summary is
+/// the line's doc comment, or the type's).
+macro_rules! commands {
+    ($( $(#[$meta:meta])* $variant:ident($args:ty), )*) => {
+        #[derive(Debug, Subcommand)]
+        pub enum Command {
+            $( $(#[$meta])* $variant($args), )*
+        }
+
+        impl Command {
+            async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+                match self {
+                    $( Self::$variant(a) => a.exec(cx).await, )*
+                }
+            }
+        }
+    };
+}
+
+commands! {
     /// Write a deterministic synthetic terrain scene (tiled GeoTIFF, EPSG:32633, 10 m pixels).
     SampleScene(SampleArgs),
     /// Plan a job and enqueue its windows (planning it again enqueues only the windows not yet
@@ -125,16 +145,12 @@ pub enum Command {
     Demo(DemoArgs),
     /// List the recipes `--recipe` accepts: the built-in ones with their flags, and those
     /// registered by this binary with their `--param NAME=VALUE` parameters.
-    Recipes,
+    Recipes(catalog::RecipesArgs),
     Config(commands::config::ConfigArgs),
     /// Print the JSON Schema of a command's `--json` document (`tilegate schema status`);
     /// without a name, list the documents. The same schemas are in the repository's
     /// `docs/json/`.
-    Schema {
-        /// A command (`status`, `run`, `dlq-list`, …; `plan-from`, `run-from` and
-        /// `assemble-all` for the list forms, `error` for a failure's document).
-        name: Option<String>,
-    },
+    Schema(catalog::SchemaArgs),
 }
 
 /// Run the command the line names.
@@ -145,35 +161,5 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 
 async fn dispatch_command(cli: Cli) -> anyhow::Result<ExitCode> {
     let cx: Ctx = commands::context(&cli.global)?;
-    match cli.command {
-        Command::SampleScene(a) => a.exec(&cx).await,
-        Command::Plan(a) => a.exec(&cx).await,
-        Command::Work(a) => a.exec(&cx).await,
-        Command::Run(a) => a.exec(&cx).await,
-        Command::Init(a) => a.exec(&cx).await,
-        Command::Assemble(a) => a.exec(&cx).await,
-        Command::Repair(a) => a.exec(&cx).await,
-        Command::Backfill(a) => a.exec(&cx).await,
-        Command::CleanupUploads(a) => a.exec(&cx).await,
-        Command::Regenerate(a) => a.exec(&cx).await,
-        Command::Accept(a) => a.exec(&cx).await,
-        Command::Attempts(a) => a.exec(&cx).await,
-        Command::Hold(a) => a.exec(&cx).await,
-        Command::Gc(a) => a.exec(&cx).await,
-        Command::Reconcile(a) => a.exec(&cx).await,
-        Command::Url(a) => a.exec(&cx).await,
-        Command::Status(a) => a.exec(&cx).await,
-        Command::Report(a) => a.exec(&cx).await,
-        Command::Stac(a) => a.exec(&cx).await,
-        Command::Announce(a) => a.exec(&cx).await,
-        Command::ReconcileJobs(a) => a.exec(&cx).await,
-        Command::Ingest(a) => a.exec(&cx).await,
-        Command::Dlq(c) => c.exec(&cx).await,
-        Command::Serve(a) => a.exec(&cx).await,
-        Command::Keys(c) => c.exec(&cx).await,
-        Command::Demo(a) => a.exec(&cx).await,
-        Command::Recipes => catalog::recipes(&cx),
-        Command::Config(a) => a.exec(&cx).await,
-        Command::Schema { name } => catalog::schema(name.as_deref()),
-    }
+    cli.command.exec(&cx).await
 }

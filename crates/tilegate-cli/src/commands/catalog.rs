@@ -9,6 +9,30 @@ use std::process::ExitCode;
 use tilegate_core::Reason;
 
 /// `recipes`: the recipes `--recipe` accepts.
+/// `recipes`: no arguments.
+#[derive(Debug, clap::Args)]
+pub struct RecipesArgs {}
+
+impl RecipesArgs {
+    pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        recipes(cx)
+    }
+}
+
+/// `schema [NAME]`.
+#[derive(Debug, clap::Args)]
+pub struct SchemaArgs {
+    /// A command (`status`, `run`, `dlq-list`, …; `plan-from`, `run-from` and
+    /// `assemble-all` for the list forms, `error` for a failure's document).
+    pub name: Option<String>,
+}
+
+impl SchemaArgs {
+    pub async fn exec(self, _cx: &Ctx) -> anyhow::Result<ExitCode> {
+        schema(self.name.as_deref())
+    }
+}
+
 pub fn recipes(cx: &Ctx) -> anyhow::Result<ExitCode> {
     cx.out.emit(&RecipesReport {
         recipes: crate::recipes::catalogue(),
