@@ -262,8 +262,13 @@ pub struct RunArgs {
     /// Also write the published scene to FILE, a name of your choosing (a copy of the very
     /// version published, written to a temporary name and renamed into place; the store's
     /// scene stays where it is).
+    /// An existing FILE is refused unless --force is given, and the job's own source always.
     #[arg(short = 'o', long = "out", value_name = "FILE", conflicts_with_all = ["from", "no_assemble"])]
     pub out_file: Option<PathBuf>,
+    /// With -o, replace FILE if it exists (said on stderr). The job's own source is never
+    /// replaced.
+    #[arg(long, requires = "out_file")]
+    pub force: bool,
     #[command(flatten)]
     pub recipe: RecipeArgs,
     #[command(flatten)]
@@ -618,7 +623,7 @@ pub struct PriceArgs {
 pub struct ReportArgs {
     /// Job ID, or a unique prefix of one (default: the newest job).
     pub job: Option<String>,
-    /// Where to write the page.
+    /// Where to write the page (`-`: to standard output, and nothing else there).
     #[arg(short, long, default_value = "report.html", value_name = "FILE")]
     pub out: PathBuf,
     /// Leave the scene's thumbnail out (it is read from the scene's smallest overview).

@@ -18,7 +18,7 @@ mod output;
 mod recipes;
 mod reports;
 
-use clap::Parser;
+use clap::Parser as _;
 use std::process::ExitCode;
 use tilegate_core::Exit;
 
@@ -26,7 +26,10 @@ use tilegate_core::Exit;
 pub fn main() -> ExitCode {
     tune_allocator();
     end_quietly_on_a_closed_pipe();
-    let cli = dispatch::Cli::parse();
+    let cli = match dispatch::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage(e),
+    };
     let json = cli.global.json;
     init_tracing(cli.global.verbose);
     // GDAL reads s3:// sources through /vsis3/ with the same endpoint and credentials as the
@@ -53,6 +56,38 @@ pub fn main() -> ExitCode {
             Exit::Failed.into()
         }
     }
+}
+
+/// A command line clap refuses: with `--json` anywhere in it, the error document on stdout
+/// as for any failure (reason `usage`); then clap's own message and exit status (2). Help and
+/// version requests print as clap prints them.
+fn usage(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let asked = matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if !asked && std::env::args_os().any(|a| a == "--json") {
+        let rendered = e.render().to_string();
+        let first = rendered
+            .lines()
+            .next()
+            .unwrap_or("the command line is not one tilegate reads");
+        let message =
+            tilegate_core::redact::redact(first.trim_start_matches("error: ")).into_owned();
+        let doc = output::Failed {
+            error: output::ErrorDoc {
+                reason: tilegate_core::Reason::Usage,
+                message,
+            },
+        };
+        println!("{}", serde_json::to_string(&doc).expect("serialises"));
+    }
+    let code = e.exit_code();
+    let _ = e.print();
+    ExitCode::from(u8::try_from(code).unwrap_or(2))
 }
 
 /// The log filter's directives for `-v` counted `verbose` times, when `TILEGATE_LOG` is not

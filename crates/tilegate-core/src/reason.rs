@@ -83,6 +83,9 @@ reasons! {
     BadWindow = "bad-window",
     /// A flag's value is out of its range.
     BadOption = "bad-option",
+    /// The command line itself is wrong: an unknown flag, a missing argument, a value the
+    /// parser refuses (exit 2; clap's message says which).
+    Usage = "usage",
     /// `sample-scene`'s options do not describe a scene it can make.
     BadSampleOptions = "bad-sample-options",
     /// The source policy file does not parse.

@@ -57,22 +57,25 @@ impl Caller {
     }
 }
 
+/// What a request without a usable credential is told. Worded so that the redaction every
+/// answer passes through finds no credential in it (`Authorization: Bearer …` read as one).
+pub(crate) const NEEDS_BEARER: &str = "this request needs an Authorization header with the Bearer \
+     scheme and an API key (`tilegate keys create`) or an OIDC token";
+
 /// The bearer token of a request, if it has one.
 fn bearer(parts: &Parts) -> Result<&str, ApiError> {
     let value = parts
         .headers
         .get(AUTHORIZATION)
-        .ok_or_else(|| ApiError::unauthenticated("this request needs `Authorization: Bearer …`"))?;
+        .ok_or_else(|| ApiError::unauthenticated(NEEDS_BEARER))?;
     let value = value
         .to_str()
         .map_err(|_| ApiError::unauthenticated("the Authorization header is not text"))?;
     let (scheme, token) = value
         .split_once(' ')
-        .ok_or_else(|| ApiError::unauthenticated("the Authorization header is not `Bearer …`"))?;
+        .ok_or_else(|| ApiError::unauthenticated(NEEDS_BEARER))?;
     if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
-        return Err(ApiError::unauthenticated(
-            "the Authorization header is not `Bearer …`",
-        ));
+        return Err(ApiError::unauthenticated(NEEDS_BEARER));
     }
     Ok(token.trim())
 }
@@ -256,6 +259,13 @@ impl Rates {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The 401's words come through the redaction every answer passes intact (they read
+    /// `Bearer REDACTED` when they showed `Authorization: Bearer …`).
+    #[test]
+    fn the_unauthenticated_message_survives_redaction() {
+        assert_eq!(tilegate_core::redact::redact(NEEDS_BEARER), NEEDS_BEARER);
+    }
 
     #[test]
     fn a_tenant_over_its_rate_is_told_when_to_come_back() {

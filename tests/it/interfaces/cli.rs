@@ -781,3 +781,159 @@ fn a_geostationary_scene_has_a_place_in_its_stac_item() {
     std::fs::write(&path, serde_json::to_vec(item).unwrap()).unwrap();
     tilegate_tests::validate_stac(&path).unwrap();
 }
+
+/// `report -o -` writes the page to stdout and nothing else there; before, it wrote a file
+/// named `-` in the working directory.
+#[test]
+fn report_to_a_dash_writes_the_page_to_stdout() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let scene = dir.join("scene.tif");
+    sample(&data, &scene, 256, 11);
+    tg_json(&data, &["run", scene.to_str().unwrap(), "--window", "128"]);
+    let out = Command::new(tilegate_bin())
+        .current_dir(dir)
+        .arg("--data")
+        .arg(&data)
+        .args(["report", "-o", "-", "--no-thumbnail"])
+        .output()
+        .expect("run tilegate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        page.starts_with("<!DOCTYPE html>"),
+        "{}",
+        &page[..page.len().min(200)]
+    );
+    assert!(
+        page.trim_end().ends_with("</html>"),
+        "more than the page on stdout"
+    );
+    assert!(!dir.join("-").exists(), "a file named `-` was written");
+}
+
+/// `ingest --watch` of a directory that is not there is the command line's mistake, named
+/// with its path (before: `error[unexpected]` and no path).
+#[test]
+fn watching_a_missing_directory_is_named_with_its_path() {
+    let tmp = tempdir();
+    let missing = tmp.path().join("no-such-inbox");
+    let out = tg(
+        &tmp.path().join("data"),
+        &[
+            "ingest",
+            "--watch",
+            missing.to_str().unwrap(),
+            "--until-idle",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error[bad-option]"), "{stderr}");
+    assert!(stderr.contains(missing.to_str().unwrap()), "{stderr}");
+}
+
+/// A command line clap refuses, with `--json`, prints the error document the README promises
+/// (reason `usage`) on stdout and exits 2; before, stdout was empty.
+#[test]
+fn a_refused_command_line_with_json_prints_an_error_document() {
+    let tmp = tempdir();
+    let out = tg(
+        &tmp.path().join("data"),
+        &["--json", "status", "--no-such-flag"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not a document ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(doc["error"]["reason"], Reason::Usage.as_str(), "{doc}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--no-such-flag"),
+        "{doc}"
+    );
+    // Without --json: clap's message only, stdout empty.
+    let plain = tg(&tmp.path().join("data"), &["status", "--no-such-flag"], &[]);
+    assert_eq!(plain.status.code(), Some(2));
+    assert!(plain.stdout.is_empty());
+}
+
+/// `run SRC -o SRC` is refused before any work and leaves the source as it was (before, the
+/// scene silently replaced its own source); `-o` onto an existing file needs `--force`, which
+/// says so; `-o` into a directory that does not exist fails before any work (before: after
+/// all of it, naming a temporary file).
+#[test]
+fn run_refuses_to_write_over_its_source_or_an_existing_file() {
+    let tmp = tempdir();
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let scene = dir.join("scene.tif");
+    sample(&data, &scene, 256, 12);
+    let before = std::fs::read(&scene).unwrap();
+    let s = scene.to_str().unwrap();
+    let refused = |args: &[&str], says: &str| {
+        let out = tg(&data, args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("error[bad-option]") && stderr.contains(says),
+            "{args:?}: {stderr}"
+        );
+    };
+    refused(&["run", s, "--window", "128", "-o", s], "own source");
+    refused(
+        &["run", s, "--window", "128", "-o", s, "--force"],
+        "own source",
+    );
+    assert_eq!(
+        std::fs::read(&scene).unwrap(),
+        before,
+        "the source was replaced"
+    );
+    let other = dir.join("other.tif");
+    std::fs::write(&other, b"keep me").unwrap();
+    let o = other.to_str().unwrap();
+    refused(
+        &["run", s, "--window", "128", "-o", o],
+        "--force replaces it",
+    );
+    assert_eq!(std::fs::read(&other).unwrap(), b"keep me");
+    let nowhere = dir.join("no-such-dir").join("x.tif");
+    refused(
+        &["run", s, "--window", "128", "-o", nowhere.to_str().unwrap()],
+        "does not exist",
+    );
+    // None of them planned anything.
+    let st = tg(&data, &["status"], &[]);
+    assert!(
+        String::from_utf8_lossy(&st.stderr).contains("error[no-job]"),
+        "a refused run planned a job"
+    );
+    // With --force the existing file is replaced by the scene, and that is said.
+    let out = tg(
+        &data,
+        &["run", s, "--window", "128", "-o", o, "--force"],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("will be replaced"), "{stderr}");
+    let written = std::fs::read(&other).unwrap();
+    assert!(
+        written.starts_with(b"II"),
+        "not the scene: {} bytes",
+        written.len()
+    );
+}

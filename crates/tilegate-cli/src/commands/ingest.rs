@@ -54,6 +54,16 @@ async fn ingest_cmd(cx: &Ctx, a: IngestArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&cfg)?);
         return Ok(ExitCode::SUCCESS);
     }
+    // A watched directory that is not there is the command line's mistake, said with its path
+    // before anything is opened.
+    for root in &a.watch {
+        if !root.is_dir() {
+            return Err(crate::errors::refused(
+                tilegate_core::Reason::BadOption,
+                format!("--watch {}: no such directory", root.display()),
+            ));
+        }
+    }
     let b = cx.open().await?;
     let arrivals = cx.open_arrivals(a.arrivals.as_deref()).await?;
     let ingest = Ingest::new(b, cfg, cx.policies());
@@ -95,7 +105,10 @@ async fn ingest_cmd(cx: &Ctx, a: IngestArgs) -> anyhow::Result<ExitCode> {
         if last_scan.elapsed() >= poll {
             last_scan = Instant::now();
             for w in &mut watches {
-                let ready = w.scan()?;
+                let ready = w.scan().map_err(|e| {
+                    anyhow::Error::new(e)
+                        .context(format!("scan the watched directory {}", w.root().display()))
+                })?;
                 busy |= !ready.is_empty();
                 for path in ready {
                     report.files += 1;

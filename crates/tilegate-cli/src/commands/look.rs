@@ -271,6 +271,16 @@ async fn report(
             generated_at: Some(now),
         },
     );
+    if a.out.as_os_str() == "-" {
+        // `-o -`: the page is the output, on stdout; nothing else is printed there.
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(page.as_bytes())
+            .and_then(|()| stdout.flush())
+            .context("write the report to stdout")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     std::fs::write(&a.out, &page).with_context(|| format!("write {}", a.out.display()))?;
     out.emit(&PageReport {
         job_id: st.job_id.clone(),

@@ -174,6 +174,10 @@ async fn run(cx: &Ctx, b: &Backends, a: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let Some(list) = &a.from else {
         let source = a.source.clone().expect("clap requires a source or --from");
+        if let Some(path) = &a.out_file {
+            // Before any work: an -o that cannot be written fails now, not after the scene.
+            check_named_copy(path, &source, a.force)?;
+        }
         let mut ran = run_one(source).await?;
         if let Some(path) = &a.out_file
             && ran.complete
@@ -339,6 +343,50 @@ async fn backfill_cmd(out: &Out, b: &Backends, a: BackfillArgs) -> anyhow::Resul
 /// Copy the job's published scene — the version its row records, read in ranges pinned to its
 /// ETag — to `path` through a temporary name beside it, renamed into place once complete and
 /// on disk. A second run writes the same bytes again; the store's scene is not touched.
+/// Whether `-o PATH` may be written for `source`: its directory exists, it is not the
+/// source itself (the job would no longer match its pinned source), and an existing file is
+/// replaced only with `force` (said on stderr).
+fn check_named_copy(path: &std::path::Path, source: &str, force: bool) -> anyhow::Result<()> {
+    let bad = |why: String| refused(Reason::BadOption, format!("-o {}: {why}", path.display()));
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(bad(format!(
+            "the directory {} does not exist",
+            dir.display()
+        )));
+    }
+    if path.is_dir() {
+        return Err(bad("a directory, not a file name".to_owned()));
+    }
+    let Ok(existing) = path.canonicalize() else {
+        return Ok(());
+    };
+    let local = match tilegate_core::reference::Reference::parse(source) {
+        Ok(tilegate_core::reference::Reference::Local(p)) => Some(p),
+        _ => None,
+    };
+    if local.is_some_and(|p| {
+        std::path::Path::new(&p)
+            .canonicalize()
+            .is_ok_and(|s| s == existing)
+    }) {
+        return Err(bad(
+            "that is the job's own source: the scene would replace what it is made from".to_owned(),
+        ));
+    }
+    if !force {
+        return Err(bad("the file exists; --force replaces it".to_owned()));
+    }
+    eprintln!(
+        "tilegate: -o {} exists and will be replaced (--force)",
+        path.display()
+    );
+    Ok(())
+}
+
 async fn write_named_copy(
     b: &Backends,
     job: &tilegate_core::JobId,
