@@ -110,9 +110,12 @@ impl AssembleOptions {
         }
     }
 
-    /// Whether the caller has asked this assembly to stop.
-    pub(crate) fn stopped(&self) -> bool {
-        self.stop.as_ref().is_some_and(|s| *s.borrow())
+    /// `Interrupted` if the caller has asked this assembly to stop.
+    pub(crate) fn ensure_running(&self, job: &JobId) -> Result<(), AssembleError> {
+        if self.stop.as_ref().is_some_and(|s| *s.borrow()) {
+            return Err(AssembleError::Interrupted { job: job.clone() });
+        }
+        Ok(())
     }
 
     /// `work` unless the caller asks to stop first; then `Interrupted`.

@@ -41,12 +41,8 @@ pub(crate) async fn multipart(
             if keep_alive.is_lost() {
                 return abort(b, key, &upload_id).await;
             }
-            if opts.stopped() {
-                // The error path below aborts the upload; the caller releases the claim.
-                return Err(AssembleError::Interrupted {
-                    job: report.job_id.clone(),
-                });
-            }
+            // A stop: the error path below aborts the upload; the caller releases the claim.
+            opts.ensure_running(&report.job_id)?;
             let end = (offset + part_size).min(file.len());
             n += 1;
             let bytes = file.read(offset, (end - offset) as usize);
@@ -68,11 +64,7 @@ pub(crate) async fn multipart(
             }
         }
         // A stop before completing publishes nothing: the upload is aborted below.
-        if opts.stopped() {
-            return Err(AssembleError::Interrupted {
-                job: report.job_id.clone(),
-            });
-        }
+        opts.ensure_running(&report.job_id)?;
         // The last word before completing: a guarded renewal proves the lease is still ours.
         if gate.renew(lease).await? == LeaseState::Lost {
             return abort(b, key, &upload_id).await;
