@@ -74,6 +74,31 @@ pub fn json_of(args: &[&str], out: &Output) -> Value {
     })
 }
 
+/// The document an `assemble --json` process printed, its exit status checked against its
+/// outcome: 0 when the scene is published (`written`, `already_done`, `already_present`), 7
+/// ("not done here") when another assembler holds the claim or took it over.
+pub fn assembler_doc(out: &Output) -> Value {
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the assembler printed no JSON ({e}, {}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let want = match doc["outcome"].as_str() {
+        Some("written" | "already_done" | "already_present") => 0,
+        Some("held_by" | "lease_lost") => 7,
+        _ => panic!("an assembler ended oddly ({}): {doc}", out.status),
+    };
+    assert_eq!(
+        out.status.code(),
+        Some(want),
+        "{doc}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    doc
+}
+
 /// Run one `work --until-empty` process that handles one message at a time (visibility 1 s),
 /// with `extra` flags and `env`.
 pub fn work_one_at_a_time(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {

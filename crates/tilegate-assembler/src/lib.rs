@@ -129,8 +129,16 @@ impl AssembleOptions {
         };
         tokio::select! {
             done = work => done,
-            _ = stop.wait_for(|s| *s) => Err(AssembleError::Interrupted { job: job.clone() }),
+            () = asked_to_stop(&mut stop) => Err(AssembleError::Interrupted { job: job.clone() }),
         }
+    }
+}
+
+/// Resolves once `stop` says stop; never if its sender is gone without saying it (a dropped
+/// sender is nobody asking, not a stop).
+pub async fn asked_to_stop(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

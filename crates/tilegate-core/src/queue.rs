@@ -128,4 +128,13 @@ pub trait WorkQueue: Send + Sync + std::fmt::Debug {
     /// Returns how many moved.
     async fn redrive(&self, message_ids: Option<&[String]>) -> StoreResult<u64>;
     async fn depth(&self) -> StoreResult<QueueDepth>;
+    /// The bodies of the messages on the queue now (visible or in flight, not dead letters)
+    /// that contain `needle` — or `None` when this queue cannot list what it holds (SQS,
+    /// Pub/Sub and Azure queues show a few messages at a time, hiding them as they do).
+    /// A planner asks before enqueueing a job's windows again, so that a window whose message
+    /// is still waiting is not sent twice (and encoded twice).
+    async fn holding(&self, needle: &str) -> StoreResult<Option<Vec<String>>> {
+        let _ = needle;
+        Ok(None)
+    }
 }

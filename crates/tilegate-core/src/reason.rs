@@ -168,6 +168,9 @@ reasons! {
     /// The assembler's claim lapsed and another took it over mid-upload; the upload was aborted
     /// (assembly on completion tries again).
     LeaseLost = "lease-lost",
+    /// Another assembler holds the scene's claim: its assembly is in progress elsewhere and
+    /// nothing was uploaded here (it publishes; or its lease lapses and the next one does).
+    ClaimHeld = "claim-held",
     /// The assembly was stopped (Ctrl-C, SIGTERM) before it published; its claim was released
     /// and any upload aborted, so the next `assemble` starts at once.
     Interrupted = "interrupted",
@@ -366,6 +369,9 @@ exits! {
     Disagrees = 5,
     /// The attempt was not published: the pointer moved meanwhile, or it is not current.
     NotPublished = 6,
+    /// Not done here: another assembler holds the scene's claim (`claim-held`) or took it
+    /// over (`lease-lost`). It publishes the scene; `tilegate status` shows when.
+    Held = 7,
 }
 
 impl From<Exit> for std::process::ExitCode {

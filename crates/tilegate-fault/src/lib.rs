@@ -18,6 +18,9 @@
 //! `TILEGATE_PANIC_MAX_ATTEMPT=N` limits it to deliveries received at most N times (a window
 //! that panics once and then succeeds); without it the windows are poison, panicking on every
 //! delivery.
+//!
+//! Slowness: `TILEGATE_SLOW_WINDOW_MS=N` makes every window wait N ms before it is encoded (a
+//! slow encoder, so that a test's Ctrl-C or second process lands while a job is half done).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,4 +91,12 @@ pub fn point(point: &str, attempt: u32) {
     unsafe {
         libc::kill(libc::getpid(), libc::SIGKILL);
     }
+}
+
+/// How long each window waits before it is encoded (`TILEGATE_SLOW_WINDOW_MS`); none unset.
+pub fn window_delay() -> Option<std::time::Duration> {
+    static DELAY: OnceLock<Option<u64>> = OnceLock::new();
+    DELAY
+        .get_or_init(|| number("TILEGATE_SLOW_WINDOW_MS"))
+        .map(std::time::Duration::from_millis)
 }

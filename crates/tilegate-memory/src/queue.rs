@@ -249,6 +249,17 @@ impl WorkQueue for MemoryQueue {
         Ok(())
     }
 
+    async fn holding(&self, needle: &str) -> StoreResult<Option<Vec<String>>> {
+        let st = self.lock();
+        Ok(Some(
+            st.messages
+                .values()
+                .filter(|m| m.body.contains(needle))
+                .map(|m| m.body.clone())
+                .collect(),
+        ))
+    }
+
     async fn list_dead_letters(&self, max: usize) -> StoreResult<Vec<DeadLetter>> {
         Ok(self.lock().dead.iter().take(max).cloned().collect())
     }

@@ -219,7 +219,9 @@ impl Reconciler {
             && recorded < windows
             && now.saturating_sub(job.created_at) >= grace
         {
-            let (sent, _) = tilegate_planner::enqueue_windows(&self.b, job, true).await?;
+            let sent = tilegate_planner::enqueue_windows(&self.b, job, true)
+                .await?
+                .enqueued;
             change_job(&*self.b.jobs, id, "mark the windows enqueued", |row| {
                 !std::mem::replace(&mut row.windows_enqueued, true)
             })

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use tilegate_assembler::{AssembleError, AssembleOptions, AssembleReport};
+use tilegate_assembler::{AssembleError, AssembleOptions, AssembleOutcome, AssembleReport};
 use tilegate_core::metrics::{self as m, Counters};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, JobId, StoreError};
@@ -147,9 +147,9 @@ pub async fn run<P: Progress>(
     let scene = match opts.assemble {
         Some(mut a) if manifest_rows == plan.windows => {
             a.reduced = reduced;
-            a.stop = Some(stop_assembly);
+            a.stop = Some(stop_assembly.clone());
             Some(
-                tilegate_assembler::assemble(b, &job.job_id, &a, counters)
+                assemble_or_wait(b, &job.job_id, &a, counters, stop_assembly)
                     .await
                     .map_err(RunError::Assemble)?,
             )
@@ -169,6 +169,37 @@ pub async fn run<P: Progress>(
         manifest_rows,
         scene,
     })
+}
+
+/// Assemble; while another assembler holds the claim (a second `run` of the same job, started
+/// beside this one), wait for it rather than end without a scene: its scene once it publishes
+/// (`already_done`), or this run's own once its lease lapses (a holder that died). A live
+/// holder renews its lease, so the wait ends when the scene does; a stop ends it at once.
+async fn assemble_or_wait(
+    b: &Backends,
+    job: &JobId,
+    opts: &AssembleOptions,
+    counters: &Counters,
+    mut stop: watch::Receiver<bool>,
+) -> Result<AssembleReport, AssembleError> {
+    let mut said = false;
+    loop {
+        let r = tilegate_assembler::assemble(b, job, opts, counters).await?;
+        let AssembleOutcome::HeldBy { owner, expires_at } = &r.outcome else {
+            return Ok(r);
+        };
+        if !said {
+            tracing::info!(job_id = %job, holder = %owner, "another assembler holds the scene's claim: waiting for it to publish, or for its lease to lapse");
+            said = true;
+        }
+        let to_expiry = (*expires_at - tilegate_core::now_millis()).clamp(0, 1000) as u64;
+        tokio::select! {
+            () = tokio::time::sleep(std::time::Duration::from_millis(to_expiry.max(200))) => {}
+            () = tilegate_assembler::asked_to_stop(&mut stop) => {
+                return Err(AssembleError::Interrupted { job: job.clone() });
+            }
+        }
+    }
 }
 
 /// Settle `job` for a process with no sinks (a failure is logged: the reconciler settles it).

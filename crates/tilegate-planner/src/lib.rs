@@ -8,7 +8,7 @@
 pub mod plan;
 
 pub use plan::{
-    Enqueue, Plan, PlanError, PlanOptions, PlanTimings, derive, enqueue_windows, plan,
+    Enqueue, Plan, PlanError, PlanOptions, PlanTimings, Sent, derive, enqueue_windows, plan,
     plan_resolved, plan_with,
 };
 pub use tilegate_source::{SourceError, SourcePolicy};

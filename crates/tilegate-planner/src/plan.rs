@@ -12,7 +12,7 @@ use tilegate_core::source::SceneMeta;
 use tilegate_core::stall::STALL_AFTER_MS;
 use tilegate_core::table::{CreateOutcome, JobRecord, MAX_MANIFEST_SHARDS};
 use tilegate_core::{
-    Backends, Grid, JobId, KeyError, Prefix, Recipe, StoreError, Tenant, now_millis,
+    Backends, Grid, JobId, KeyError, Prefix, Recipe, StoreError, Tenant, Window, now_millis,
 };
 use tilegate_source::{Origin, ResolvedSource, SourceError, SourcePolicy, resolve};
 
@@ -208,8 +208,15 @@ pub async fn plan_resolved(
         );
         return Ok(plan);
     }
+    if opts.resume && !newly_planned && !plan.job.windows_enqueued && age_ms <= STALL_AFTER_MS {
+        // A second `run` of the same job started beside the first: the first is enqueueing
+        // its windows now. Wait for its mark, then send only what it did not (nothing, unless
+        // it died), rather than a second copy of every window.
+        wait_for_enqueue_mark(b, &mut plan.job).await?;
+    }
     let only_missing = opts.resume || enqueue == Enqueue::Once;
-    (plan.enqueued, plan.already_recorded) = enqueue_windows(b, &plan.job, only_missing).await?;
+    let sent = enqueue_windows(b, &plan.job, only_missing).await?;
+    (plan.enqueued, plan.already_recorded) = (sent.enqueued, sent.recorded);
     // Every plan marks the row once its windows are all enqueued: a row without the mark,
     // older than a planner takes, is one whose planner died (the reconciler enqueues it).
     if !plan.job.windows_enqueued {
@@ -223,6 +230,22 @@ pub async fn plan_resolved(
     }
     plan.timings.enqueue_s = clock.elapsed().as_secs_f64();
     Ok(plan)
+}
+
+/// Wait until another planner marks `job`'s windows enqueued (the row is refreshed), or until
+/// its row is older than a planner takes ([`STALL_AFTER_MS`]: that planner died).
+async fn wait_for_enqueue_mark(b: &Backends, job: &mut JobRecord) -> Result<(), StoreError> {
+    tracing::info!(job_id = %job.job_id, "another planner is enqueueing this job's windows: waiting for it");
+    while now_millis().saturating_sub(job.created_at) <= STALL_AFTER_MS {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        if let Some(row) = b.jobs.get_job(&job.job_id).await? {
+            *job = row.row;
+            if job.windows_enqueued {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The job `plan` would write for `source`, without writing anything: the source pinned and
@@ -323,11 +346,14 @@ fn planned_recipe(recipe: &Recipe, scene: &SceneMeta) -> Result<Recipe, PlanErro
         Operation::Expr { expr, .. } => {
             let program = tilegate_expr::Program::parse(expr)
                 .map_err(|e| RecipeError::BadExpression(e.to_string()))?;
+            // A band the source lacks is the expression's fault: `bad-expression`, as a
+            // malformed one is.
             if let Some(&band) = program.bands().iter().find(|&&b| b > scene.bands) {
-                return Err(RecipeError::NoSuchBand {
-                    band,
-                    bands: scene.bands,
-                }
+                return Err(RecipeError::BadExpression(format!(
+                    "b{band}: band {band} does not exist (the source has {} band(s), numbered \
+                     from 1)",
+                    scene.bands
+                ))
                 .into());
             }
         }
@@ -362,13 +388,16 @@ fn planned_recipe(recipe: &Recipe, scene: &SceneMeta) -> Result<Recipe, PlanErro
 }
 
 /// Enqueue one message per window of `job` — or, with `only_missing`, per window that has no
-/// manifest row. Returns (enqueued, windows already recorded). Used by `plan`, `--resume` and
-/// `backfill`; duplicates are allowed and absorbed by the workers.
+/// manifest row and no message waiting on the queue (when the queue can say: see
+/// [`WorkQueue::holding`](tilegate_core::queue::WorkQueue::holding)). Says what it sent and
+/// why it left the rest. Used by `plan`, `--resume`, `backfill` and the reconciler;
+/// duplicates are allowed and absorbed by the workers, but a run resumed after an interrupt
+/// does not send a window again whose message the interrupted run left waiting.
 pub async fn enqueue_windows(
     b: &Backends,
     job: &JobRecord,
     only_missing: bool,
-) -> Result<(u64, u64), StoreError> {
+) -> Result<Sent, StoreError> {
     let recorded: HashSet<_> = b
         .manifest
         .list_entries(&job.job_id)
@@ -376,11 +405,16 @@ pub async fn enqueue_windows(
         .into_iter()
         .map(|e| e.row.window)
         .collect();
+    let queued = if only_missing {
+        windows_queued(b, job).await?
+    } else {
+        HashSet::new()
+    };
     let mut enqueued = 0u64;
     let mut chunk = Vec::with_capacity(SEND_CHUNK);
     for w in job.grid.windows() {
         let unrecorded = !recorded.contains(&w);
-        if only_missing && !unrecorded {
+        if only_missing && (!unrecorded || queued.contains(&w)) {
             continue;
         }
         chunk.push(
@@ -400,6 +434,35 @@ pub async fn enqueue_windows(
         b.queue.send_batch(&chunk).await?;
         enqueued += chunk.len() as u64;
     }
-    tracing::info!(job_id = %job.job_id, enqueued, only_missing, "windows enqueued");
-    Ok((enqueued, recorded.len() as u64))
+    tracing::info!(job_id = %job.job_id, enqueued, only_missing, still_queued = queued.len(), "windows enqueued");
+    Ok(Sent {
+        enqueued,
+        recorded: recorded.len() as u64,
+        queued: queued.len() as u64,
+    })
+}
+
+/// What [`enqueue_windows`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// Messages sent.
+    pub enqueued: u64,
+    /// Windows with a manifest row (not sent when only the missing were asked for).
+    pub recorded: u64,
+    /// Windows without a row whose message is still on the queue (not sent again).
+    pub queued: u64,
+}
+
+/// The windows of `job` whose tile messages are on the queue now (visible or in flight), as
+/// far as the queue can tell; empty when it cannot list what it holds.
+async fn windows_queued(b: &Backends, job: &JobRecord) -> Result<HashSet<Window>, StoreError> {
+    let Some(bodies) = b.queue.holding(job.job_id.as_str()).await? else {
+        return Ok(HashSet::new());
+    };
+    Ok(bodies
+        .iter()
+        .filter_map(|body| WindowMessage::decode(body).ok())
+        .filter(|m| m.job_id == job.job_id && m.attempt.is_none())
+        .map(|m| m.window)
+        .collect())
 }

@@ -391,6 +391,19 @@ async fn process(
     if let Some(order) = &wm.attempt {
         return regenerate_window(shared, &job, window, order, msg.receive_count, deltas).await;
     }
+    // A second message for a window this pool recorded (or is encoding: then it waits) is
+    // dropped here, before any request: an interrupted run's messages and its resume's.
+    let turn = match shared.here.begin(&job.job_id, window).await {
+        crate::here::Here::Recorded => {
+            deltas.bump(shared, m::DUPLICATE_ENCODES_SKIPPED);
+            tracing::info!(
+                outcome = "skipped",
+                "window already recorded by this pool; duplicate message dropped"
+            );
+            return Ok(WindowOutcome::Skipped);
+        }
+        crate::here::Here::Work(turn) => turn,
+    };
     let key = job.prefix.tile_key(&job.job_id, window);
     let mut facts = WindowFacts {
         attempt: msg.receive_count,
@@ -424,11 +437,15 @@ async fn process(
             deltas,
         )
         .await?;
+        turn.recorded();
         tracing::info!(outcome = "skipped", "tile already present; encode skipped");
         return Ok(WindowOutcome::Skipped);
     }
 
     fault::point("before-encode", msg.receive_count);
+    if let Some(slow) = fault::window_delay() {
+        tokio::time::sleep(slow).await;
+    }
     // The policy judges the source before GDAL opens it: the job row is the operator's, but
     // this worker's policy (and the addresses a name resolves to now) decide what it reads.
     tilegate_source::admit(&shared.cfg.sources.of(job.tenant.as_str()), &job.source).await?;
@@ -482,6 +499,7 @@ async fn process(
     facts.commit_ms = Some(millis(commit_started.elapsed()));
     fault::point("after-commit", msg.receive_count);
     record(shared, &job, window, &meta, origin, facts, deltas).await?;
+    turn.recorded();
     tracing::info!(outcome = outcome.name(), size = meta.size, "tile commit");
     fault::point("before-ack", msg.receive_count);
     Ok(outcome)

@@ -8,6 +8,7 @@ mod acks;
 pub mod completion;
 pub use tilegate_fault as fault;
 mod handle;
+mod here;
 pub mod pool;
 pub mod regenerate;
 pub mod repair;

@@ -341,6 +341,8 @@ pub(crate) struct Shared {
     jobs: Mutex<HashMap<JobId, Arc<JobRecord>>>,
     /// Each job's windows per manifest partition, for the completion check.
     shard_sizes: std::sync::Mutex<HashMap<JobId, Arc<Vec<u64>>>>,
+    /// Windows this pool is working on or has recorded (duplicates dropped before encoding).
+    pub(crate) here: crate::here::WindowsHere,
 }
 
 /// Per-job counter deltas not yet added to the counter table. Flushed about once a second and
@@ -462,6 +464,7 @@ impl Worker {
                 worker_name: worker_name(),
                 jobs: Mutex::new(HashMap::new()),
                 shard_sizes: std::sync::Mutex::default(),
+                here: crate::here::WindowsHere::default(),
             }),
         }
     }

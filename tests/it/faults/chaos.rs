@@ -1072,9 +1072,7 @@ impl ChildDoc {
     }
 
     fn finish(self) -> Value {
-        let out = self.0.wait_with_output().unwrap();
-        assert!(out.status.success(), "an assembler failed: {}", out.status);
-        serde_json::from_slice(&out.stdout).unwrap()
+        tilegate_tests::assembler_doc(&self.0.wait_with_output().unwrap())
     }
 }
 

@@ -260,15 +260,7 @@ fn aws_eight_racing_assemblers_upload_the_scene_once() {
         .collect();
     let docs: Vec<serde_json::Value> = children
         .into_iter()
-        .map(|c| {
-            let out = c.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            serde_json::from_slice(&out.stdout).unwrap()
-        })
+        .map(|c| tilegate_tests::assembler_doc(&c.wait_with_output().unwrap()))
         .collect();
     let winners: Vec<_> = docs.iter().filter(|d| d["outcome"] == "written").collect();
     assert_eq!(winners.len(), 1, "{docs:#?}");

@@ -75,7 +75,7 @@ async fn assemble_cmd(out: &Out, b: &Backends, a: AssembleArgs) -> anyhow::Resul
             let mut summary = AssembleSummary::of(&r, &counters);
             summary.elapsed_s = Some(started.elapsed().as_secs_f64());
             out.emit(&AssembleResult::Assembled(summary));
-            Ok(ExitCode::SUCCESS)
+            Ok(exit_of(&r.outcome))
         }
         Err(e @ tilegate_assembler::AssembleError::Incomplete { .. }) => {
             let tilegate_assembler::AssembleError::Incomplete {
@@ -230,6 +230,13 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
         }
         jobs.push(result);
     }
+    let held = jobs
+        .iter()
+        .filter(|j| {
+            matches!(j, AssembleResult::Assembled(s)
+                if matches!(s.outcome, crate::reports::AssembleOutcome::HeldBy | crate::reports::AssembleOutcome::LeaseLost))
+        })
+        .count();
     if out.json {
         println!(
             "{}",
@@ -238,11 +245,40 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
     } else if jobs.is_empty() {
         println!("no job is waiting to be assembled");
     }
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
+    Ok(if failed > 0 {
         Exit::Failed.into()
+    } else if held > 0 {
+        Exit::Held.into()
+    } else {
+        ExitCode::SUCCESS
     })
+}
+
+/// How an assembly that ran ends the process: published (by this process or before it) is
+/// done; a claim another assembler holds, or took over, is not done here — said on stderr
+/// with its reason, and a status of its own, so that a script does not take it for a scene.
+fn exit_of(outcome: &tilegate_assembler::AssembleOutcome) -> ExitCode {
+    use tilegate_assembler::AssembleOutcome as A;
+    let (reason, why) = match outcome {
+        A::Written | A::AlreadyDone | A::AlreadyPresent => return ExitCode::SUCCESS,
+        A::HeldBy { owner, expires_at } => (
+            Reason::ClaimHeld,
+            format!(
+                "another assembler ({owner}) holds the scene's claim until {}: nothing uploaded \
+                 here; it publishes the scene (`tilegate status` shows it), or run `assemble` \
+                 again once its lease lapses",
+                tilegate_core::time::rfc3339(*expires_at)
+            ),
+        ),
+        A::LeaseLost => (
+            Reason::LeaseLost,
+            "this assembler's claim lapsed and another took it over: the upload was aborted; \
+             the new holder publishes the scene"
+                .to_owned(),
+        ),
+    };
+    eprintln!("tilegate: not done[{reason}]: {why}");
+    Exit::Held.into()
 }
 
 /// Assemble one job with its requests metered to it and its counts recorded on its counters

@@ -330,11 +330,12 @@ fn run_summary(
 
 async fn backfill_cmd(out: &Out, b: &Backends, a: BackfillArgs) -> anyhow::Result<ExitCode> {
     let job = find_job(b, Some(&a.job)).await?;
-    let (enqueued, recorded) = tilegate_planner::enqueue_windows(b, &job, a.missing).await?;
+    let sent = tilegate_planner::enqueue_windows(b, &job, a.missing).await?;
     out.emit(&BackfillReport {
         job_id: job.job_id,
-        enqueued,
-        already_recorded: recorded,
+        enqueued: sent.enqueued,
+        already_recorded: sent.recorded,
+        still_queued: sent.queued,
         windows: job.grid.len(),
     });
     Ok(ExitCode::SUCCESS)

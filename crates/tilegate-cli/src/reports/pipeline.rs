@@ -179,13 +179,21 @@ pub struct BackfillReport {
     pub job_id: JobId,
     pub enqueued: u64,
     pub already_recorded: u64,
+    /// With --missing: windows without a row whose message is still on the queue (not sent
+    /// again; 0 where the queue cannot say, as on SQS).
+    pub still_queued: u64,
     pub windows: u64,
 }
 
 impl Report for BackfillReport {
     fn text(&self, _: &Out) -> String {
+        let queued = if self.still_queued > 0 {
+            format!("; {} still queued, not sent again", self.still_queued)
+        } else {
+            String::new()
+        };
         format!(
-            "enqueued {} window(s) of job {} ({} of {} already recorded)",
+            "enqueued {} window(s) of job {} ({} of {} already recorded{queued})",
             self.enqueued, self.job_id, self.already_recorded, self.windows
         )
     }

@@ -366,6 +366,20 @@ impl WorkQueue for SqliteQueue {
         Ok(moved)
     }
 
+    async fn holding(&self, needle: &str) -> StoreResult<Option<Vec<String>>> {
+        let queue = self.queue.clone();
+        let needle = needle.to_owned();
+        self.db
+            .with_conn("holding", &self.queue, move |c| {
+                let mut stmt = c.prepare_cached(
+                    "SELECT body FROM queue_messages WHERE queue = ?1 AND instr(body, ?2) > 0",
+                )?;
+                let rows = stmt.query_map(params![queue, needle], |r| r.get(0))?;
+                Ok(Some(rows.collect::<Result<_, _>>()?))
+            })
+            .await
+    }
+
     async fn depth(&self) -> StoreResult<QueueDepth> {
         let queue = self.queue.clone();
         self.db
