@@ -718,6 +718,18 @@ pub struct ServeArgs {
     /// Print the OpenAPI document and exit.
     #[arg(long)]
     pub print_openapi: bool,
+    /// Try the service on one machine: a sample scene served at /demo/scene.tif (made in the
+    /// data directory if absent), a worker pool and the assembler in this process, and a new
+    /// key for the tenant `demo`, which may read that scene; prints the page's link with the
+    /// key. The demo tenant's policy admits this server's own address; other tenants keep the
+    /// default policy.
+    #[arg(long)]
+    pub demo: bool,
+    /// Where clients reach this server (`https://tiles.example.com`), for the links it signs
+    /// itself on the embedded store (`POST /v1/jobs/{id}/urls`); default `http://ADDR`, the
+    /// address bound.
+    #[arg(long, env = "TILEGATE_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<String>,
     #[command(flatten)]
     pub prices: PriceArgs,
 }

@@ -217,6 +217,10 @@ reasons! {
     UrlLifetimeEmpty = "url-lifetime-empty",
     /// A signed URL was asked to live longer than the store allows (7 days).
     UrlLifetimeExceeded = "url-lifetime-exceeded",
+    /// A link the service signed has passed its expiry: ask the service for a new one.
+    LinkExpired = "link-expired",
+    /// A link's signature does not match its object and expiry (altered, or signed by another data directory).
+    LinkSignatureInvalid = "link-signature-invalid",
     // The job service.
     /// The request carries no credentials, or a key or token that proves nothing (unknown,
     /// revoked, expired, signed by another key, issued for another audience or issuer).

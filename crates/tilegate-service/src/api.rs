@@ -64,6 +64,8 @@ pub struct JobLinks {
     pub stac: String,
     pub events: String,
     pub urls: String,
+    /// A small PNG of the published scene.
+    pub thumbnail: String,
 }
 
 /// A job, briefly.
@@ -201,6 +203,7 @@ fn links(id: &JobId) -> JobLinks {
         stac: format!("{base}/stac"),
         events: format!("{base}/events"),
         urls: format!("{base}/urls"),
+        thumbnail: format!("{base}/thumbnail.png"),
         this: base,
     }
 }
@@ -364,6 +367,22 @@ pub async fn create_job(
             format!(
                 "`prefix`: the segment `{}` is the service's own",
                 crate::keys::KEYS_SEGMENT
+            ),
+        ));
+    }
+    // A request never reaches the server's files: said here in the request's own words (the
+    // policy names the rule for a message, of which a request is one kind).
+    if let Ok(tilegate_core::reference::Reference::Local(_)) =
+        tilegate_core::reference::Reference::parse(&req.source)
+    {
+        return Err(ApiError::unprocessable(
+            Reason::SourceForbidden,
+            format!(
+                "forbidden by the source policy (local-file-from-request): `{}` is a file on \
+                 the server, which a request may not name; name an http(s), s3, gs or az \
+                 source the tenant's policy admits (`tilegate serve --demo` serves a sample \
+                 scene to try)",
+                shown(&req.source)
             ),
         ));
     }
@@ -535,15 +554,105 @@ pub async fn sign_url(
     )
     .await
     .map_err(ledger_error)?;
+    // A store that signs nothing (the embedded store's `file://` path, which no expiry
+    // ends): a link of the service's own, to this job's object only.
+    let url = match &s.links {
+        Some(links) if !g.expiring => links.sign(&job, &g.key, g.expires_at)?,
+        _ => g.url,
+    };
     tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = ?caller.credential,
         job = %job.job_id, subject = %subject, object = %g.key, expires_at = g.expires_at, "audit: url issued");
     Ok(Json(SignedUrl {
-        url: g.url,
+        url,
         key: g.key,
         attempt: g.attempt,
         expires_at: g.expires_at,
         capped_by_retention: g.capped_by_retention,
     }))
+}
+
+/// A PNG image.
+#[derive(Debug)]
+pub struct Png(pub Vec<u8>);
+
+impl axum::response::IntoResponse for Png {
+    fn into_response(self) -> axum::response::Response {
+        let mut r = self.0.into_response();
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("image/png"),
+        );
+        r
+    }
+}
+
+impl aide::OperationOutput for Png {
+    type Inner = Vec<u8>;
+
+    fn operation_response(
+        _ctx: &mut aide::generate::GenContext,
+        _op: &mut aide::openapi::Operation,
+    ) -> Option<aide::openapi::Response> {
+        Some(crate::error::documented_response(
+            "A PNG picture of the scene, at most about 256 pixels on its longer side.",
+            "image/png",
+            schemars::json_schema!({"type": "string", "contentMediaType": "image/png"}),
+        ))
+    }
+
+    fn inferred_responses(
+        ctx: &mut aide::generate::GenContext,
+        op: &mut aide::openapi::Operation,
+    ) -> Vec<(Option<aide::openapi::StatusCode>, aide::openapi::Response)> {
+        Self::operation_response(ctx, op)
+            .map(|r| vec![(Some(aide::openapi::StatusCode::Code(200)), r)])
+            .unwrap_or_default()
+    }
+}
+
+/// `GET /v1/jobs/{id}/thumbnail.png`: a small picture of the published scene, drawn by GDAL
+/// from its smallest overview (no full-resolution pixel is read).
+pub async fn thumbnail(
+    State(s): State<Arc<Service>>,
+    caller: Caller,
+    JobPath(id): JobPath,
+) -> Result<Png, ApiError> {
+    let job = job_of(&s, &caller, &id).await?;
+    let Some(scene) = &job.scene_output else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            Reason::NoScene,
+            format!("job {} has no assembled scene yet", job.job_id),
+        ));
+    };
+    let Some(root) = &s.objects_gdal_root else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            Reason::NoScene,
+            "this service draws no thumbnails (it does not know where GDAL reads its store)",
+        ));
+    };
+    let full = format!("{root}{}", scene.key);
+    let path = tilegate_core::source::gdal_path_of(&full).unwrap_or(full);
+    let png = tokio::task::spawn_blocking(move || tilegate_cog::thumbnail_png(&path, 256))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Reason::Unexpected,
+                format!("drawing the thumbnail failed: {e}"),
+            )
+        })?
+        .map_err(|e| {
+            tracing::warn!(job = %job.job_id, key = %scene.key,
+                error = %tilegate_core::error::chain(&e), "no thumbnail of the scene");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Reason::GdalError,
+                format!("job {}'s scene could not be drawn", job.job_id),
+            )
+        })?;
+    Ok(Png(png))
 }
 
 /// `POST /v1/jobs/{id}/regenerate`: a new attempt of one window, sent to the workers.

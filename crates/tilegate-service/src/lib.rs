@@ -16,6 +16,7 @@ pub mod extract;
 pub mod jwt;
 pub mod keys;
 pub mod lambda;
+pub mod links;
 pub mod metrics;
 
 use aide::axum::ApiRouter;
@@ -80,6 +81,40 @@ pub struct Service {
     pub rates: auth::Rates,
     pub streams: auth::Streams,
     pub prices: PriceTable,
+    /// Links of the service's own, for a store that signs none (the embedded store); `None`:
+    /// the store signs.
+    pub links: Option<links::LinkSigner>,
+    /// Where GDAL reads the output store's objects (`/data/objects/`, `/vsis3/bucket/`): for
+    /// thumbnails. `None`: the service draws none.
+    pub objects_gdal_root: Option<String>,
+    /// `serve --demo`'s sample scene, served at `/demo/scene.tif`.
+    pub demo: Option<Demo>,
+}
+
+/// The sample scene `serve --demo` serves for its tenant to submit.
+#[derive(Debug, Clone)]
+pub struct Demo {
+    /// The scene's bytes (a small GeoTIFF).
+    pub scene: bytes::Bytes,
+    /// Its ETag, from its content.
+    pub etag: String,
+    /// The URL a tenant submits: `http://127.0.0.1:PORT/demo/scene.tif`.
+    pub source: String,
+}
+
+impl Demo {
+    pub fn new(scene: bytes::Bytes, source: String) -> Self {
+        let hash = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &scene);
+        let hex: String = hash.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Self {
+            scene,
+            etag: format!("\"{hex}\""),
+            source,
+        }
+    }
 }
 
 impl Service {
@@ -99,6 +134,9 @@ impl Service {
             rates: auth::Rates::default(),
             streams: auth::Streams::default(),
             prices,
+            links: None,
+            objects_gdal_root: None,
+            demo: None,
         }
     }
 }
@@ -134,6 +172,13 @@ fn routes() -> ApiRouter<Arc<Service>> {
             get_with(api::stac, |op| {
                 op.id("getStacItem")
                     .summary("The STAC Item of a job's published scene")
+            }),
+        )
+        .api_route(
+            "/v1/jobs/{id}/thumbnail.png",
+            get_with(api::thumbnail, |op| {
+                op.id("getThumbnail")
+                    .summary("A small PNG picture of a job's published scene")
             }),
         )
         .api_route(
@@ -245,7 +290,7 @@ static PAGE_CSP: std::sync::LazyLock<HeaderValue> = std::sync::LazyLock::new(|| 
     let hash = base64::engine::general_purpose::STANDARD.encode(hash.as_ref());
     HeaderValue::from_str(&format!(
         "default-src 'none'; script-src 'sha256-{hash}'; style-src 'unsafe-inline'; \
-         connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; \
+         connect-src 'self'; img-src 'self' data: blob:; frame-ancestors 'none'; base-uri 'none'; \
          form-action 'none'"
     ))
     .expect("a header value")
@@ -260,6 +305,41 @@ async fn page() -> Response {
         HeaderValue::from_static("no-referrer"),
     );
     r
+}
+
+fn no_demo() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        Reason::BadRequest,
+        "no such resource (`tilegate serve --demo` serves a sample scene here)",
+    )
+}
+
+/// `GET /demo/scene.tif` (`serve --demo` only): the sample scene, with the ETag, HEAD and
+/// ranges a source read through GDAL's `/vsicurl/` needs.
+async fn demo_scene(State(s): State<Arc<Service>>, headers: http::HeaderMap) -> Response {
+    match &s.demo {
+        Some(d) => links::ranged(&headers, d.scene.clone(), &d.etag, "image/tiff"),
+        None => no_demo().into_response(),
+    }
+}
+
+/// What `serve --demo` offers the page to submit.
+#[derive(Debug, serde::Serialize)]
+struct DemoSource {
+    source: String,
+}
+
+/// `GET /demo/source.json` (`serve --demo` only): the page fills its form with it.
+async fn demo_source(State(s): State<Arc<Service>>) -> Result<Json<DemoSource>, ApiError> {
+    s.demo
+        .as_ref()
+        .map(|d| {
+            Json(DemoSource {
+                source: d.source.clone(),
+            })
+        })
+        .ok_or_else(no_demo)
 }
 
 /// Refuse a request whose headers are too large; stop one that takes too long to answer;
@@ -320,6 +400,10 @@ pub fn router(s: Arc<Service>) -> axum::Router {
             }),
         )
         .route("/", axum::routing::get(page))
+        // A link the service signed is its own credential: no bearer, not in the document.
+        .route("/v1/objects/{*key}", axum::routing::get(links::object))
+        .route("/demo/scene.tif", axum::routing::get(demo_scene))
+        .route("/demo/source.json", axum::routing::get(demo_source))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -537,6 +537,212 @@ fn keys_are_shown_once_stored_hashed_and_rotate() {
     assert_eq!(revoked.iter().filter(|r| **r).count(), 1);
 }
 
+/// `keys list` shows every key, a revoked one with the time it was revoked, in columns that
+/// line up whatever the lengths of tenants and labels.
+#[test]
+fn keys_list_shows_revocations_in_aligned_columns() {
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let t = Target::Embedded;
+    key(&t, &data, &["--tenant", "a", "--label", "first"]);
+    let long = key(
+        &t,
+        &data,
+        &[
+            "--tenant",
+            "a-tenant-with-a-long-name",
+            "--label",
+            "second key",
+        ],
+    );
+    key(&t, &data, &["--tenant", "ops", "--operator"]);
+    let revoked_id = long.split('_').nth(1).unwrap();
+    t.json(&data, &["keys", "revoke", revoked_id]);
+    let listed = t.json(&data, &["keys", "list"]);
+    let revoked_at = listed["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key_id"] == revoked_id)
+        .and_then(|k| k["revoked_at_utc"].as_str())
+        .expect("the revoked key's time")
+        .to_owned();
+    let out = t.command(&data).args(["keys", "list"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let head = lines[0];
+    let rows: Vec<&str> = lines[1..]
+        .iter()
+        .copied()
+        .filter(|l| {
+            l.split(' ')
+                .next()
+                .is_some_and(|id| id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit()))
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    // The revoked key says when; the others say they are not.
+    let row_of = |id: &str| rows.iter().find(|r| r.starts_with(id)).copied().unwrap();
+    assert!(row_of(revoked_id).contains(&revoked_at), "{text}");
+    let at = head.find("revoked").unwrap();
+    let not_revoked = rows
+        .iter()
+        .filter(|r| r.get(at..).and_then(|c| c.split(' ').next()) == Some("-"))
+        .count();
+    assert_eq!(not_revoked, 2, "{text}");
+    assert!(text.contains("3 keys, 1 revoked"), "{text}");
+    // Every column starts where its heading does, after two spaces.
+    for col in ["tenant", "role", "created", "revoked", "label"] {
+        let at = head
+            .find(col)
+            .unwrap_or_else(|| panic!("no {col} heading: {text}"));
+        for r in &rows {
+            // (An empty last cell leaves nothing to align.)
+            let cell = r.get(at..).unwrap_or("");
+            assert!(
+                (r.len() <= at && col == "label")
+                    || (r.get(at - 2..at) == Some("  ") && !cell.starts_with(' ')),
+                "column {col} is not aligned:\n{text}"
+            );
+        }
+    }
+}
+
+/// A request that names a local file is refused in a request's words, not a message's.
+#[test]
+fn a_request_naming_a_local_file_is_refused_as_a_request() {
+    let d = Deployment::new(Target::Embedded, &["--rate-limit", "0"]);
+    for source in ["/etc/passwd", "file:///etc/passwd"] {
+        let r = d.call(
+            "POST",
+            "/v1/jobs",
+            Some(&d.key_a),
+            Some(&json!({ "source": source })),
+        );
+        assert_eq!(r.status, 422, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"], "source-forbidden");
+        let m = v["message"].as_str().unwrap();
+        assert!(
+            m.contains("local-file-from-request") && m.contains("a request may not name"),
+            "{m}"
+        );
+        assert!(!m.contains("message"), "{m}");
+    }
+}
+
+/// On the embedded store, `POST …/urls` answers a link of the server's own: it reads the
+/// object (whole, or a range) until it expires, then `403 link-expired`; altered — another
+/// signature, another key, no signature — it is `403 link-signature-invalid`; a key that is not
+/// one is `400 unsafe-key-segment`.
+#[test]
+fn the_servers_own_links_read_expire_and_refuse_tampering() {
+    let d = Deployment::new(Target::Embedded, &["--rate-limit", "0"]);
+    let job = d.plan(&d.key_a, "scene.tif")["job"]["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    d.work();
+    let sign = |body: Value| {
+        let r = d.call(
+            "POST",
+            &format!("/v1/jobs/{job}/urls"),
+            Some(&d.key_a),
+            Some(&body),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let scene = sign(json!({"expires_s": 4}));
+    let url = scene["url"].as_str().unwrap().to_owned();
+    let prefix = format!("http://{}/v1/objects/", d.server.addr);
+    assert!(url.starts_with(&prefix), "{url}");
+    let path = &url[prefix.len() - "/v1/objects/".len()..];
+    let path = &path[path.find('/').unwrap()..];
+    let key = scene["key"].as_str().unwrap();
+    assert!(
+        path.starts_with(&format!("/v1/objects/{key}?expires=")),
+        "{path}"
+    );
+    let get =
+        |p: &str, headers: &[(String, String)]| request(&d.server.addr, "GET", p, headers, None);
+    // Valid: the object's bytes, whole and by range.
+    let whole = get(path, &[]);
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    assert_eq!(whole.body, d.object(key));
+    assert_eq!(whole.header("accept-ranges"), Some("bytes"));
+    let part = get(path, &[("range".to_owned(), "bytes=0-3".to_owned())]);
+    assert_eq!(part.status, 206, "{}", part.text());
+    assert_eq!(part.body, d.object(key)[..4].to_vec());
+    assert_eq!(
+        part.header("content-range"),
+        Some(format!("bytes 0-3/{}", whole.body.len()).as_str())
+    );
+    // Tampered: the signature, the key (another of the job's objects), or no signature.
+    let (before_sig, sig) = path.split_once("&sig=").unwrap();
+    let mut other_sig: Vec<char> = sig.chars().collect();
+    other_sig[0] = if other_sig[0] == 'A' { 'B' } else { 'A' };
+    let tile = sign(json!({"window": "0_0"}));
+    let tile_key = tile["key"].as_str().unwrap();
+    for p in [
+        format!("{before_sig}&sig={}", other_sig.iter().collect::<String>()),
+        path.replace(key, tile_key),
+        before_sig.to_owned(),
+        format!("/v1/objects/{key}"),
+    ] {
+        let r = get(&p, &[]);
+        assert_eq!(r.status, 403, "{p}: {}", r.text());
+        assert_eq!(r.json()["error"], "link-signature-invalid", "{p}");
+    }
+    // Not a key at all.
+    let r = get(&path.replace("/scenes/", "/../scenes/"), &[]);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"], "unsafe-key-segment");
+    // Expired.
+    let until = scene["expires_at"].as_i64().unwrap();
+    while tilegate_core::now_millis() <= until {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let r = get(path, &[]);
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.json()["error"], "link-expired");
+    // The secret is the data directory's, readable by its owner only.
+    let secret = d.data.join("service-link.secret");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(
+        !d.server.log().contains(sig),
+        "a link's signature is never logged"
+    );
+    // `tilegate url` has no server: on the embedded store it gives the file's path, and says
+    // where a link that expires comes from.
+    let regen = d
+        .target
+        .json(&d.data, &["regenerate", &job, "--window", "0_0"]);
+    assert!(regen["attempt"].is_string(), "{regen}");
+    let out = d
+        .target
+        .command(&d.data)
+        .args(["url", &job, "--window", "0_0", "--tenant", "a"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("file://"));
+    assert!(
+        stderr.contains("tilegate serve") && stderr.contains(&format!("POST /v1/jobs/{job}/urls")),
+        "{stderr}"
+    );
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
@@ -901,6 +1107,7 @@ const OPERATIONS: &[&str] = &[
     "getJob",
     "getReport",
     "getStacItem",
+    "getThumbnail",
     "jobEvents",
     "signUrl",
     "regenerate",
@@ -995,4 +1202,151 @@ fn the_openapi_document_is_committed_served_and_valid() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The command lines of the README's "Try it on one machine" (comments removed).
+fn readme_quick_start() -> Vec<Vec<String>> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let section = readme
+        .split("\n### Try it on one machine\n")
+        .nth(1)
+        .expect("README has a \"Try it on one machine\" section")
+        .split("\n#")
+        .next()
+        .unwrap();
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the section has a sh block");
+    block
+        .lines()
+        .map(|l| l.split(" #").next().unwrap().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// A process killed when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The README's quick start, as written, in an empty directory (the port aside: any free one,
+/// through `TILEGATE_LISTEN`): `tilegate serve --demo` prints the page's link; in Chromium the
+/// link's key lists the tenant's jobs, **Submit** plans the sample scene it fills in, and the
+/// job reaches `published` with its thumbnail drawn.
+#[test]
+fn the_readme_quick_start_reaches_a_published_job_with_its_thumbnail_in_chromium() {
+    use std::io::BufRead as _;
+    let commands = readme_quick_start();
+    assert_eq!(
+        commands,
+        vec![vec!["tilegate", "serve", "--demo"]],
+        "the quick start is one command"
+    );
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    let dir = tempdir();
+    let log = dir.path().join("serve.log");
+    let mut child = Command::new(tilegate_tests::tilegate_bin())
+        .args(&commands[0][1..])
+        .current_dir(dir.path())
+        .env("TILEGATE_LISTEN", "127.0.0.1:0")
+        .env_remove("TILEGATE_DATA")
+        .env_remove("TILEGATE_SOURCE_POLICY")
+        .env_remove("TILEGATE_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _running = Running(child);
+    let mut printed = String::new();
+    let mut link = None;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if let Some(l) = line.strip_prefix("open ") {
+            link = Some(l.trim().to_owned());
+            break;
+        }
+    }
+    let link = link.unwrap_or_else(|| {
+        panic!(
+            "serve --demo printed no link:\n{printed}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert!(
+        link.starts_with("http://127.0.0.1:") && link.contains("/#key=tgk_"),
+        "{link}"
+    );
+    let base = link.split("/#").next().unwrap().to_owned();
+    let addr = base.trim_start_matches("http://").to_owned();
+    let key = link.split("#key=").nth(1).unwrap().to_owned();
+    assert!(
+        printed.contains(&format!("{base}/demo/scene.tif")),
+        "{printed}"
+    );
+    // A fresh data directory, where the README says.
+    assert!(dir.path().join("tilegate-data/demo/scene.tif").exists());
+    // The page: the link's key, "Show my jobs", then "Submit" with the sample scene filled in.
+    browser.post("url", json!({ "url": link }));
+    browser.wait_for(
+        30,
+        "return !document.getElementById('login').hidden && \
+         document.getElementById('key').value.startsWith('tgk_')",
+    );
+    browser.script("document.querySelector('#login button').click(); return true;");
+    let filled = browser.wait_for(
+        30,
+        "return !document.getElementById('submit').hidden && \
+         document.body.dataset.loaded === 'true' && \
+         document.getElementById('source').value || null",
+    );
+    assert_eq!(filled, json!(format!("{base}/demo/scene.tif")));
+    browser.script("document.querySelector('#submit button').click(); return true;");
+    let rows = browser.wait_for(
+        180,
+        "const rows = Array.from(document.querySelectorAll('tr.job')).map(r => { \
+           const img = r.querySelector('img.thumb'); \
+           return [r.dataset.job, r.dataset.lifecycle, r.dataset.thumb || null, \
+                   img ? img.naturalWidth : 0, \
+                   Array.from(r.querySelectorAll('.outputs a')).map(a => a.className)]; }); \
+         return rows.some(r => r[2] === 'loaded') ? rows : null;",
+    );
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = &rows[0];
+    assert_eq!(row[1], "published", "{row}");
+    assert!(
+        row[3].as_u64().unwrap() > 0,
+        "the thumbnail has no width: {row}"
+    );
+    assert_eq!(row[4], json!(["report", "scene", "stac"]), "{row}");
+    // The API agrees: the demo tenant's job, published.
+    let r = request(
+        &addr,
+        "GET",
+        "/v1/jobs",
+        &[("authorization".to_owned(), format!("Bearer {key}"))],
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let jobs = r.json()["jobs"].clone();
+    assert_eq!(jobs[0]["job_id"], row[0]);
+    assert_eq!(jobs[0]["tenant"], "demo");
+    assert_eq!(jobs[0]["published"], true);
+    let serve_log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!serve_log.contains("panicked"), "{serve_log}");
 }

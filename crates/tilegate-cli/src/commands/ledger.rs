@@ -324,6 +324,15 @@ async fn url_cmd(out: &Out, b: &Backends, a: UrlArgs) -> anyhow::Result<ExitCode
     let tenant = Tenant::parse(&a.tenant).context("invalid --tenant")?;
     let g = url::grant(b, &job, subject, &tenant, a.expires, now_millis()).await?;
     out.emit_secret(&g);
+    if !g.expiring {
+        // The embedded store's "URL" is the file's path: say where an expiring one comes from.
+        eprintln!(
+            "tilegate: note: the embedded store signs nothing: this is the file's path, which no \
+             expiry ends. For a link that expires, ask `tilegate serve` on this data directory \
+             (`POST /v1/jobs/{}/urls`): it signs links of its own.",
+            job.job_id
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
