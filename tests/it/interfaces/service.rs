@@ -636,7 +636,8 @@ fn a_request_naming_a_local_file_is_refused_as_a_request() {
     }
 }
 
-/// On the embedded store, `POST …/urls` answers a link of the server's own: it reads the
+/// A job's thumbnail is drawn once its scene is published, for its tenant only. On the
+/// embedded store, `POST …/urls` answers a link of the server's own: it reads the
 /// object (whole, or a range) until it expires, then `403 link-expired`; altered — another
 /// signature, another key, no signature — it is `403 link-signature-invalid`; a key that is not
 /// one is `400 unsafe-key-segment`.
@@ -647,7 +648,18 @@ fn the_servers_own_links_read_expire_and_refuse_tampering() {
         .as_str()
         .unwrap()
         .to_owned();
+    // The thumbnail: none before the scene is published, none for another tenant.
+    let thumb = format!("/v1/jobs/{job}/thumbnail.png");
+    let r = d.call("GET", &thumb, Some(&d.key_a), None);
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"], "no-scene");
     d.work();
+    let r = d.call("GET", &thumb, Some(&d.key_a), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("image/png"));
+    assert!(r.body.starts_with(b"\x89PNG\r\n\x1a\n"));
+    let r = d.call("GET", &thumb, Some(&d.key_b), None);
+    assert_eq!(r.status, 404, "{}", r.text());
     let sign = |body: Value| {
         let r = d.call(
             "POST",
