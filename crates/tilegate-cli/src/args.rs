@@ -336,10 +336,18 @@ pub struct IngestArgs {
     /// Default: the `arrivals` queue in DATA/tilegate.db.
     #[arg(long, env = "TILEGATE_ARRIVALS", value_name = "URL")]
     pub arrivals: Option<String>,
-    /// Also plan each file that appears under DIR (recursively; a file is planned once its
-    /// size and time stand still between two scans). Repeatable.
+    /// Also plan each file that appears under DIR (recursively; once its size and time have
+    /// stood still for --settle). Hidden files are never planned: write `.NAME.tmp`, then
+    /// rename it into place. A file that is not a whole raster (not one GDAL opens, a TIFF
+    /// cut short) is refused, said once. Repeatable.
     #[arg(long, value_name = "DIR")]
     pub watch: Vec<PathBuf>,
+    /// Seconds a watched file's size and time must stand still before it is planned, counted
+    /// from when they were first seen: longer than any pause of a writer. A file renamed into
+    /// place waits it too (a scan cannot tell a rename from a paused writer); 0 plans on the
+    /// first scan that sees a file, for inboxes whose writers only ever rename into place.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub settle: f64,
     /// Accept object notifications from this bucket (`s3://BUCKET`; repeatable). A
     /// notification from any other bucket is refused and dead-lettered, never read.
     #[arg(long = "bucket", value_name = "s3://BUCKET")]

@@ -110,6 +110,11 @@ pub enum IngestError {
         #[source]
         source: Box<PlanError>,
     },
+    /// A watched file that is not a whole raster: a TIFF whose directory or pixel data runs
+    /// past the end of the file (a copy cut short). Final for that size and time: a writer
+    /// that finishes it later changes both, and the finished file is planned.
+    #[error("{arrival}: {what}")]
+    Truncated { arrival: String, what: String },
 }
 
 impl IngestError {
@@ -119,7 +124,19 @@ impl IngestError {
             Self::Refused { .. } => Reason::SourceForbidden,
             Self::BadMessage(_) => Reason::BadArrival,
             Self::Plan { source, .. } => source.reason_code(),
+            Self::Truncated { .. } => Reason::CorruptRaster,
         }
+    }
+
+    /// Why, without the arrival's name (said beside it): the cause and its chain, once.
+    pub fn cause(&self) -> String {
+        let why = match self {
+            Self::Refused { reason, .. } => reason.clone(),
+            Self::BadMessage(e) => tilegate_core::error::chain(e),
+            Self::Plan { source, .. } => tilegate_core::error::chain(source.as_ref()),
+            Self::Truncated { what, .. } => what.clone(),
+        };
+        tilegate_core::redact::redact(&why).into_owned()
     }
 
     /// The dead-letter queue's reason: the code, then the whole chain of causes (the source
@@ -336,6 +353,21 @@ impl Ingest {
                 reason: format!("it leads out of the watched directory {}", root.display()),
             });
         }
+        // A TIFF cut short opens (a COG's directories come first) but its windows cannot be
+        // read: refused here, once, rather than planned and dead-lettered window by window.
+        match tiff_cut_short(path) {
+            Ok(Some(what)) => {
+                return Err(IngestError::Truncated {
+                    arrival: name,
+                    what,
+                });
+            }
+            Ok(None) => {}
+            // Unreadable now: the planner's own open says why.
+            Err(e) => {
+                tracing::debug!(file = %name, error = %e, "could not check the TIFF's extent")
+            }
+        }
         let resolved = resolve(&self.b, &opts.policy, &name, Origin::Operator).await;
         self.plan(name, resolved, started, &opts).await
     }
@@ -373,26 +405,49 @@ impl Ingest {
     }
 }
 
+/// How long a watched file's size and time must stand still before it is planned, unless the
+/// operator says otherwise (`ingest --settle`): longer than a writer's usual pause.
+pub const DEFAULT_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Files under a watched directory, and which of them have stood still long enough to plan.
 ///
-/// A file is planned once it has the same size and modification time on two scans in a row
-/// (a copy in progress keeps changing), and once per process per (size, time); a restarted
-/// process plans them again, which the job IDs absorb. A file whose planning met a fault that
-/// may pass ([`Watch::retry_later`]) is handed out again by a later scan, after
-/// [`retry_backoff`]; a refusal is final for that (size, time).
-#[derive(Debug, Default)]
+/// A file is planned once its size and modification time have not changed for the settle time
+/// ([`Watch::with_settle`], [`DEFAULT_SETTLE`]), measured from when this process first saw
+/// that (size, time) — not counted in scans, so a writer that pauses longer than the scan
+/// interval is still waited for. Hidden files (a name starting with `.`) are never planned:
+/// a writer that writes `.name.tmp` and renames it into place is seen only under its final
+/// name, and that file still waits the settle time (a scan cannot tell a rename from a writer
+/// that paused; an inbox whose writers all rename may set it to zero).
+///
+/// A file is handed out once per process per (size, time); a restarted process plans them
+/// again, which the job IDs absorb. A file whose planning met a fault that may pass
+/// ([`Watch::retry_later`]) is handed out again by a later scan, after [`retry_backoff`]; a
+/// refusal is final for that (size, time).
+#[derive(Debug)]
 pub struct Watch {
     root: PathBuf,
-    /// Each file's (size, modified) on the last scan, and where it stands.
-    seen: std::collections::HashMap<PathBuf, ((u64, std::time::SystemTime), Watched)>,
+    /// Each file's (size, modified) on the last scan, when that was first seen, and where it
+    /// stands.
+    seen: std::collections::HashMap<PathBuf, Seen>,
+    /// How long a file's (size, modified) must stand still before it is handed out.
+    settle: std::time::Duration,
     /// Tries a file gets when its planning keeps meeting passing faults; none: no limit.
     max_attempts: Option<u32>,
+}
+
+/// A watched file as the scans saw it.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    stamp: (u64, std::time::SystemTime),
+    /// When this process first saw `stamp`.
+    since: Instant,
+    state: Watched,
 }
 
 /// Where a watched file stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Watched {
-    /// Seen, not yet standing still.
+    /// Seen, not yet standing still for the settle time.
     Settling,
     /// Handed out to be planned (planned, skipped or refused: done with).
     Handed {
@@ -408,8 +463,17 @@ impl Watch {
         Self {
             root,
             seen: Default::default(),
+            settle: DEFAULT_SETTLE,
             max_attempts: None,
         }
+    }
+
+    /// Hand a file out once its size and time have stood still this long (zero: on the first
+    /// scan that sees it, for writers that only ever rename finished files into place).
+    #[must_use]
+    pub fn with_settle(mut self, settle: std::time::Duration) -> Self {
+        self.settle = settle;
+        self
     }
 
     /// Give a file at most `n` tries when its planning keeps meeting passing faults (a one-off
@@ -429,7 +493,7 @@ impl Watch {
     pub fn settling(&self) -> bool {
         self.seen
             .values()
-            .any(|(_, w)| matches!(w, Watched::Settling | Watched::Retry { .. }))
+            .any(|s| matches!(s.state, Watched::Settling | Watched::Retry { .. }))
     }
 
     /// A file handed out by the last scan could not be planned because of a fault that may
@@ -437,15 +501,15 @@ impl Watch {
     /// tries so far. Returns when it will be tried again, or `None` if it has had its tries
     /// (then it is final, as a refusal is, until it changes).
     pub fn retry_later(&mut self, path: &Path) -> Option<std::time::Duration> {
-        let (_, w) = self.seen.get_mut(path)?;
-        let Watched::Handed { attempts } = *w else {
+        let seen = self.seen.get_mut(path)?;
+        let Watched::Handed { attempts } = seen.state else {
             return None;
         };
         if self.max_attempts.is_some_and(|max| attempts >= max) {
             return None;
         }
         let wait = retry_backoff(attempts);
-        *w = Watched::Retry {
+        seen.state = Watched::Retry {
             attempts,
             at: Instant::now() + wait,
         };
@@ -453,8 +517,8 @@ impl Watch {
     }
 
     /// Scan the directory (recursively, hidden files and directories left out): the files
-    /// that stood still since the last scan and were not handed out yet, and those whose
-    /// retry is due.
+    /// whose size and time have stood still for the settle time and were not handed out yet,
+    /// and those whose retry is due. A file gone from the directory is forgotten.
     pub fn scan(&mut self) -> std::io::Result<Vec<PathBuf>> {
         let mut files = Vec::new();
         let mut dirs = vec![self.root.clone()];
@@ -476,32 +540,178 @@ impl Watch {
             }
         }
         let now = Instant::now();
+        let present: std::collections::HashSet<&PathBuf> = files.iter().map(|(p, _)| p).collect();
+        self.seen.retain(|p, _| present.contains(p));
         let mut ready = Vec::new();
         for (path, stamp) in files {
-            match self.seen.get_mut(&path) {
-                Some((last, w)) if *last == stamp => match *w {
-                    Watched::Settling => {
-                        *w = Watched::Handed { attempts: 1 };
-                        ready.push(path);
-                    }
-                    Watched::Retry { attempts, at } if at <= now => {
-                        *w = Watched::Handed {
-                            attempts: attempts + 1,
-                        };
-                        ready.push(path);
-                    }
-                    Watched::Retry { .. } | Watched::Handed { .. } => {}
-                },
+            let seen = self.seen.entry(path.clone()).or_insert(Seen {
+                stamp,
+                since: now,
+                state: Watched::Settling,
+            });
+            if seen.stamp != stamp {
                 // Changed: a new version, planned once it stands still (its tries start over).
-                Some(entry) => *entry = (stamp, Watched::Settling),
-                None => {
-                    self.seen.insert(path, (stamp, Watched::Settling));
+                *seen = Seen {
+                    stamp,
+                    since: now,
+                    state: Watched::Settling,
+                };
+            }
+            match seen.state {
+                Watched::Settling if now.duration_since(seen.since) >= self.settle => {
+                    seen.state = Watched::Handed { attempts: 1 };
+                    ready.push(path);
                 }
+                Watched::Retry { attempts, at } if at <= now => {
+                    seen.state = Watched::Handed {
+                        attempts: attempts + 1,
+                    };
+                    ready.push(path);
+                }
+                Watched::Settling | Watched::Retry { .. } | Watched::Handed { .. } => {}
             }
         }
         ready.sort();
         Ok(ready)
     }
+}
+
+/// Bytes of one directory's values read at most; a TIFF whose offset tables are larger is
+/// left to GDAL.
+const TIFF_TABLE_LIMIT: u64 = 256 << 20;
+
+/// Whether a TIFF (classic or BigTIFF) is cut short: every directory, every value it keeps
+/// outside itself and every strip or tile it points at must lie inside the file. Returns what
+/// runs past the end, or `None` for a whole TIFF and for a file that is not a TIFF (GDAL judges
+/// that one). Reads the directories, never the pixels.
+pub fn tiff_cut_short(path: &Path) -> std::io::Result<Option<String>> {
+    use std::os::unix::fs::FileExt as _;
+    let file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    let fits = |off: u64, n: u64| off.checked_add(n).is_some_and(|end| end <= len);
+    let read = |off: u64, n: u64| -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0; usize::try_from(n).unwrap_or(usize::MAX)];
+        file.read_exact_at(&mut buf, off)?;
+        Ok(buf)
+    };
+    let head = read(0, len.min(16))?;
+    if head.len() < 8 {
+        return Ok(None);
+    }
+    let le = match &head[..2] {
+        b"II" => true,
+        b"MM" => false,
+        _ => return Ok(None),
+    };
+    // An unsigned integer of 1, 2, 4 or 8 bytes in the file's byte order.
+    let uint = |b: &[u8]| -> u64 {
+        let mut v = [0u8; 8];
+        if le {
+            v[..b.len()].copy_from_slice(b);
+            u64::from_le_bytes(v)
+        } else {
+            v[8 - b.len()..].copy_from_slice(b);
+            u64::from_be_bytes(v)
+        }
+    };
+    let big = match uint(&head[2..4]) {
+        42 => false,
+        43 => true,
+        _ => return Ok(None),
+    };
+    let past_end = |what: String| -> std::io::Result<Option<String>> {
+        Ok(Some(format!(
+            "{what}, past the end of the file ({len} bytes): a TIFF cut short"
+        )))
+    };
+    let mut next = if big {
+        if head.len() < 16 {
+            return past_end("its header runs to byte 16".into());
+        }
+        uint(&head[8..16])
+    } else {
+        uint(&head[4..8])
+    };
+    let (count_len, entry_len, link_len, inline_len) =
+        if big { (8, 20, 8, 8) } else { (2, 12, 4, 4) };
+    let mut visited = std::collections::HashSet::new();
+    let mut data_end = 0u64;
+    while next != 0 && visited.insert(next) && visited.len() <= 100_000 {
+        if !fits(next, count_len) {
+            return past_end(format!("its directory starts at byte {next}"));
+        }
+        let n = uint(&read(next, count_len)?);
+        let body = n.saturating_mul(entry_len).saturating_add(link_len);
+        if !fits(next + count_len, body) {
+            return past_end(format!(
+                "its directory at byte {next} runs to byte {}",
+                (next + count_len).saturating_add(body)
+            ));
+        }
+        if body > TIFF_TABLE_LIMIT {
+            return Ok(None);
+        }
+        let entries = read(next + count_len, body)?;
+        let (mut offsets, mut counts) = (Vec::new(), Vec::new());
+        for e in entries[..entries.len() - link_len as usize].chunks_exact(entry_len as usize) {
+            let (tag, kind) = (uint(&e[0..2]), uint(&e[2..4]));
+            let (n, value) = if big {
+                (uint(&e[4..12]), &e[12..20])
+            } else {
+                (uint(&e[4..8]), &e[8..12])
+            };
+            let size = match kind {
+                1 | 2 | 6 | 7 => 1,
+                3 | 8 => 2,
+                4 | 9 | 11 | 13 => 4,
+                5 | 10 | 12 | 16 | 17 | 18 => 8,
+                // A type this check does not know: its size is unknown, its value skipped.
+                _ => continue,
+            };
+            let total = n.saturating_mul(size);
+            let bytes = if total <= inline_len {
+                value[..usize::try_from(total).unwrap_or(0)].to_vec()
+            } else {
+                let at = uint(value);
+                if !fits(at, total) {
+                    return past_end(format!(
+                        "tag {tag}'s values run to byte {}",
+                        at.saturating_add(total)
+                    ));
+                }
+                // Only the strip and tile tables are read; the rest need only lie inside.
+                if !matches!(tag, 273 | 279 | 324 | 325) {
+                    continue;
+                }
+                if total > TIFF_TABLE_LIMIT {
+                    return Ok(None);
+                }
+                read(at, total)?
+            };
+            let values = || {
+                bytes
+                    .chunks_exact(size as usize)
+                    .map(uint)
+                    .collect::<Vec<_>>()
+            };
+            match (tag, kind) {
+                (273 | 324, 3 | 4 | 16) => offsets = values(),
+                (279 | 325, 3 | 4 | 16) => counts = values(),
+                _ => {}
+            }
+        }
+        for (&at, &n) in offsets.iter().zip(&counts) {
+            // A block with no bytes is sparse (GDAL's SPARSE_OK): nothing to read.
+            if n > 0 {
+                data_end = data_end.max(at.saturating_add(n));
+            }
+        }
+        next = uint(&entries[entries.len() - link_len as usize..]);
+    }
+    if data_end > len {
+        return past_end(format!("its pixel data runs to byte {data_end}"));
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -533,8 +743,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("a.tif");
         std::fs::write(&file, b"scene").unwrap();
-        let mut w = Watch::new(dir.clone());
-        assert!(w.scan().unwrap().is_empty(), "not yet standing still");
+        let mut w = Watch::new(dir.clone()).with_settle(std::time::Duration::ZERO);
         assert_eq!(w.scan().unwrap(), std::slice::from_ref(&file));
         assert!(w.scan().unwrap().is_empty(), "handed out once");
         assert!(!w.settling());
@@ -542,8 +751,8 @@ mod tests {
         assert!(w.settling(), "a retry to come is work to come");
         assert!(w.scan().unwrap().is_empty(), "not before its backoff");
         // The backoff over: handed out again, once.
-        for (_, (_, st)) in w.seen.iter_mut() {
-            if let Watched::Retry { at, .. } = st {
+        for seen in w.seen.values_mut() {
+            if let Watched::Retry { at, .. } = &mut seen.state {
                 *at = Instant::now();
             }
         }
@@ -551,12 +760,77 @@ mod tests {
         assert!(w.scan().unwrap().is_empty());
         assert_eq!(w.retry_later(&file), Some(retry_backoff(2)));
 
-        let mut once = Watch::new(dir.clone()).with_max_attempts(1);
-        once.scan().unwrap();
+        let mut once = Watch::new(dir.clone())
+            .with_settle(std::time::Duration::ZERO)
+            .with_max_attempts(1);
         assert_eq!(once.scan().unwrap(), std::slice::from_ref(&file));
         assert_eq!(once.retry_later(&file), None, "its one try is spent");
         assert!(!once.settling());
         assert!(once.scan().unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file is handed out once its size and time have stood still for the settle time,
+    /// counted from when that (size, time) was first seen: a change (a writer that paused,
+    /// then wrote more) starts the wait over, however many scans saw the pause; a hidden file
+    /// (one being written before its rename into place) is never handed out; a file removed
+    /// is forgotten.
+    #[test]
+    fn a_file_waits_the_settle_time_from_its_last_change() {
+        let dir = std::env::temp_dir().join(format!("tilegate-settle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a.tif");
+        std::fs::write(&file, b"half").unwrap();
+        std::fs::write(dir.join(".b.tif.tmp"), b"being written").unwrap();
+        let mut w = Watch::new(dir.clone()).with_settle(std::time::Duration::from_secs(3600));
+        for _ in 0..3 {
+            assert!(
+                w.scan().unwrap().is_empty(),
+                "scans that agree are not enough"
+            );
+        }
+        assert!(w.settling());
+        // The settle time over for the half: then the writer writes the rest.
+        let past = Instant::now()
+            .checked_sub(std::time::Duration::from_secs(3601))
+            .unwrap();
+        w.seen.get_mut(&file).unwrap().since = past;
+        std::fs::write(&file, b"half and the rest").unwrap();
+        assert!(
+            w.scan().unwrap().is_empty(),
+            "changed: the wait starts over"
+        );
+        w.seen.get_mut(&file).unwrap().since = past;
+        assert_eq!(w.scan().unwrap(), std::slice::from_ref(&file));
+        assert!(w.scan().unwrap().is_empty(), "handed out once");
+        assert!(!w.settling(), "the hidden file is not work to come");
+        std::fs::remove_file(&file).unwrap();
+        w.scan().unwrap();
+        assert!(w.seen.is_empty(), "a removed file is forgotten");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A GeoTIFF is whole; cut short anywhere — its pixels, its directory — it is said to be,
+    /// with the byte it needed; a file that is not a TIFF is left to GDAL.
+    #[test]
+    fn a_tiff_cut_short_is_found_by_its_directories() {
+        let dir = std::env::temp_dir().join(format!("tilegate-cut-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let whole = dir.join("whole.tif");
+        tilegate_cog::sample_scene(&whole, &tilegate_cog::SampleOptions::new(256, 256)).unwrap();
+        assert_eq!(tiff_cut_short(&whole).unwrap(), None);
+        let bytes = std::fs::read(&whole).unwrap();
+        let cut = dir.join("cut.tif");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let said = tiff_cut_short(&cut).unwrap().expect("cut short");
+        assert!(said.contains("pixel data runs to byte"), "{said}");
+        std::fs::write(&cut, &bytes[..20]).unwrap();
+        let said = tiff_cut_short(&cut).unwrap().expect("cut short");
+        assert!(said.contains("directory"), "{said}");
+        for not_a_tiff in [&b"not a scene"[..], b"II", b""] {
+            std::fs::write(&cut, not_a_tiff).unwrap();
+            assert_eq!(tiff_cut_short(&cut).unwrap(), None);
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

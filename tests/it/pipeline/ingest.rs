@@ -291,12 +291,12 @@ fn a_watched_file_whose_planning_meets_a_passing_fault_is_planned_by_a_later_sca
         "{text}"
     );
     assert_eq!(
-        lines_with(&text, &["refused", "inbox/scene.tif"]),
+        lines_with(&text, &["refused    ", "inbox/scene.tif"]),
         0,
         "{text}"
     );
     assert_eq!(
-        lines_with(&text, &["refused", "elsewhere.tif"]),
+        lines_with(&text, &["refused    ", "elsewhere.tif"]),
         1,
         "the refusal said once: {text}"
     );
@@ -313,6 +313,190 @@ fn a_watched_file_whose_planning_meets_a_passing_fault_is_planned_by_a_later_sca
     let st = tg_json(&data, &["status", &job]);
     assert_eq!(st["lifecycle"], "planned", "{st}");
     assert_eq!(st["queue"]["visible"], 16, "every window enqueued: {st}");
+}
+
+/// A writer copies a GeoTIFF into the watched inbox, writes half of it, pauses longer than many
+/// scans (but less than `--settle`), then writes the rest: the scene is planned once, from the
+/// whole file, every window written, none dead-lettered, and announced once, published.
+/// Before, two scans that agreed on the half planned it: its windows were dead-lettered, the
+/// job announced incomplete, and the whole file planned as a second job.
+#[test]
+fn a_file_still_being_written_is_planned_once_it_is_whole() {
+    use std::io::Write as _;
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 256, 47);
+    let hook = WebhookReceiver::start();
+    let mut procs = Procs::default();
+    let ingest = [
+        "ingest",
+        "--watch",
+        inbox.to_str().unwrap(),
+        "--key-suffix",
+        ".tif",
+        "--window",
+        "64",
+        "--poll-s",
+        "0.2",
+        "--settle",
+        "8",
+    ];
+    let log = procs.spawn("ingest", embedded(&data, &ingest));
+    let work = [
+        "work",
+        "--assemble",
+        "--announce",
+        hook.url.as_str(),
+        "--threads",
+        "1",
+    ];
+    procs.spawn("work", embedded(&data, &work));
+    wait_for(30, "the processes to open the database", || {
+        data.join("tilegate.db-shm").exists()
+    });
+    // The writer: half the file, a pause of many scans, the rest.
+    let bytes = std::fs::read(&scene).unwrap();
+    let mut file = std::fs::File::create(inbox.join("scene.tif")).unwrap();
+    file.write_all(&bytes[..bytes.len() / 2]).unwrap();
+    file.flush().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    file.write_all(&bytes[bytes.len() / 2..]).unwrap();
+    drop(file);
+    let delivery = the_one_announcement(&hook, &mut procs, 180);
+    let message = delivery.json();
+    assert_eq!(message["type"], "tilegate.job.published", "{message}");
+    let job = message["job_id"].as_str().unwrap().to_owned();
+    let jobs = std::fs::read_dir(data.join("objects/tilegate/tiles"))
+        .unwrap()
+        .count();
+    assert_eq!(jobs, 1, "one job: the half was never planned");
+    let st = tg_json(&data, &["status", &job]);
+    assert_eq!(st["lifecycle"], "published", "{st}");
+    assert_eq!(st["manifest_rows"], 16, "every window written: {st}");
+    assert_eq!(st["queue"]["dead"], 0, "{st}");
+    let key = st["scene_output"]["key"].as_str().unwrap();
+    assert_scene_matches_source(&data.join("objects").join(key), &scene);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let planned = text
+        .lines()
+        .filter(|l| l.starts_with("planned ") && l.contains("inbox/scene.tif"))
+        .count();
+    assert_eq!(planned, 1, "{text}");
+    assert!(!text.contains("refused "), "{text}");
+}
+
+/// Files that are not rasters dropped into the watched inbox — a text file named `.tif`, and a
+/// GeoTIFF cut short that stays so (its directory first, as a COG's: GDAL opens it) — are
+/// refused, each said once with its reason (`corrupt-raster`) however many scans see it, and
+/// nothing is planned, so no window is dead-lettered; `--json` carries the refusals. Before,
+/// the cut TIFF was planned and each of its windows dead-lettered.
+#[test]
+fn a_file_that_is_not_a_raster_is_refused_and_said_once() {
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let scene = tmp.path().join("scene.tif");
+    sample(&data, &scene, 256, 53);
+    let bytes = std::fs::read(&scene).unwrap();
+    std::fs::write(inbox.join("notes.tif"), "not a scene").unwrap();
+    std::fs::write(inbox.join("cut.tif"), &bytes[..bytes.len() / 2]).unwrap();
+    let inbox_s = inbox.to_str().unwrap();
+    let ingest = [
+        "ingest",
+        "--watch",
+        inbox_s,
+        "--key-suffix",
+        ".tif",
+        "--window",
+        "64",
+        "--poll-s",
+        "0.2",
+        "--settle",
+        "0.5",
+    ];
+    let mut procs = Procs::default();
+    let log = procs.spawn("ingest", embedded(&data, &ingest));
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    let said = |text: &str, file: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("refused ") && l.contains(file))
+            .map(str::to_owned)
+            .collect()
+    };
+    wait_for(60, "both refusals", || {
+        let text = read();
+        !said(&text, "inbox/notes.tif").is_empty() && !said(&text, "inbox/cut.tif").is_empty()
+    });
+    // Ten more scans: nothing is said again.
+    std::thread::sleep(Duration::from_secs(2));
+    procs.stop();
+    let text = read();
+    for file in ["inbox/notes.tif", "inbox/cut.tif"] {
+        let lines = said(&text, file);
+        assert_eq!(lines.len(), 1, "{file} refused once: {text}");
+        assert!(lines[0].contains("corrupt-raster"), "{}", lines[0]);
+        assert!(
+            lines[0].matches("as a raster").count() <= 1,
+            "the cause said once: {}",
+            lines[0]
+        );
+    }
+    assert!(
+        said(&text, "inbox/cut.tif")[0].contains("a TIFF cut short"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0 planned") && text.contains("2 refused"),
+        "the summary: {text}"
+    );
+    assert!(
+        !data.join("objects/tilegate/tiles").exists(),
+        "nothing planned, no window to dead-letter"
+    );
+
+    // `--json`: the one-off round's document carries each refusal, named.
+    let args = [
+        "--json",
+        "ingest",
+        "--watch",
+        inbox_s,
+        "--key-suffix",
+        ".tif",
+        "--settle",
+        "0",
+        "--poll-s",
+        "0.1",
+        "--until-idle",
+    ];
+    let out = tilegate_tests::tg(&data, &args, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a round that refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["planned"], 0, "{doc}");
+    assert_eq!(doc["refused"], 2, "{doc}");
+    for file in ["inbox/notes.tif", "inbox/cut.tif"] {
+        let refusals: Vec<&Value> = doc["arrivals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["arrival"].as_str().unwrap().ends_with(file))
+            .collect();
+        assert_eq!(refusals.len(), 1, "{doc}");
+        assert_eq!(refusals[0]["outcome"], "refused", "{doc}");
+        assert_eq!(refusals[0]["reason"], "corrupt-raster", "{doc}");
+    }
+    assert!(
+        !data.join("objects/tilegate/tiles").exists(),
+        "nothing planned"
+    );
 }
 
 /// S3's event notification for a created object, as documented

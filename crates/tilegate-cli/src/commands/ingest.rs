@@ -56,6 +56,16 @@ async fn ingest_cmd(cx: &Ctx, a: IngestArgs) -> anyhow::Result<ExitCode> {
     }
     // A watched directory that is not there is the command line's mistake, said with its path
     // before anything is opened.
+    if !(a.settle.is_finite() && (0.0..=86_400.0).contains(&a.settle)) {
+        return Err(crate::errors::refused(
+            tilegate_core::Reason::BadOption,
+            format!(
+                "--settle {}: give the seconds a file must stand still, 0 to 86400",
+                a.settle
+            ),
+        ));
+    }
+    let settle = Duration::from_secs_f64(a.settle);
     for root in &a.watch {
         if !root.is_dir() {
             return Err(crate::errors::refused(
@@ -74,7 +84,7 @@ async fn ingest_cmd(cx: &Ctx, a: IngestArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .cloned()
         .map(|root| {
-            let w = Watch::new(root);
+            let w = Watch::new(root).with_settle(settle);
             if a.until_idle {
                 w.with_max_attempts(arrivals.max_receive_count())
             } else {
@@ -94,8 +104,8 @@ async fn ingest_cmd(cx: &Ctx, a: IngestArgs) -> anyhow::Result<ExitCode> {
         retried: 0,
         arrivals: Vec::new(),
     };
-    // A file is planned after two scans that agree: an idle round needs the last scan to
-    // have found nothing still settling.
+    // A file is planned once it has stood still for the settle time: an idle round needs the
+    // last scan to have found nothing still settling.
     let mut last_scan = Instant::now() - poll;
     loop {
         if *stop.borrow() {
@@ -125,9 +135,11 @@ async fn ingest_cmd(cx: &Ctx, a: IngestArgs) -> anyhow::Result<ExitCode> {
                                 report.retried += 1;
                                 tracing::warn!(file = %path.display(), error = %e, retry_in_s = wait.as_secs(), "file not planned yet: a fault that may pass; a later scan tries it again");
                             } else {
-                                tracing::warn!(file = %path.display(), error = %e, "file not planned");
+                                // Said once: a refusal is final until the file changes.
+                                let line = refused_file(path.display().to_string(), &e);
+                                tracing::warn!(file = %path.display(), reason = e.reason_code().as_str(), why = line.why.as_deref().unwrap_or(""), "file refused");
                                 report.refused += 1;
-                                note(out, &mut report, refused(path.display().to_string(), &e));
+                                note(out, &mut report, line);
                             }
                         }
                     }
@@ -271,6 +283,14 @@ fn refused(arrival: String, e: &IngestError) -> IngestLine {
         enqueued: None,
         why: Some(tilegate_core::redact::redact(&tilegate_core::error::chain(e)).into_owned()),
         reason: Some(e.reason_code().as_str().to_owned()),
+    }
+}
+
+/// A watched file's refusal: its path, and why without the path again.
+fn refused_file(arrival: String, e: &IngestError) -> IngestLine {
+    IngestLine {
+        why: Some(e.cause()),
+        ..refused(arrival, e)
     }
 }
 
