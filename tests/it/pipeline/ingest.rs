@@ -499,6 +499,32 @@ fn a_file_that_is_not_a_raster_is_refused_and_said_once() {
     );
 }
 
+/// A settle time that is not a number of seconds (negative, not finite) is the command
+/// line's mistake, named, before anything is opened.
+#[test]
+fn a_settle_time_that_is_not_seconds_is_refused() {
+    let tmp = tempdir();
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    for bad in ["--settle=-1", "--settle=inf", "--settle=NaN"] {
+        let out = tilegate_tests::tg(
+            &tmp.path().join("data"),
+            &[
+                "ingest",
+                "--watch",
+                inbox.to_str().unwrap(),
+                bad,
+                "--until-idle",
+            ],
+            &[],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{bad}: {stderr}");
+        assert!(stderr.contains("error[bad-option]"), "{bad}: {stderr}");
+        assert!(stderr.contains("--settle"), "{bad}: {stderr}");
+    }
+}
+
 /// S3's event notification for a created object, as documented
 /// (notification-content-structure.html): the key URL-encoded, a space as `+`. The emulator
 /// runs S3 and SQS as separate servers, so S3's own notification cannot reach the queue the
