@@ -790,6 +790,17 @@ pub enum DlqCommand {
         #[arg(long, conflicts_with = "ids")]
         job: Option<String>,
     },
+    /// Delete dead letters for good: an abandoned job's (`--job`), or those named (`--id`).
+    /// Nothing is redriven; their windows stay missing. `dlq list --job` shows them first.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["ids", "job"])))]
+    Purge {
+        /// These message IDs.
+        #[arg(long = "id")]
+        ids: Vec<String>,
+        /// Every dead letter of this job (a full ID or a unique prefix).
+        #[arg(long, conflicts_with = "ids")]
+        job: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -98,26 +98,67 @@ impl Out {
     }
 }
 
-/// A progress bar following a job's manifest count.
+/// What a job's run shows while its windows are worked: on a terminal, a bar following the
+/// manifest count; on a pipe or a log, a line every [`PIPE_EVERY`] (`run … 2>log` is not
+/// silent until the end); nothing with `--json`. When the scene is assembled next, finishing
+/// it says so (a spinner on a terminal, a line elsewhere) until [`Ticker::done`].
 pub struct Progress {
     bar: ProgressBar,
-    /// The poller and its stop signal; none when the bar is hidden (nothing to draw, so no
-    /// count is read).
+    /// The poller and its stop signal; none when nothing is shown (no count is read).
     poller: Option<(
         tokio::sync::oneshot::Sender<()>,
         tokio::task::JoinHandle<()>,
     )>,
+    /// Said once the windows are done: the assembly that follows.
+    then: Option<String>,
+    /// Where the bar goes after [`Progress::finish`], for [`Ticker::done`].
+    ticker: Ticker,
+    poller_kind: PollerKind,
+}
+
+/// How often a run on a pipe says how far it is.
+const PIPE_EVERY: Duration = Duration::from_secs(5);
+
+/// What is left on screen after the windows: the assembly's spinner, cleared by
+/// [`Ticker::done`] when the run returns. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Ticker(std::sync::Arc<std::sync::Mutex<Option<ProgressBar>>>);
+
+impl Ticker {
+    /// Clear whatever is still shown.
+    pub fn done(&self) {
+        if let Some(bar) = self.0.lock().expect("ticker").take() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 impl Progress {
-    /// Stop polling and clear the bar. The poller is asked to stop, not aborted: a count in
-    /// flight completes, so every request it started is one the store answered (and counted).
+    /// Stop polling; say what comes next, if anything, or clear the bar. The poller is asked to
+    /// stop, not aborted: a count in flight completes, so every request it started is one the
+    /// store answered (and counted).
     pub async fn finish(self) {
         if let Some((stop, task)) = self.poller {
             let _ = stop.send(());
             let _ = task.await;
         }
-        self.bar.finish_and_clear();
+        match (&self.then, self.bar.is_hidden()) {
+            (Some(then), false) => {
+                let spinner = ProgressBar::new_spinner();
+                spinner.set_style(
+                    ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                        .expect("valid template"),
+                );
+                spinner.set_message(then.clone());
+                spinner.enable_steady_tick(Duration::from_millis(200));
+                self.bar.finish_and_clear();
+                *self.ticker.0.lock().expect("ticker") = Some(spinner);
+            }
+            (Some(then), true) if self.poller_kind == PollerKind::Lines => {
+                eprintln!("tilegate: {then}");
+            }
+            _ => self.bar.finish_and_clear(),
+        }
     }
 }
 
@@ -127,11 +168,35 @@ impl tilegate_pipeline::run::Progress for Progress {
     }
 }
 
-pub fn progress(out: &Out, b: Backends, job: &JobRecord) -> Progress {
-    let bar = if out.json {
-        ProgressBar::hidden()
+/// Whether anything follows the count: a bar, lines, or nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PollerKind {
+    Bar,
+    Lines,
+    Nothing,
+}
+
+/// Follow `job`'s windows (see [`Progress`]); `then`: what is said once they are done (the
+/// assembly), kept on screen until `ticker` is done.
+pub fn progress(
+    out: &Out,
+    b: Backends,
+    job: &JobRecord,
+    then: Option<String>,
+    ticker: &Ticker,
+) -> Progress {
+    use std::io::IsTerminal as _;
+    let kind = if out.json {
+        PollerKind::Nothing
+    } else if std::io::stderr().is_terminal() {
+        PollerKind::Bar
     } else {
+        PollerKind::Lines
+    };
+    let bar = if kind == PollerKind::Bar {
         ProgressBar::new(job.grid.len())
+    } else {
+        ProgressBar::hidden()
     };
     bar.set_style(
         ProgressStyle::with_template("{spinner} {pos}/{len} windows [{bar:40}] {rate} eta {eta}")
@@ -144,16 +209,31 @@ pub fn progress(out: &Out, b: Backends, job: &JobRecord) -> Progress {
             )
             .progress_chars("=> "),
     );
-    if bar.is_hidden() {
-        return Progress { bar, poller: None };
+    let shown = Progress {
+        bar: bar.clone(),
+        poller: None,
+        then,
+        ticker: ticker.clone(),
+        poller_kind: kind,
+    };
+    if kind == PollerKind::Nothing {
+        return shown;
     }
-    let id = job.job_id.clone();
-    let b2 = bar.clone();
+    let (id, windows) = (job.job_id.clone(), job.grid.len());
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut said = started;
         loop {
             if let Ok(n) = b.manifest.count_entries(&id).await {
-                b2.set_position(n);
+                bar.set_position(n);
+                if kind == PollerKind::Lines && said.elapsed() >= PIPE_EVERY {
+                    said = std::time::Instant::now();
+                    eprintln!(
+                        "tilegate: job {id}: {n}/{windows} windows recorded ({:.0} s)",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
             }
             tokio::select! {
                 _ = &mut stopped => return,
@@ -162,8 +242,8 @@ pub fn progress(out: &Out, b: Backends, job: &JobRecord) -> Progress {
         }
     });
     Progress {
-        bar,
         poller: Some((stop, task)),
+        ..shown
     }
 }
 

@@ -249,7 +249,10 @@ pub fn catalogue() -> Vec<RecipeEntry> {
                     "--target-origin",
                     "align the grid's edges on X + i × XRES, Y + j × YRES",
                 ),
-                ("--warp-resampling", "nearest, bilinear, cubic, average, …"),
+                (
+                    "--warp-resampling",
+                    "near (default), bilinear, cubic, average, mode, …",
+                ),
             ],
         ),
         built_in(
@@ -258,6 +261,10 @@ pub fn catalogue() -> Vec<RecipeEntry> {
             &[
                 ("--expr", "the expressions, e.g. `(b4-b3)/(b4+b3)`"),
                 ("--ot", "the output data type (default Float32)"),
+                (
+                    "--out-nodata",
+                    "the output's nodata value (default -9999; an unsigned type's maximum)",
+                ),
             ],
         ),
         built_in(
@@ -292,4 +299,36 @@ pub fn catalogue() -> Vec<RecipeEntry> {
         });
     }
     all
+}
+
+#[cfg(test)]
+mod catalogue_tests {
+    use clap::CommandFactory as _;
+
+    /// Every flag whose help names a built-in recipe (`` `expr`: … ``) is in that recipe's
+    /// entry of `tilegate recipes`: a flag added to a recipe cannot be left out of its list.
+    #[test]
+    fn every_recipe_flag_is_listed() {
+        #[derive(clap::Parser)]
+        struct Probe {
+            #[command(flatten)]
+            recipe: crate::args::RecipeArgs,
+        }
+        let catalogue = super::catalogue();
+        let mut missing = Vec::new();
+        for arg in Probe::command().get_arguments() {
+            let (Some(long), Some(help)) = (arg.get_long(), arg.get_help()) else {
+                continue;
+            };
+            let help = help.to_string();
+            for entry in &catalogue {
+                if help.starts_with(&format!("`{}`:", entry.name))
+                    && !entry.params.iter().any(|p| p.name == format!("--{long}"))
+                {
+                    missing.push(format!("{} --{long}", entry.name));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "not in `tilegate recipes`: {missing:?}");
+    }
 }

@@ -127,6 +127,9 @@ pub trait WorkQueue: Send + Sync + std::fmt::Debug {
     /// Return dead letters to the work queue with a fresh receive count: those named, or all.
     /// Returns how many moved.
     async fn redrive(&self, message_ids: Option<&[String]>) -> StoreResult<u64>;
+    /// Delete the dead letters with these message IDs for good (an abandoned job's, which
+    /// nobody will redrive). Returns how many were deleted; an ID not found is skipped.
+    async fn purge_dead_letters(&self, message_ids: &[String]) -> StoreResult<u64>;
     async fn depth(&self) -> StoreResult<QueueDepth>;
     /// The bodies of the messages on the queue now (visible or in flight, not dead letters)
     /// that contain `needle` — or `None` when this queue cannot list what it holds (SQS,

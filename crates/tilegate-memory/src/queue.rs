@@ -249,6 +249,13 @@ impl WorkQueue for MemoryQueue {
         Ok(())
     }
 
+    async fn purge_dead_letters(&self, message_ids: &[String]) -> StoreResult<u64> {
+        let mut st = self.lock();
+        let before = st.dead.len();
+        st.dead.retain(|d| !message_ids.contains(&d.message_id));
+        Ok((before - st.dead.len()) as u64)
+    }
+
     async fn holding(&self, needle: &str) -> StoreResult<Option<Vec<String>>> {
         let st = self.lock();
         Ok(Some(

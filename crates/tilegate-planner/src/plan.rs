@@ -181,6 +181,9 @@ pub async fn plan_resolved(
         CreateOutcome::AlreadyExists(existing) => (existing.row, false),
     };
     tracing::info!(job_id = %job.job_id, windows = job.grid.len(), newly_planned, "job planned");
+    if newly_planned {
+        warn_if_many_windows(&job);
+    }
     // Crash tests: the row written, no window enqueued (a planner or an arrival lost here).
     tilegate_fault::point("after-job-row", 1);
     timings.job_row_s = clock.elapsed().as_secs_f64();
@@ -230,6 +233,25 @@ pub async fn plan_resolved(
     }
     plan.timings.enqueue_s = clock.elapsed().as_secs_f64();
     Ok(plan)
+}
+
+/// Past this many windows a plan is said out loud: each window is an object, a queue message
+/// and a manifest row, so a small `--window` on a large scene is rarely what was meant.
+const MANY_WINDOWS: u64 = 4096;
+
+/// Say (once, when the job is planned) that `job` makes many small tiles, and what 512 would.
+fn warn_if_many_windows(job: &JobRecord) {
+    let n = job.grid.len();
+    if n <= MANY_WINDOWS {
+        return;
+    }
+    let w = job.grid.window;
+    let at_512 = Grid::new(job.scene.width, job.scene.height, 512).map_or(0, |g| g.len());
+    tracing::warn!(
+        job_id = %job.job_id,
+        "this job has {n} windows of {w}×{w} px: {n} tile objects, queue messages and manifest \
+         rows (--window 512 would make {at_512})"
+    );
 }
 
 /// Wait until another planner marks `job`'s windows enqueued (the row is refreshed), or until

@@ -20,6 +20,9 @@ use tilegate_retry::RetryPolicy;
 
 /// How long one POST may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// A sink that does not answer a connection within this is said to be unreachable at once,
+/// rather than after the whole request's timeout (an address nothing routes to).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A signed webhook.
 #[derive(Clone)]
@@ -77,6 +80,7 @@ impl Webhook {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .expect("an HTTP client with rustls");
         Ok(Self {
@@ -166,12 +170,23 @@ impl Sink for Webhook {
                 }
                 Err(e) => (
                     true,
-                    format!("could not be reached: {}", without_url(&e)),
+                    format!(
+                        "could not reach {}:{}: {}",
+                        self.url.host_str().unwrap_or(""),
+                        self.url.port_or_known_default().unwrap_or(0),
+                        without_url(&e)
+                    ),
                     None,
                 ),
             };
             if !retryable || attempt >= self.retry.max_attempts {
-                return Err(self.error(retryable, format!("{detail} (attempt {attempt})")));
+                return Err(self.error(
+                    retryable,
+                    format!(
+                        "{detail} (attempt {attempt} of {})",
+                        self.retry.max_attempts
+                    ),
+                ));
             }
             tokio::time::sleep(self.retry.backoff(attempt, retry_after)).await;
             attempt += 1;

@@ -140,6 +140,9 @@ impl WorkQueue for ScriptedQueue {
     async fn redrive(&self, ids: Option<&[String]>) -> StoreResult<u64> {
         self.inner.redrive(ids).await
     }
+    async fn purge_dead_letters(&self, ids: &[String]) -> StoreResult<u64> {
+        self.inner.purge_dead_letters(ids).await
+    }
     async fn depth(&self) -> StoreResult<QueueDepth> {
         self.inner.depth().await
     }

@@ -63,6 +63,9 @@ impl WorkQueue for FailsAfterFirstReceive {
     async fn redrive(&self, message_ids: Option<&[String]>) -> StoreResult<u64> {
         self.inner.redrive(message_ids).await
     }
+    async fn purge_dead_letters(&self, ids: &[String]) -> StoreResult<u64> {
+        self.inner.purge_dead_letters(ids).await
+    }
     async fn depth(&self) -> StoreResult<QueueDepth> {
         self.inner.depth().await
     }

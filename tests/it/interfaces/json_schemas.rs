@@ -269,6 +269,7 @@ fn dead_letters_and_announcements(c: &mut Cases, dir: &Path, data: &Path, job: &
     c.run("dlq-list", &["dlq", "list"], 0);
     c.run("dlq-list", &["dlq", "list", "--job", &dead_job], 0);
     c.run("dlq-redrive", &["dlq", "redrive", "--job", &dead_job], 0);
+    c.run("dlq-purge", &["dlq", "purge", "--job", &dead_job], 0);
     // `status --watch --json` prints a frame a line; a finished job prints one.
     let out = tg(data, &["--json", "status", job, "--watch"], &[]);
     assert!(out.status.success());

@@ -5,5 +5,6 @@
 
 mod cli;
 mod json_schemas;
+mod quiet;
 mod report;
 pub(crate) mod service;

@@ -229,6 +229,27 @@ impl SqsQueue {
         info!(store = "sqs", queue = %self.name, redriven = n, "redrive");
         Ok(n)
     }
+
+    /// Delete the named dead letters from the DLQ (scanned until every one is found); the
+    /// others scanned are made visible again.
+    pub(super) async fn purge_dead_letters_named(
+        &self,
+        message_ids: &[String],
+    ) -> StoreResult<u64> {
+        let wanted: HashSet<&str> = message_ids.iter().map(String::as_str).collect();
+        if wanted.is_empty() {
+            return Ok(0);
+        }
+        let messages = self.scan_dead_letters(usize::MAX, Some(&wanted)).await?;
+        let (going, staying): (Vec<Message>, Vec<Message>) = messages
+            .into_iter()
+            .partition(|m| wanted.contains(logical_id(m).as_str()));
+        self.release(&self.dlq_url, &staying).await?;
+        self.delete_batch(&self.dlq_url, &going).await?;
+        let n = going.len() as u64;
+        info!(store = "sqs", queue = %self.name, purged = n, "purged dead letters");
+        Ok(n)
+    }
 }
 
 #[cfg(test)]

@@ -588,6 +588,10 @@ impl WorkQueue for SqsQueue {
         self.redrive_dead_letters(message_ids).await
     }
 
+    async fn purge_dead_letters(&self, message_ids: &[String]) -> StoreResult<u64> {
+        self.purge_dead_letters_named(message_ids).await
+    }
+
     async fn depth(&self) -> StoreResult<QueueDepth> {
         let (visible, in_flight) = self.depth_of(&self.url).await?;
         let (dead_visible, dead_hidden) = self.depth_of(&self.dlq_url).await?;

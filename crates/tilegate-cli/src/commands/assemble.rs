@@ -68,7 +68,9 @@ async fn assemble_cmd(out: &Out, b: &Backends, a: AssembleArgs) -> anyhow::Resul
     let mut opts = assemble_options(&a.flags)?;
     // Ctrl-C or SIGTERM abandons the assembly and releases its claim.
     opts.stop = Some(super::stop_on_signals());
+    let shown = assembling(out, &job);
     let (assembled, counters) = assemble_job(b, &job.job_id, &opts).await;
+    shown.finish_and_clear();
     match assembled {
         Ok(r) => {
             deliver_after(announcer(b, &a.flags.announce).await?.as_ref(), &job.job_id).await;
@@ -252,6 +254,34 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Say that `job`'s scene is being assembled (a long, otherwise silent step: tens of seconds
+/// for a large scene): a line, and a spinner on a terminal until the returned bar is cleared.
+/// Nothing with `--json`.
+fn assembling(out: &Out, job: &tilegate_core::table::JobRecord) -> indicatif::ProgressBar {
+    use std::io::IsTerminal as _;
+    if out.json {
+        return indicatif::ProgressBar::hidden();
+    }
+    eprintln!(
+        "tilegate: assembling job {} ({} windows, {}×{}): the scene, its overviews, the upload; \
+         Ctrl-C stops and releases its claim",
+        job.job_id,
+        job.grid.len(),
+        job.scene.width,
+        job.scene.height
+    );
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} assembling [{elapsed}]")
+            .expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
 }
 
 /// How an assembly that ran ends the process: published (by this process or before it) is

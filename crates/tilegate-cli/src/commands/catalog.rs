@@ -85,6 +85,7 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         ("stac", schema_for!(StacReport)),
         ("dlq-list", schema_for!(DlqList)),
         ("dlq-redrive", schema_for!(DlqRedrive)),
+        ("dlq-purge", schema_for!(DlqPurge)),
         ("announce", schema_for!(AnnounceReport)),
         (
             "reconcile-jobs",

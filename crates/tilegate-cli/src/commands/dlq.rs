@@ -1,5 +1,5 @@
-//! `dlq list` and `dlq redrive`: dead letters read, and sent back to the work queue, each of
-//! their jobs in a new generation.
+//! `dlq list`, `dlq redrive` and `dlq purge`: dead letters read, sent back to the work queue
+//! (each of their jobs in a new generation), or deleted for good.
 
 use super::find_job;
 use crate::args::DlqCommand;
@@ -65,6 +65,25 @@ async fn dlq(out: &Out, b: &Backends, c: DlqCommand) -> anyhow::Result<ExitCode>
             });
         }
         DlqCommand::Redrive { ids, job } => redrive_cmd(out, b, ids, job).await?,
+        DlqCommand::Purge { ids, job } => {
+            let ids = match job {
+                Some(j) => {
+                    let job = find_job(b, Some(&j)).await?.job_id;
+                    job_dead_letters(b, &job)
+                        .await?
+                        .into_iter()
+                        .map(|d| d.message_id)
+                        .collect()
+                }
+                None => ids,
+            };
+            let purged = if ids.is_empty() {
+                0
+            } else {
+                b.queue.purge_dead_letters(&ids).await?
+            };
+            out.emit(&reports::DlqPurge { purged });
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

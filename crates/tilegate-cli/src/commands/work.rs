@@ -85,6 +85,24 @@ async fn work(cx: &Ctx, b: &Backends, a: WorkArgs) -> anyhow::Result<ExitCode> {
         }
         cfg.on_complete = Some(Arc::new(hook));
     }
+    if !out.json {
+        eprintln!(
+            "tilegate: working the {} queue: {} encoder thread(s), {} window(s) at once{}; {}",
+            b.queue.name(),
+            cfg.threads,
+            cfg.concurrency,
+            if a.assemble {
+                ", assembling each job it completes"
+            } else {
+                ""
+            },
+            if a.until_empty {
+                "exits once the queue is empty"
+            } else {
+                "Ctrl-C finishes the windows in flight and stops"
+            }
+        );
+    }
     let worker = Worker::new(b.clone(), cfg, counters.clone());
     let stop = stop_on_signals();
     if a.assemble && a.reconcile_every > 0.0 {
@@ -278,10 +296,14 @@ pub(super) async fn run_source(
         assemble: assemble.map(assemble_options).transpose()?,
         reduced_budget: REDUCED_WINDOWS_BUDGET,
     };
+    let ticker = output::Ticker::default();
+    let then = assemble.map(|_| "every window recorded: assembling the scene".to_owned());
     let r = tilegate_pipeline::run(b, source, opts, &counters, stop_on_signals(), |job| {
-        output::progress(out, b.clone(), job)
+        output::progress(out, b.clone(), job, then, &ticker)
     })
-    .await?;
+    .await;
+    ticker.done();
+    let r = r?;
     let complete = r.complete();
     if let Some(flags) = assemble {
         deliver_after(

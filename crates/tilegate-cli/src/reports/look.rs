@@ -185,6 +185,18 @@ impl Report for DlqRedrive {
     }
 }
 
+/// `dlq purge`: how many dead letters were deleted for good.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct DlqPurge {
+    pub purged: u64,
+}
+
+impl Report for DlqPurge {
+    fn text(&self, _: &Out) -> String {
+        format!("deleted {} dead letter(s) for good", self.purged)
+    }
+}
+
 /// The cost section of `status --cost`.
 pub fn cost_text(c: &tilegate_report::cost::CostEstimate) -> String {
     let mut s = format!(

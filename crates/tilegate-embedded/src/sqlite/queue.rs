@@ -366,6 +366,26 @@ impl WorkQueue for SqliteQueue {
         Ok(moved)
     }
 
+    async fn purge_dead_letters(&self, message_ids: &[String]) -> StoreResult<u64> {
+        let queue = self.queue.clone();
+        let ids = message_ids.to_vec();
+        let purged = self
+            .db
+            .write("purge dead letters", &self.queue, move |tx| {
+                let mut purged = 0usize;
+                for id in &ids {
+                    purged += tx.exec(
+                        "DELETE FROM queue_dead_letters WHERE queue = ?1 AND message_id = ?2",
+                        params![queue, id],
+                    )?;
+                }
+                Ok(u64::try_from(purged).unwrap_or(u64::MAX))
+            })
+            .await?;
+        info!(store = "sqlite", queue = %self.queue, purged, "purged dead letters");
+        Ok(purged)
+    }
+
     async fn holding(&self, needle: &str) -> StoreResult<Option<Vec<String>>> {
         let queue = self.queue.clone();
         let needle = needle.to_owned();
