@@ -194,6 +194,8 @@ fn ingest(c: &mut Cases, dir: &Path, data: &Path) {
             "--until-idle",
             "--poll-s",
             "0.1",
+            "--settle",
+            "0.5",
         ],
         0,
     );

@@ -57,7 +57,7 @@ fn a_run_on_a_pipe_says_how_far_it_is_and_that_it_assembles() {
 }
 
 #[test]
-fn work_and_assemble_say_that_they_started() {
+fn work_ingest_and_assemble_say_that_they_started() {
     let tmp = tempdir();
     let data = tmp.path();
     let src = data.join("scene.tif");
@@ -71,6 +71,29 @@ fn work_and_assemble_say_that_they_started() {
         first.contains("working the sqlite queue") && first.contains("1 encoder thread"),
         "{}",
         stderr(&work)
+    );
+    let inbox = data.join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let ingest = tg(
+        data,
+        &[
+            "ingest",
+            "--watch",
+            inbox.to_str().unwrap(),
+            "--until-idle",
+            "--poll-s",
+            "0.1",
+        ],
+        &[],
+    );
+    assert!(ingest.status.success(), "{}", stderr(&ingest));
+    assert!(
+        stderr(&ingest).contains(&format!(
+            "ingesting from the sqlite arrivals queue, watching {}",
+            inbox.display()
+        )),
+        "{}",
+        stderr(&ingest)
     );
     let assemble = tg(data, &["assemble", job], &[]);
     assert!(assemble.status.success(), "{}", stderr(&assemble));

@@ -143,6 +143,9 @@ fn a_scene_dropped_in_a_watched_directory_is_published_and_announced() {
         "64",
         "--poll-s",
         "0.2",
+        // Files arrive whole here (a copy in one step): a second's stillness is enough.
+        "--settle",
+        "1",
     ];
     procs.spawn("ingest", embedded(&data, &ingest));
     for i in 0..2 {
@@ -258,6 +261,9 @@ fn a_watched_file_whose_planning_meets_a_passing_fault_is_planned_by_a_later_sca
         "64",
         "--poll-s",
         "0.2",
+        // Files arrive whole here (a copy in one step): a second's stillness is enough.
+        "--settle",
+        "1",
     ];
     let log = procs.spawn("ingest", embedded(&data, &ingest));
     let shm = data.join("tilegate.db-shm");
@@ -997,6 +1003,8 @@ impl Flow {
                 "64",
                 "--poll-s",
                 "0.2",
+                "--settle",
+                "1",
             ]),
             Self::Aws(d, _) => self.command(&[
                 "ingest",

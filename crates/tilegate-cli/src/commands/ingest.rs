@@ -94,6 +94,27 @@ async fn ingest_cmd(cx: &Ctx, a: IngestArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let stop = super::stop_on_signals();
     let poll = Duration::from_secs_f64(a.poll_s.clamp(0.05, 3600.0));
+    if !cx.out.json {
+        let dirs: Vec<String> = a.watch.iter().map(|d| d.display().to_string()).collect();
+        let watching = if dirs.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", watching {} (a file is planned once still for {} s)",
+                dirs.join(", "),
+                a.settle
+            )
+        };
+        eprintln!(
+            "tilegate: ingesting from the {} arrivals queue{watching}; {}",
+            arrivals.name(),
+            if a.until_idle {
+                "exits once a round finds nothing"
+            } else {
+                "Ctrl-C stops"
+            }
+        );
+    }
     let mut report = IngestReport {
         messages: 0,
         files: 0,
