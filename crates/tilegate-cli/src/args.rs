@@ -651,6 +651,9 @@ pub struct StacArgs {
     /// The Collection's id.
     #[arg(long, default_value = "tilegate-scenes")]
     pub collection_id: String,
+    /// Print where each Item is stored (a path or URL a line) instead of the Items.
+    #[arg(long)]
+    pub hrefs: bool,
 }
 
 #[derive(Debug, Args)]

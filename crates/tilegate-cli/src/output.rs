@@ -6,6 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::time::Duration;
+use tilegate_core::lifecycle::Lifecycle;
 use tilegate_core::metrics as m;
 use tilegate_core::table::JobRecord;
 use tilegate_core::time::with_utc;
@@ -260,22 +261,24 @@ pub fn counted(n: u64, thing: &str) -> String {
 /// a field of it, so the two cannot disagree.
 pub fn status_text(st: &JobStatus, objects_root: &str) -> String {
     let states = &st.window_states;
-    let unrecorded = st.missing_windows;
+    let c = &st.counts;
     let mut s = format!(
         "job {}\n  state        {}\n  source       {} {}\n  windows      {} of {} recorded",
         st.job_id,
         st.lifecycle.as_str(),
         st.source,
         st.source_etag,
-        st.manifest_rows,
-        st.windows,
+        c.recorded,
+        c.windows,
     );
-    if unrecorded > 0 {
+    if c.unrecorded() > 0 {
         // Every window without a row is dead-lettered or still missing: the same two counts
         // as the states line, never a second figure for either.
         s.push_str(&format!(
-            " ({unrecorded} not: {} dead-lettered, {} missing)",
-            states.dead_lettered, states.missing
+            " ({} not: {} dead-lettered, {} missing)",
+            c.unrecorded(),
+            c.dead_lettered,
+            c.missing
         ));
     }
     s.push('\n');
@@ -377,18 +380,26 @@ fn scene_line(st: &JobStatus, objects_root: &str) -> String {
                 st.scene_output.as_ref().map_or("-", |o| o.key.as_str())
             ),
         },
-        None if st.complete => format!(
-            "not assembled yet: every window is recorded; `tilegate assemble {}` builds it",
-            st.job_id
-        ),
-        None if st.window_states.dead_lettered > 0 => format!(
-            "not assembled: {} window(s) dead-lettered (`tilegate dlq list`; fix the cause, \
-             then `tilegate dlq redrive`)",
-            st.window_states.dead_lettered
-        ),
-        None => format!(
-            "not assembled: {} window(s) still to do (`tilegate work --until-empty` does them)",
-            st.missing_windows
-        ),
+        // Not published: what the job's state says stands between it and its scene.
+        None => match st.lifecycle {
+            Lifecycle::NotAssembled | Lifecycle::Published => format!(
+                "not assembled yet: every window is recorded; {}",
+                st.lifecycle.next_step(st.job_id.as_str())
+            ),
+            Lifecycle::Incomplete => format!(
+                "not assembled: {} window(s) dead-lettered ({})",
+                st.counts.dead_lettered,
+                st.lifecycle.next_step(st.job_id.as_str())
+            ),
+            Lifecycle::Planned | Lifecycle::Partial => format!(
+                "not assembled: {} window(s) still to do{} ({})",
+                st.counts.missing,
+                match st.counts.dead_lettered {
+                    0 => String::new(),
+                    n => format!(", {n} dead-lettered (`tilegate dlq list`)"),
+                },
+                st.lifecycle.next_step(st.job_id.as_str())
+            ),
+        },
     }
 }

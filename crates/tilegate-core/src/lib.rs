@@ -13,6 +13,7 @@ pub mod grid;
 pub mod id;
 pub mod keys;
 pub mod ledger;
+pub mod lifecycle;
 pub mod message;
 pub mod metrics;
 pub mod object;

@@ -93,20 +93,23 @@ pub fn render(g: &Gathered, st: &JobStatus, extras: &Extras) -> String {
         escape(&title)
     );
     let _ = write!(h, "<header><h1>{}</h1>", escape(&title));
-    let verdict = if st.complete {
-        ("complete", "every window has its row")
-    } else {
-        ("incomplete", "windows are missing")
-    };
+    // The verdict is the job's state and its counts, the same ones `status` prints.
+    let c = &st.counts;
+    let mut detail = format!("{} of {} windows recorded", c.recorded, c.windows);
+    if c.dead_lettered > 0 || c.missing > 0 {
+        let _ = write!(
+            detail,
+            "; {} dead-lettered, {} missing",
+            c.dead_lettered, c.missing
+        );
+    }
     let _ = writeln!(
         h,
-        "<p class=\"verdict {}\" id=\"verdict\">{}: {} of {} windows recorded — {}</p></header>",
-        verdict.0, verdict.0, st.manifest_rows, st.windows, verdict.1
-    );
-    let _ = writeln!(
-        h,
-        "<p class=\"lifecycle\" id=\"lifecycle\">state: {}</p>",
-        st.lifecycle.as_str()
+        "<p class=\"verdict {state}\" id=\"verdict\"><span id=\"lifecycle\">{state}</span>: \
+         {} — {}</p></header>",
+        escape(&detail),
+        escape(&st.lifecycle.next_step(st.job_id.as_str())),
+        state = st.lifecycle.as_str(),
     );
     if let Some(stall) = &st.stalled {
         let _ = writeln!(
@@ -542,7 +545,7 @@ fn cost(h: &mut String, st: &JobStatus) {
 const CSS: &str = "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#212121;max-width:1100px}\
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #e0e0e0}h3{font-size:14px}\
 code{font:12px ui-monospace,monospace;word-break:break-all}\
-.verdict{font-weight:600}.verdict.complete{color:#2e7d32}.verdict.incomplete{color:#c62828}\
+.verdict{font-weight:600}.verdict.published{color:#2e7d32}.verdict.incomplete{color:#c62828}\
 table{border-collapse:collapse}th,td{padding:2px 10px 2px 0;text-align:left;vertical-align:top}.num{text-align:right;font-variant-numeric:tabular-nums}\
 table.list th{border-bottom:1px solid #bdbdbd}\
 .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:14px}.legend li{display:flex;align-items:center;gap:6px}\

@@ -6,6 +6,7 @@
 use crate::cost::{self, CostEstimate, PriceTable};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
+use tilegate_core::lifecycle::{Counts, Lifecycle};
 use tilegate_core::message::WindowMessage;
 use tilegate_core::metrics as m;
 use tilegate_core::queue::QueueDepth;
@@ -14,7 +15,7 @@ use tilegate_core::table::{JobRecord, ManifestEntry, OutputRef, TileOrigin};
 use tilegate_core::{Backends, JobId, StoreResult, UnixMillis, Window};
 
 /// Dead letters read per status (the queue's oldest first).
-const DEAD_LETTERS_READ: usize = 10_000;
+pub const DEAD_LETTERS_READ: usize = 10_000;
 
 /// What became of one window, as the report colours it.
 #[derive(
@@ -223,10 +224,7 @@ pub async fn gather_with(
         .into_iter()
         .filter(|d| dead_letter_job(&d.body).as_ref() == Some(&job.job_id))
         .map(|d| JobDeadLetter {
-            window: WindowMessage::decode(&d.body)
-                .ok()
-                .map(|w| w.window)
-                .or_else(|| window_of(&d.body)),
+            window: dead_letter_window(&d.body),
             message_id: d.message_id,
             // Also a reason stored before reasons were redacted as they were written.
             reason: redact(&d.reason).into_owned(),
@@ -278,6 +276,15 @@ pub async fn gather_with(
         scene_pointer,
         at: now,
     })
+}
+
+/// The window a dead letter's body names: decoded as a window message, else read leniently
+/// (a dead letter's body may be one the worker refused to decode).
+pub fn dead_letter_window(body: &str) -> Option<Window> {
+    WindowMessage::decode(body)
+        .ok()
+        .map(|w| w.window)
+        .or_else(|| window_of(body))
 }
 
 /// The window a message body names, read leniently (a dead letter's body may be one the
@@ -378,17 +385,17 @@ impl Gathered {
         }
         let windows_total = job.grid.len();
         let manifest_rows = self.rows.len() as u64;
+        // The one count of the job's windows; the states' dead-lettered and missing are its.
+        let counts = Counts::new(windows_total, manifest_rows, states.dead_lettered);
+        states.dead_lettered = counts.dead_lettered;
+        states.missing = counts.missing;
         let first = self.rows.iter().map(|r| r.recorded_at).min();
         let last = self.rows.iter().map(|r| r.recorded_at).max();
         let published = job.scene_output.is_some() || self.scene_pointer.is_some();
         JobStatus {
             job_id: job.job_id.clone(),
-            lifecycle: Lifecycle::of(
-                published,
-                manifest_rows == windows_total,
-                manifest_rows,
-                &states,
-            ),
+            lifecycle: Lifecycle::of(&counts, published),
+            counts,
             tenant: job.tenant.to_string(),
             source: redact(&job.source.uri).into_owned(),
             source_etag: job.source.etag.to_string(),
@@ -404,9 +411,9 @@ impl Gathered {
             window: job.grid.window,
             windows: windows_total,
             manifest_rows,
-            missing_windows: windows_total.saturating_sub(manifest_rows),
+            missing_windows: counts.unrecorded(),
             missing: missing.iter().take(50).cloned().collect(),
-            complete: manifest_rows == windows_total,
+            complete: counts.complete(),
             window_states: states,
             duplicates_absorbed: states.already_present + states.encode_skipped,
             tiles_prefix: job.prefix.tiles_dir(&job.job_id),
@@ -481,51 +488,6 @@ pub struct QueueBrief {
     pub dead: u64,
 }
 
-/// Where a job is in its life: planned → running → assembling → published, or incomplete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Lifecycle {
-    /// Planned, no window recorded or dead-lettered yet.
-    Planned,
-    /// Windows are being recorded; some are still to do.
-    Running,
-    /// Every window is recorded and the scene is not published yet: `tilegate assemble`, or a
-    /// pool with `--assemble`, publishes it.
-    Assembling,
-    /// The scene is published.
-    Published,
-    /// Nothing is left to do but dead-lettered windows: fix their cause, then `tilegate dlq
-    /// redrive` resumes the job.
-    Incomplete,
-}
-
-impl Lifecycle {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Planned => "planned",
-            Self::Running => "running",
-            Self::Assembling => "assembling",
-            Self::Published => "published",
-            Self::Incomplete => "incomplete",
-        }
-    }
-
-    /// A job's state from its counts.
-    pub fn of(published: bool, complete: bool, rows: u64, states: &StateCounts) -> Self {
-        if published {
-            Self::Published
-        } else if complete {
-            Self::Assembling
-        } else if states.missing == 0 && states.dead_lettered > 0 {
-            Self::Incomplete
-        } else if rows == 0 && states.dead_lettered == 0 {
-            Self::Planned
-        } else {
-            Self::Running
-        }
-    }
-}
-
 /// The scene a reader gets, and the attempt that made it (none: the assembled scene).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct PublishedScene {
@@ -538,8 +500,12 @@ pub struct PublishedScene {
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct JobStatus {
     pub job_id: JobId,
-    /// Where the job is: planned, running, assembling, published or incomplete.
+    /// Where the job is: planned, partial, incomplete, not_assembled or published
+    /// ([`Lifecycle`], the same name every output gives the job).
     pub lifecycle: Lifecycle,
+    /// The job's windows: recorded, dead-lettered and missing, adding up to `windows` (the
+    /// same figures every output gives the job).
+    pub counts: Counts,
     pub tenant: String,
     pub source: String,
     pub source_etag: String,
@@ -551,7 +517,7 @@ pub struct JobStatus {
     pub window: u32,
     pub windows: u64,
     pub manifest_rows: u64,
-    /// Windows without a manifest row (dead-lettered or missing).
+    /// Windows without a manifest row: `counts.dead_lettered + counts.missing`.
     pub missing_windows: u64,
     /// The first 50 of them.
     pub missing: Vec<String>,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 use tilegate_core::ledger::{AttemptId, Retention, Subject};
+use tilegate_core::lifecycle::{Counts, Lifecycle};
 use tilegate_core::object::ObjectStoreExt as _;
 use tilegate_core::recipe::Recipe;
 use tilegate_core::table::JobRecord;
@@ -77,12 +78,14 @@ pub struct JobSummary {
     pub source: String,
     pub prefix: String,
     pub created_at: UnixMillis,
-    pub windows: u64,
-    /// Windows recorded in the manifest.
-    pub recorded: u64,
+    /// Where the job is: the same state `tilegate status` and the job's status give it.
+    pub lifecycle: Lifecycle,
+    /// Its windows: recorded, dead-lettered (by the job's counters), missing.
+    #[serde(flatten)]
+    pub counts: Counts,
     /// Every window is recorded.
     pub complete: bool,
-    /// The scene is assembled and published.
+    /// The scene is published.
     pub published: bool,
     pub links: JobLinks,
 }
@@ -214,19 +217,39 @@ pub async fn recorded(s: &Service, job: &JobId) -> Result<u64, ApiError> {
     Ok(s.backends.manifest.recorded_all(job).await?.iter().sum())
 }
 
-async fn summary(s: &Service, job: &JobRecord) -> Result<JobSummary, ApiError> {
+/// A job's state and counts from what a tenant's request may read: its row, its manifest
+/// partitions' row counters, its own counters (the windows its workers dead-lettered) and its
+/// scene pointer — the figures `GET /v1/jobs/{id}` reads, put through the one [`Lifecycle`]
+/// and [`Counts`] every output uses.
+pub async fn state_of(s: &Service, job: &JobRecord) -> Result<(Lifecycle, Counts), ApiError> {
     let recorded = recorded(s, &job.job_id).await?;
-    let windows = job.grid.len();
+    let counters = s.backends.counters.get_counters(&job.job_id).await?;
+    let dead = counters
+        .get(tilegate_core::metrics::DEAD_LETTERED)
+        .copied()
+        .unwrap_or(0);
+    let counts = Counts::new(job.grid.len(), recorded, dead);
+    let published = job.scene_output.is_some()
+        || s.backends
+            .ledger
+            .get_pointer(&job.job_id, Subject::Scene)
+            .await?
+            .is_some();
+    Ok((Lifecycle::of(&counts, published), counts))
+}
+
+async fn summary(s: &Service, job: &JobRecord) -> Result<JobSummary, ApiError> {
+    let (lifecycle, counts) = state_of(s, job).await?;
     Ok(JobSummary {
         job_id: job.job_id.to_string(),
         tenant: job.tenant.to_string(),
         source: tilegate_core::redact::redact(&job.source.uri).into_owned(),
         prefix: job.prefix.as_str().to_owned(),
         created_at: job.created_at,
-        windows,
-        recorded,
-        complete: recorded >= windows,
-        published: job.scene_output.is_some(),
+        lifecycle,
+        counts,
+        complete: counts.complete(),
+        published: lifecycle == Lifecycle::Published,
         links: links(&job.job_id),
     })
 }

@@ -36,7 +36,8 @@ pub const MIN_INTERVAL_MS: u64 = 1000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Progress {
     pub job_id: String,
-    /// `planned`, `running`, `assembling` or `published`.
+    /// The job's state, as every output names it (`planned`, `partial`, `incomplete`,
+    /// `not_assembled`, `published`).
     pub lifecycle: String,
     pub windows: u64,
     pub recorded: u64,
@@ -63,26 +64,14 @@ pub async fn progress(s: &Service, job: &JobRecord) -> Result<Progress, ApiError
         .get_job(&job.job_id)
         .await?
         .map_or_else(|| job.clone(), |v| v.row);
-    let recorded = crate::api::recorded(s, &row.job_id).await?;
-    let windows = row.grid.len();
-    let published = row.scene_output.is_some();
-    let complete = recorded >= windows;
-    let lifecycle = if published {
-        "published"
-    } else if complete {
-        "assembling"
-    } else if recorded > 0 {
-        "running"
-    } else {
-        "planned"
-    };
+    let (lifecycle, counts) = crate::api::state_of(s, &row).await?;
     Ok(Progress {
         job_id: row.job_id.to_string(),
-        lifecycle: lifecycle.to_owned(),
-        windows,
-        recorded,
-        complete,
-        published,
+        lifecycle: lifecycle.as_str().to_owned(),
+        windows: counts.windows,
+        recorded: counts.recorded,
+        complete: counts.complete(),
+        published: lifecycle == tilegate_core::lifecycle::Lifecycle::Published,
     })
 }
 

@@ -5,6 +5,7 @@
 
 mod cli;
 mod json_schemas;
+mod lifecycle;
 mod quiet;
 mod report;
 pub(crate) mod service;

@@ -88,7 +88,7 @@ fn racing_pools_assemble_a_completed_job_once(target: Target) {
 }
 
 /// A worker SIGKILLed right after recording the last window's row, before it could notice the
-/// job was complete: the job waits `assembling`, and the message's redelivery to the next
+/// job was complete: the job waits `not_assembled`, and the message's redelivery to the next
 /// pool assembles it.
 #[test]
 fn a_worker_killed_after_the_last_row_still_gets_its_job_assembled() {
@@ -109,7 +109,7 @@ fn a_worker_killed_after_the_last_row_still_gets_its_job_assembled() {
     assert!(!out.status.success(), "the fault should have killed it");
     let st = status(&data, &job);
     assert_eq!(st["manifest_rows"], 4, "{st}");
-    assert_eq!(st["lifecycle"], "assembling", "{st}");
+    assert_eq!(st["lifecycle"], "not_assembled", "{st}");
     assert!(st["scene_output"].is_null(), "{st}");
 
     let out = work_one_at_a_time(&data, &["--assemble"], &[]);
@@ -127,7 +127,7 @@ fn a_worker_killed_after_the_last_row_still_gets_its_job_assembled() {
 /// live: the redelivery of its trigger finds the claim held. It must not take the holder's word
 /// for it — the holder is dead — so it waits for the lease to lapse (or to be renewed, proof of
 /// a live holder) and, finding it lapsed, assembles: the job is published with no other
-/// command, not left `assembling` forever.
+/// command, not left `not_assembled` forever.
 #[test]
 fn a_claim_holder_killed_mid_assembly_does_not_take_the_trigger_with_it() {
     let tmp = tempdir();
@@ -140,7 +140,7 @@ fn a_claim_holder_killed_mid_assembly_does_not_take_the_trigger_with_it() {
     let out = work_one_at_a_time(&data, &pool, &[("TILEGATE_FAULT", "after-claim")]);
     assert!(!out.status.success(), "the fault should have killed it");
     let st = status(&data, &job);
-    assert_eq!(st["lifecycle"], "assembling", "{st}");
+    assert_eq!(st["lifecycle"], "not_assembled", "{st}");
 
     // The next pool gets the trigger back while the dead holder's lease is still live.
     let out = work_one_at_a_time(&data, &pool, &[]);

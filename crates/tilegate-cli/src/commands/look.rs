@@ -10,11 +10,12 @@ use crate::output::Out;
 use crate::reports::{PageReport, RecentJob, StacReport, StatusReport, WatchFrame};
 use anyhow::Context;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tilegate_core::Backends;
+use tilegate_core::lifecycle::{Counts, Lifecycle};
 use tilegate_core::object::ObjectStoreExt as _;
 use tilegate_core::{Exit, Reason};
 use tilegate_report::html::{self, Extras};
@@ -85,14 +86,37 @@ async fn status(out: &Out, b: &Backends, a: StatusArgs) -> anyhow::Result<ExitCo
 /// How many recent jobs `status` lists.
 const RECENT_JOBS: usize = 20;
 
-/// The newest jobs, each with its manifest count (one count per job).
+/// The newest jobs, each with its state and counts: one manifest count and one pointer read
+/// per job, and one read of the dead-letter queue for them all. The state and counts are
+/// [`Lifecycle::of`] and [`Counts`] of the same figures a job's own `status` reads, so the
+/// list and the detail never disagree.
 async fn recent_jobs(b: &Backends) -> anyhow::Result<Vec<RecentJob>> {
     let jobs = b.jobs.list_jobs(RECENT_JOBS).await?;
+    // Each job's dead-lettered windows (a window counted once however many letters name it).
+    let mut dead: HashMap<tilegate_core::JobId, HashSet<String>> = HashMap::new();
+    if !jobs.is_empty() {
+        for d in b.queue.list_dead_letters(status::DEAD_LETTERS_READ).await? {
+            if let Some(job) = status::dead_letter_job(&d.body) {
+                let window = status::dead_letter_window(&d.body)
+                    .map_or_else(|| d.message_id.clone(), |w| w.to_string());
+                dead.entry(job).or_default().insert(window);
+            }
+        }
+    }
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
         let row = j.row;
+        let recorded = b.manifest.count_entries(&row.job_id).await?;
+        let dead_lettered = dead.get(&row.job_id).map_or(0, |w| w.len() as u64);
+        let counts = Counts::new(row.grid.len(), recorded, dead_lettered);
+        let published = row.scene_output.is_some()
+            || b.ledger
+                .get_pointer(&row.job_id, tilegate_core::ledger::Subject::Scene)
+                .await?
+                .is_some();
         out.push(RecentJob {
-            recorded: b.manifest.count_entries(&row.job_id).await?,
+            lifecycle: Lifecycle::of(&counts, published),
+            counts,
             job_id: row.job_id.to_string(),
             source: tilegate_core::redact::redact(&row.source.uri).into_owned(),
             recipe: serde_json::to_value(&row.recipe.operation)
@@ -100,8 +124,6 @@ async fn recent_jobs(b: &Backends) -> anyhow::Result<Vec<RecentJob>> {
                 .and_then(|v| v["op"].as_str().map(str::to_owned))
                 .unwrap_or_default(),
             created_at: row.created_at,
-            windows: row.grid.len(),
-            assembled: row.scene_output.is_some(),
         });
     }
     Ok(out)
@@ -286,6 +308,8 @@ async fn report(
         job_id: st.job_id.clone(),
         report: a.out,
         bytes: page.len(),
+        lifecycle: st.lifecycle,
+        counts: st.counts,
         windows: st.windows,
         window_states: st.window_states,
         complete: st.complete,
@@ -367,6 +391,7 @@ async fn stac_cmd(out: &Out, b: &Backends, a: StacArgs) -> anyhow::Result<ExitCo
         items,
         hrefs,
         collection: a.stac_collection,
+        only_hrefs: a.hrefs,
     });
     Ok(ExitCode::SUCCESS)
 }

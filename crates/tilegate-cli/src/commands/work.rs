@@ -331,17 +331,23 @@ fn run_summary(
     scene: Option<AssembleSummary>,
     started: Instant,
 ) -> RunReport {
+    // Windows, not messages: a resumed run's twice-queued windows count once.
+    let counts = tilegate_core::lifecycle::RunCounts::new(
+        windows,
+        already_recorded,
+        manifest_rows,
+        counters.get(m::TILES_WRITTEN),
+        report.dead_lettered,
+    );
     RunReport {
         job_id: job.job_id.clone(),
         output: RasterBrief::of(job),
-        windows,
-        tiles_written: counters.get(m::TILES_WRITTEN),
-        already_present: already_recorded + report.already_present + report.skipped,
+        lifecycle: RunReport::lifecycle_of(&counts, scene.as_ref()),
+        counts,
+        manifest_rows: counts.counts.recorded,
         duplicate_encodes_skipped: counters.get(m::DUPLICATE_ENCODES_SKIPPED),
-        manifest_rows,
-        dead_lettered: report.dead_lettered,
         retried: report.retried,
-        complete: manifest_rows == windows,
+        complete: counts.counts.complete(),
         tiles_prefix: job.prefix.tiles_dir(&job.job_id),
         counters: counters.snapshot(),
         elapsed_s: started.elapsed().as_secs_f64(),

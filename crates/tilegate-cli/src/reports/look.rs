@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 use std::path::PathBuf;
+use tilegate_core::lifecycle::{Counts, Lifecycle};
 use tilegate_core::{JobId, UnixMillis};
 use tilegate_report::JobStatus;
 
@@ -22,16 +23,18 @@ pub struct StatusReport {
     pub show_cost: bool,
 }
 
-/// A recent job and its progress.
+/// A recent job and its progress: the same state and counts as its own `status`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct RecentJob {
     pub job_id: String,
     pub source: String,
     pub recipe: String,
     pub created_at: UnixMillis,
-    pub windows: u64,
-    pub recorded: u64,
-    pub assembled: bool,
+    /// Where the job is (planned, partial, incomplete, not_assembled, published).
+    pub lifecycle: Lifecycle,
+    /// Its windows: recorded, dead-lettered, missing.
+    #[serde(flatten)]
+    pub counts: Counts,
 }
 
 impl Report for StatusReport {
@@ -44,19 +47,14 @@ impl Report for StatusReport {
         if let Some(recent) = self.recent_jobs.as_ref().filter(|r| r.len() > 1) {
             s.push_str("\n\nrecent jobs (newest first)\n");
             for r in recent {
+                let c = &r.counts;
                 s.push_str(&format!(
-                    "  {}  {:>7}/{:<7} {:>5.1}%  {:<9} {}\n",
+                    "  {}  {:>7}/{:<7} {:>5.1}%  {:<13} {}\n",
                     r.job_id,
-                    r.recorded,
-                    r.windows,
-                    100.0 * r.recorded as f64 / r.windows.max(1) as f64,
-                    if r.assembled {
-                        "assembled"
-                    } else if r.recorded >= r.windows {
-                        "complete"
-                    } else {
-                        "running"
-                    },
+                    c.recorded,
+                    c.windows,
+                    100.0 * c.recorded as f64 / c.windows.max(1) as f64,
+                    r.lifecycle.as_str(),
                     r.source
                 ));
             }
@@ -82,6 +80,10 @@ pub struct PageReport {
     pub job_id: JobId,
     pub report: PathBuf,
     pub bytes: usize,
+    /// The job's state, as `status` names it.
+    pub lifecycle: Lifecycle,
+    /// Its windows (recorded, dead-lettered, missing), as `status` counts them.
+    pub counts: Counts,
     pub windows: u64,
     pub window_states: tilegate_report::status::StateCounts,
     pub complete: bool,
@@ -91,10 +93,12 @@ impl Report for PageReport {
     fn text(&self, _: &Out) -> String {
         let s = &self.window_states;
         format!(
-            "wrote {} ({} bytes): {} windows, {} written, {} already present, {} encode skipped, \
-             {} dead-lettered, {} missing",
+            "wrote {} ({} bytes): job {}, {} of {} windows recorded; {} written, {} already \
+             present, {} encode skipped, {} dead-lettered, {} missing",
             self.report.display(),
             self.bytes,
+            self.lifecycle.as_str(),
+            self.counts.recorded,
             self.windows,
             s.written,
             s.already_present,
@@ -114,18 +118,31 @@ pub struct StacReport {
     pub hrefs: Vec<String>,
     /// The Collection written with `--stac-collection`.
     pub collection: Option<PathBuf>,
+    /// `--hrefs`: the text is where the Items are, not the Items.
+    #[serde(skip)]
+    pub only_hrefs: bool,
 }
 
 impl Report for StacReport {
+    /// The Items, as the help says: one job's Item as it is, several as a STAC ItemCollection
+    /// (a GeoJSON FeatureCollection, which `plan --from` reads). With `--hrefs`, where each is.
     fn text(&self, _: &Out) -> String {
-        let mut s = String::new();
-        for href in &self.hrefs {
-            s.push_str(&format!("{href}\n"));
+        if self.only_hrefs {
+            let mut s = self.hrefs.join("\n");
+            if let Some(p) = &self.collection {
+                s.push_str(&format!("\nwrote the Collection {}", p.display()));
+            }
+            return s.trim().to_owned();
         }
         if let Some(p) = &self.collection {
-            s.push_str(&format!("wrote the Collection {}", p.display()));
+            // Stdout is the Items' JSON; the note goes beside it.
+            eprintln!("tilegate: wrote the Collection {}", p.display());
         }
-        s.trim_end().to_owned()
+        let doc = match self.items.as_slice() {
+            [item] => item.clone(),
+            items => serde_json::json!({"type": "FeatureCollection", "features": items}),
+        };
+        serde_json::to_string_pretty(&doc).expect("items serialise")
     }
 }
 

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use tilegate_core::lifecycle::{Lifecycle, RunCounts};
 use tilegate_core::table::JobRecord;
 use tilegate_core::{JobId, UnixMillis};
 
@@ -264,12 +265,15 @@ impl RasterBrief {
 pub struct RunReport {
     pub job_id: JobId,
     pub output: RasterBrief,
-    pub windows: u64,
-    pub tiles_written: u64,
-    pub already_present: u64,
-    pub duplicate_encodes_skipped: u64,
+    /// Where the job is when the run ends: the state `status` gives it.
+    pub lifecycle: Lifecycle,
+    /// The job's windows when the run ends: recorded (those whose tile this run wrote, and
+    /// those already present), dead-lettered and missing, adding up to `windows`.
+    #[serde(flatten)]
+    pub counts: RunCounts,
+    /// `recorded`, under the name the manifest gives it.
     pub manifest_rows: u64,
-    pub dead_lettered: u64,
+    pub duplicate_encodes_skipped: u64,
     pub retried: u64,
     pub complete: bool,
     pub tiles_prefix: String,
@@ -299,21 +303,45 @@ impl Report for RunReport {
             o.height,
             o.bands,
             o.dtype,
-            counted(self.windows, "window"),
+            counted(self.counts.counts.windows, "window"),
             o.window
         );
+        let c = &self.counts;
         for (label, n) in [
-            ("tiles written", self.tiles_written),
-            ("already present", self.already_present),
+            ("tiles written", c.tiles_written),
+            ("already present", c.already_present),
             ("duplicate encodes skipped", self.duplicate_encodes_skipped),
-            ("manifest rows", self.manifest_rows),
-            ("dead-lettered", self.dead_lettered),
+            ("manifest rows", c.counts.recorded),
+            ("dead-lettered", c.counts.dead_lettered),
+            ("missing", c.counts.missing),
         ] {
             s.push_str(&format!("  {label:<27}{n:>8}\n"));
         }
         s.push_str(&format!("  {:<27}{:>8.2} s\n", "elapsed", self.elapsed_s));
+        s.push_str(&format!(
+            "  {:<27}{:>8}\n",
+            "state",
+            self.lifecycle.as_str()
+        ));
         if !self.complete {
-            s.push_str("  INCOMPLETE: see `tilegate status` and `tilegate dlq list`");
+            // What is left, and the one thing that moves it: a stopped run resumes by running
+            // again; dead letters need their cause fixed first.
+            let c = &c.counts;
+            let mut left = Vec::new();
+            if c.missing > 0 {
+                left.push(format!(
+                    "{} window(s) still to do: run again to resume",
+                    c.missing
+                ));
+            }
+            if c.dead_lettered > 0 {
+                left.push(format!(
+                    "{} window(s) dead-lettered: see `tilegate dlq list`, fix the cause, then \
+                     `tilegate dlq redrive`",
+                    c.dead_lettered
+                ));
+            }
+            s.push_str(&format!("  INCOMPLETE: {}", left.join("; ")));
             return s;
         }
         s.push_str(&format!(
@@ -332,6 +360,22 @@ impl Report for RunReport {
             s.push_str(&format!("\n  copied to {}", copy.path));
         }
         s
+    }
+}
+
+impl RunReport {
+    /// The job's state at the end of a run: its counts, and whether the run's assembly left a
+    /// published scene.
+    pub fn lifecycle_of(counts: &RunCounts, scene: Option<&AssembleSummary>) -> Lifecycle {
+        let published = scene.is_some_and(|a| {
+            matches!(
+                a.outcome,
+                AssembleOutcome::Written
+                    | AssembleOutcome::AlreadyDone
+                    | AssembleOutcome::AlreadyPresent
+            )
+        });
+        Lifecycle::of(&counts.counts, published)
     }
 }
 
