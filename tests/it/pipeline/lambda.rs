@@ -225,7 +225,7 @@ fn lambda_partial_batch_lists_exactly_the_throttled_record() {
 /// The function with assembly on completion (`TILEGATE_ASSEMBLE=1`): SQS batches of a job's
 /// windows, one of them delivered twice, and the job's scene is published by the invocation
 /// that records the last window — nobody runs `assemble`. A size limit below the job's tiles
-/// leaves it `assembling` for `tilegate assemble --all`.
+/// leaves it `not_assembled` for `tilegate assemble --all`.
 #[test]
 fn lambda_assembles_the_job_whose_last_window_it_records() {
     let Some(aws) = Aws::for_test("lambda_assembles_the_job_whose_last_window_it_records") else {
@@ -276,7 +276,7 @@ fn lambda_assembles_the_job_whose_last_window_it_records() {
             assert_eq!(st["lifecycle"], "published", "{st}");
             assert_eq!(st["counters"]["claims_won_total"], 1, "{st}");
         } else {
-            assert_eq!(st["lifecycle"], "assembling", "{st}");
+            assert_eq!(st["lifecycle"], "not_assembled", "{st}");
             let all = target.json(data, &["assemble", "--all"]);
             assert_eq!(all["jobs"][0]["outcome"], "written", "{all}");
             let st = target.json(data, &["status", &job]);
