@@ -430,8 +430,13 @@ pub async fn enqueue_windows(
     let queued = if only_missing {
         windows_queued(b, job).await?
     } else {
-        HashSet::new()
+        Some(HashSet::new())
     };
+    // Sent before, and the queue cannot say what is left of that: the first copies may still
+    // be waiting, so these look for the tile before encoding (a first delivery of an
+    // `unrecorded` message does not).
+    let maybe_twice = job.windows_enqueued && queued.is_none();
+    let queued = queued.unwrap_or_default();
     let mut enqueued = 0u64;
     let mut chunk = Vec::with_capacity(SEND_CHUNK);
     for w in job.grid.windows() {
@@ -441,7 +446,7 @@ pub async fn enqueue_windows(
         }
         chunk.push(
             WindowMessage {
-                unrecorded,
+                unrecorded: unrecorded && !maybe_twice,
                 ..WindowMessage::for_job(job, w)
             }
             .encode(),
@@ -475,16 +480,21 @@ pub struct Sent {
     pub queued: u64,
 }
 
-/// The windows of `job` whose tile messages are on the queue now (visible or in flight), as
-/// far as the queue can tell; empty when it cannot list what it holds.
-async fn windows_queued(b: &Backends, job: &JobRecord) -> Result<HashSet<Window>, StoreError> {
+/// The windows of `job` whose tile messages are on the queue now (visible or in flight);
+/// `None` when the queue cannot list what it holds.
+async fn windows_queued(
+    b: &Backends,
+    job: &JobRecord,
+) -> Result<Option<HashSet<Window>>, StoreError> {
     let Some(bodies) = b.queue.holding(job.job_id.as_str()).await? else {
-        return Ok(HashSet::new());
+        return Ok(None);
     };
-    Ok(bodies
-        .iter()
-        .filter_map(|body| WindowMessage::decode(body).ok())
-        .filter(|m| m.job_id == job.job_id && m.attempt.is_none())
-        .map(|m| m.window)
-        .collect())
+    Ok(Some(
+        bodies
+            .iter()
+            .filter_map(|body| WindowMessage::decode(body).ok())
+            .filter(|m| m.job_id == job.job_id && m.attempt.is_none())
+            .map(|m| m.window)
+            .collect(),
+    ))
 }

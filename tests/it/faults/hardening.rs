@@ -663,3 +663,52 @@ fn a_manifest_row_that_disagrees_with_its_tile_is_counted() {
     assert_eq!(report.written, 16);
     assert_eq!(counters.get(m::MANIFEST_MISMATCH), 1);
 }
+
+/// The second afternoon, item 2: sending a job's missing windows again. A queue that lists
+/// what it holds (embedded) is asked, and a window whose message still waits is not sent twice;
+/// one that cannot (SQS; here the embedded queue behind a wrapper that does not say) gets the
+/// copies, and they look for the tile before encoding — only a job's first sending skips that
+/// look. Before: a resumed plan sent every unrecorded window again, and the copies skipped the
+/// look too, so both were encoded.
+#[test]
+fn sending_missing_windows_again_sends_none_twice_where_the_queue_can_say() {
+    let tmp = tempdir();
+    let src = scene(tmp.path());
+    let rt = rt();
+    let b = rt.block_on(Target::Embedded.backends(tmp.path()));
+    let blind = with_queue(&b, ScriptedQueue::new(b.queue.clone()));
+    let job = rt.block_on(plan16(&blind, &src));
+    let row = rt.block_on(b.jobs.get_job(&job)).unwrap().unwrap().row;
+    assert!(row.windows_enqueued);
+
+    // The embedded queue says all 16 are waiting: nothing is sent.
+    let sent = rt
+        .block_on(tilegate_planner::enqueue_windows(&b, &row, true))
+        .unwrap();
+    assert_eq!((sent.enqueued, sent.queued), (0, 16), "{sent:?}");
+    // Blind: all 16 again, and these copies look first.
+    let sent = rt
+        .block_on(tilegate_planner::enqueue_windows(&blind, &row, true))
+        .unwrap();
+    assert_eq!((sent.enqueued, sent.queued), (16, 0), "{sent:?}");
+    let mut flags = Vec::new();
+    while flags.len() < 32 {
+        let got = rt
+            .block_on(b.queue.receive(ReceiveOptions {
+                max: 10,
+                wait: Duration::from_millis(100),
+                visibility: Duration::from_secs(60),
+            }))
+            .unwrap();
+        assert!(!got.is_empty(), "only {} messages", flags.len());
+        for m in got {
+            let wm = tilegate_core::message::WindowMessage::decode(&m.body).unwrap();
+            flags.push(wm.unrecorded);
+        }
+    }
+    assert_eq!(flags.iter().filter(|u| **u).count(), 16, "{flags:?}");
+    assert!(
+        flags[..16].iter().all(|u| *u) && flags[16..].iter().all(|u| !*u),
+        "{flags:?}"
+    );
+}
