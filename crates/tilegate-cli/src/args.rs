@@ -172,8 +172,9 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub recipe: RecipeArgs,
     /// Enqueue every window again, recorded or not (by default planning a job that was
-    /// planned before enqueues only the windows with no manifest row yet; duplicates are safe
-    /// either way, only wasted).
+    /// planned before enqueues only the windows with no manifest row and, where the queue can
+    /// say, no message still waiting; duplicates are safe either way, only wasted: the copies
+    /// look for their tile before encoding).
     #[arg(long)]
     pub all_windows: bool,
     /// The default since planning skips recorded windows; kept for scripts that pass it.

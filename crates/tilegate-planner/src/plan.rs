@@ -432,10 +432,10 @@ pub async fn enqueue_windows(
     } else {
         Some(HashSet::new())
     };
-    // Sent before, and the queue cannot say what is left of that: the first copies may still
-    // be waiting, so these look for the tile before encoding (a first delivery of an
-    // `unrecorded` message does not).
-    let maybe_twice = job.windows_enqueued && queued.is_none();
+    // Sent before, and not known to be gone (every window asked for, or a queue that cannot
+    // say what it holds): the first copies may still be waiting, so these look for the tile
+    // before encoding (a first delivery of an `unrecorded` message does not).
+    let maybe_twice = job.windows_enqueued && (!only_missing || queued.is_none());
     let queued = queued.unwrap_or_default();
     let mut enqueued = 0u64;
     let mut chunk = Vec::with_capacity(SEND_CHUNK);

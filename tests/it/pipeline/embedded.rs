@@ -51,12 +51,20 @@ fn heavy_duplicates_across_four_processes_write_each_tile_once() {
     let scene = data.join("scene-10240.tif");
     sample(data, &scene, 10240, 7);
     let mut job = String::new();
-    for _ in 0..3 {
-        let p = tg_json(data, &["plan", scene.to_str().unwrap()]);
+    // Every window three times: a plan, then two that ask for every window again (a plan
+    // that resumes sends none of those still waiting on the queue).
+    for i in 0..3 {
+        let mut args = vec!["plan", scene.to_str().unwrap()];
+        if i > 0 {
+            args.push("--all-windows");
+        }
+        let p = tg_json(data, &args);
         assert_eq!(p["windows"], 400);
         assert_eq!(p["enqueued"], 400);
         job = p["job_id"].as_str().unwrap().to_owned();
     }
+    let resumed = tg_json(data, &["plan", scene.to_str().unwrap()]);
+    assert_eq!(resumed["enqueued"], 0, "{resumed}");
     let workers: Vec<_> = (0..4)
         .map(|i| {
             let mut cmd = Command::new(tilegate_bin());
