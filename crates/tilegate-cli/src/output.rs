@@ -306,7 +306,12 @@ pub fn status_text(st: &JobStatus, objects_root: &str) -> String {
         s.push_str(&format!("  dead letters {reason}: {count}\n"));
     }
     for a in &st.announcements {
-        let to = if a.delivered.is_empty() {
+        let to = if a.delivered.is_empty() && st.settled {
+            format!(
+                "kept: no sink took it (`tilegate announce {} --announce URL` delivers it)",
+                st.job_id
+            )
+        } else if a.delivered.is_empty() {
             "pending: no sink has taken it yet".to_owned()
         } else {
             format!(

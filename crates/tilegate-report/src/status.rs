@@ -438,6 +438,7 @@ impl Gathered {
             dead_letters_by_reason: by_reason,
             dead_letters: self.dead.iter().take(50).cloned().collect(),
             announcements: job.outbox.clone(),
+            settled: job.settled,
             workers: workers.into_values().collect(),
             first_recorded_at: first,
             last_recorded_at: last,
@@ -546,6 +547,10 @@ pub struct JobStatus {
     /// The job's outbox: each announcement (published, incomplete) with the sinks that
     /// acknowledged it.
     pub announcements: Vec<tilegate_core::announce::Announcement>,
+    /// The job is settled: out of the open jobs, nothing delivers its announcements on its own
+    /// any more (a `run` with no sink settles its job once published). One no sink took stays
+    /// recorded; `tilegate announce JOB --announce SINK` delivers it.
+    pub settled: bool,
     pub workers: Vec<WorkerActivity>,
     pub first_recorded_at: Option<UnixMillis>,
     pub last_recorded_at: Option<UnixMillis>,

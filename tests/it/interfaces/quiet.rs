@@ -95,13 +95,25 @@ fn work_ingest_and_assemble_say_that_they_started() {
         "{}",
         stderr(&ingest)
     );
-    let assemble = tg(data, &["assemble", job], &[]);
-    assert!(assemble.status.success(), "{}", stderr(&assemble));
-    assert!(
-        stderr(&assemble).contains(&format!("assembling job {job} (4 windows, 256×256)")),
-        "{}",
-        stderr(&assemble)
+    // `assemble` on a terminal (util-linux `script` gives it one): a spinner names the job
+    // while it works.
+    let line = format!(
+        "{} --data {} assemble {job}",
+        tilegate_bin().display(),
+        data.display()
     );
+    let tty = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("util-linux script");
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{shown}");
+    assert!(
+        shown.contains(&format!("assembling job {job} (4 windows, 256×256)")),
+        "{shown}"
+    );
+    assert!(shown.contains("published tilegate/scenes/"), "{shown}");
 }
 
 #[test]
@@ -202,4 +214,23 @@ fn an_abandoned_jobs_dead_letters_are_purged_and_no_others() {
     // Neither --job nor --id: the command line is wrong.
     let bare = tg(data, &["dlq", "purge"], &[]);
     assert_eq!(bare.status.code(), Some(2), "{}", stderr(&bare));
+}
+
+#[test]
+fn a_demo_job_with_no_sink_is_not_said_to_be_pending() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let demo = tg(data, &["demo", "--size", "256"], &[]);
+    assert!(demo.status.success(), "{}", stderr(&demo));
+    let status = tg(data, &["status"], &[]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("announced"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("kept: no sink took it") && !line.contains("pending"),
+        "{line}"
+    );
+    assert_eq!(tg_json(data, &["status"])["settled"], true);
 }

@@ -256,31 +256,29 @@ async fn assemble_all(out: &Out, b: &Backends, flags: &AssembleFlags) -> anyhow:
     })
 }
 
-/// Say that `job`'s scene is being assembled (a long, otherwise silent step: tens of seconds
-/// for a large scene): a line, and a spinner on a terminal until the returned bar is cleared.
-/// Nothing with `--json`.
+/// On a terminal, say that `job`'s scene is being assembled (a long step that prints nothing
+/// else: tens of seconds for a large scene): a spinner with the job, its size and how to stop
+/// it, until the returned bar is cleared. Nothing on a pipe or with `--json` (the outcome's
+/// own line and document follow at once there).
 fn assembling(out: &Out, job: &tilegate_core::table::JobRecord) -> indicatif::ProgressBar {
     use std::io::IsTerminal as _;
-    if out.json {
-        return indicatif::ProgressBar::hidden();
-    }
-    eprintln!(
-        "tilegate: assembling job {} ({} windows, {}×{}): the scene, its overviews, the upload; \
-         Ctrl-C stops and releases its claim",
-        job.job_id,
-        job.grid.len(),
-        job.scene.width,
-        job.scene.height
-    );
-    if !std::io::stderr().is_terminal() {
+    if out.json || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} assembling [{elapsed}]")
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
             .expect("valid template"),
     );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    bar.set_message(format!(
+        "assembling job {} ({} windows, {}×{}): the scene, its overviews, the upload; Ctrl-C \
+         stops and releases its claim",
+        job.job_id,
+        job.grid.len(),
+        job.scene.width,
+        job.scene.height
+    ));
+    bar.enable_steady_tick(Duration::from_millis(100));
     bar
 }
 
