@@ -429,8 +429,8 @@ async fn run(cfg: &SimConfig, vrt: &Path) -> anyhow::Result<Report> {
                     && backfill.is_none()
                     && rows as f64 >= f * windows as f64
                 {
-                    let (enqueued, _) = tilegate_planner::enqueue_windows(&b, &job, true).await?;
-                    backfill = Some(enqueued);
+                    let sent = tilegate_planner::enqueue_windows(&b, &job, true).await?;
+                    backfill = Some(sent.enqueued);
                 }
                 if rows >= windows {
                     done_at = Some(clock.elapsed().as_secs_f64());

@@ -870,6 +870,15 @@ impl WorkQueue for Modelled {
         self.inner.queue.list_dead_letters(max).await
     }
 
+    async fn purge_dead_letters(&self, message_ids: &[String]) -> StoreResult<u64> {
+        let n = self.inner.queue.purge_dead_letters(message_ids).await?;
+        for _ in 0..n.div_ceil(10).max(1) {
+            self.model.sqs("ReceiveMessage").await?;
+            self.model.sqs("DeleteMessageBatch").await?;
+        }
+        Ok(n)
+    }
+
     async fn redrive(&self, message_ids: Option<&[String]>) -> StoreResult<u64> {
         let n = self.inner.queue.redrive(message_ids).await?;
         for _ in 0..n.div_ceil(10).max(1) {
