@@ -252,3 +252,63 @@ fn assemble_while_another_holds_the_claim_exits_not_done() {
     let doc: Value = serde_json::from_slice(&after.stdout).unwrap();
     assert_eq!(doc["outcome"], "already_done", "{doc}");
 }
+
+#[test]
+fn ctrl_c_during_runs_assembly_releases_the_claim_and_exits_interrupted() {
+    use std::io::BufRead as _;
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = data.join("scene.tif");
+    sample(data, &src, 2048, 12);
+    // Text mode on a pipe: `run` says when the windows are done and the assembly starts; the
+    // upload then waits 4 s after each part.
+    let mut child = Command::new(tilegate_bin())
+        .arg("--data")
+        .arg(data)
+        .args([
+            "run",
+            src.to_str().unwrap(),
+            "--multipart-threshold",
+            "1048576",
+            "--part-size",
+            "5242880",
+            "--lease-ttl-ms",
+            "60000",
+            "--test-part-delay-ms",
+            "4000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start run");
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "run ended first: {said}"
+        );
+        said.push_str(&line);
+        if line.contains("assembling the scene") {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    said.push_str(&rest);
+    assert!(!status.success(), "an interrupted run exited 0: {said}");
+    assert!(said.contains("error[interrupted]"), "{said}");
+    // The claim was released: the next assembler publishes at once.
+    let st = tg_json(data, &["status"]);
+    assert_eq!(st["lifecycle"], "not_assembled", "{st}");
+    let again = tg_json(data, &["assemble"]);
+    assert_eq!(again["outcome"], "written", "{again}");
+}

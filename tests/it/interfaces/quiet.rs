@@ -234,3 +234,35 @@ fn a_demo_job_with_no_sink_is_not_said_to_be_pending() {
     );
     assert_eq!(tg_json(data, &["status"])["settled"], true);
 }
+
+#[test]
+fn the_recent_jobs_list_names_each_jobs_recipe() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = data.join("scene.tif");
+    sample(data, &src, 128, 11);
+    let copy = tg_json(data, &["run", src.to_str().unwrap(), "--window", "64"]);
+    let expr = tg_json(
+        data,
+        &[
+            "run",
+            src.to_str().unwrap(),
+            "--window",
+            "64",
+            "--recipe",
+            "expr",
+            "--expr",
+            "b1*2",
+        ],
+    );
+    let out = tg(data, &["status"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for (doc, recipe) in [(&copy, "copy"), (&expr, "expr")] {
+        let id = doc["job_id"].as_str().unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(id))
+            .unwrap_or_else(|| panic!("{id} not listed:\n{text}"));
+        assert_eq!(line.split_whitespace().nth(4), Some(recipe), "{line}");
+    }
+}

@@ -49,12 +49,13 @@ impl Report for StatusReport {
             for r in recent {
                 let c = &r.counts;
                 s.push_str(&format!(
-                    "  {}  {:>7}/{:<7} {:>5.1}%  {:<13} {}\n",
+                    "  {}  {:>7}/{:<7} {:>5.1}%  {:<13} {:<8} {}\n",
                     r.job_id,
                     c.recorded,
                     c.windows,
                     100.0 * c.recorded as f64 / c.windows.max(1) as f64,
                     r.lifecycle.as_str(),
+                    r.recipe,
                     r.source
                 ));
             }
