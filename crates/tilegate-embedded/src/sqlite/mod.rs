@@ -175,13 +175,21 @@ impl From<StoreError> for TxError {
 
 pub(crate) type TxResult<T> = Result<T, TxError>;
 
+/// Whether SQLite said the database is busy or locked by another connection.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 impl SqliteBackend {
     /// Open (creating if needed) the database at `path`: WAL mode, `synchronous=NORMAL`,
     /// `busy_timeout` = [`BUSY_TIMEOUT`], schema created or checked.
     pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
         let shown = path.display().to_string();
-        let conn = Self::connect(&path).map_err(|e| match e {
+        let conn = Self::connect_retrying(&path).map_err(|e| match e {
             TxError::Sql(e) => sql_error("open the database", &shown, e),
             TxError::Store(e) => e,
         })?;
@@ -262,12 +270,38 @@ impl SqliteBackend {
         })
     }
 
+    /// [`Self::connect`], again while SQLite answers busy, up to [`BUSY_TIMEOUT`]: a few of
+    /// the steps of opening (the switch to WAL, a WAL file being recovered) answer
+    /// `SQLITE_BUSY` at once rather than through the busy handler, so that two processes
+    /// opening a new data directory together could see "database is locked".
+    fn connect_retrying(path: &Path) -> TxResult<Connection> {
+        let started = std::time::Instant::now();
+        let mut nap = Duration::from_millis(10);
+        loop {
+            match Self::connect(path) {
+                Err(TxError::Sql(e)) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    tracing::debug!(database = %path.display(), error = %e, "busy while opening; trying again");
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
+    }
+
     fn connect(path: &Path) -> TxResult<Connection> {
         let mut conn = Connection::open(path)?;
         // Set first, so that the journal-mode switch and schema creation below wait for a
         // concurrently opening process instead of failing.
         conn.busy_timeout(BUSY_TIMEOUT)?;
-        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        // WAL is a property of the file: switching (which needs the file to itself) only when
+        // it is not WAL yet keeps every later open out of the way of the others.
+        let current: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+        let mode: String = if current.eq_ignore_ascii_case("wal") {
+            current
+        } else {
+            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?
+        };
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(TxError::Store(StoreError::backend(
                 "open the database",
@@ -507,4 +541,34 @@ pub(crate) fn select_versioned(
         .prepare_cached(sql)?
         .query_row(params, |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?)
+}
+
+#[cfg(test)]
+mod open_tests {
+    use super::SqliteBackend;
+
+    /// Many processes opening a new data directory at once (here: connections on threads,
+    /// which lock the file as processes do): every one opens. Before, an open could meet
+    /// "database is locked" at once, without waiting, and its process exited.
+    #[test]
+    fn many_openers_of_a_new_database_all_open() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let path = dir.path().join("tilegate.db");
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(16));
+            let openers: Vec<_> = (0..16)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        SqliteBackend::open(&path).map(|_| ())
+                    })
+                })
+                .collect();
+            for o in openers {
+                let opened = o.join().expect("an opener panicked");
+                assert!(opened.is_ok(), "round {round}: {opened:?}");
+            }
+        }
+    }
 }
