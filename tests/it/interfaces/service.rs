@@ -1284,7 +1284,8 @@ fn the_readme_quick_start_reaches_a_published_job_with_its_thumbnail_in_chromium
     let _running = Running(child);
     let mut printed = String::new();
     let mut link = None;
-    for line in std::io::BufReader::new(stdout).lines() {
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
         let line = line.unwrap();
         printed.push_str(&line);
         printed.push('\n');
@@ -1293,6 +1294,9 @@ fn the_readme_quick_start_reaches_a_published_job_with_its_thumbnail_in_chromium
             break;
         }
     }
+    // Keep reading what the server prints: a closed stdout would end it at its next line
+    // (a command ends quietly when its reader goes away).
+    std::thread::spawn(move || lines.for_each(drop));
     let link = link.unwrap_or_else(|| {
         panic!(
             "serve --demo printed no link:\n{printed}\n{}",

@@ -178,9 +178,13 @@ fn a_backslash_in_the_authority_reaches_neither_address_from_the_service() {
     assert_eq!(r.status, 422, "{body}");
     assert_eq!(r.json()["error"], "source-forbidden", "{body}");
     assert!(body.contains("malformed"), "{body}");
-    // The caller's own string comes back; nothing that reading it would have said.
+    // The caller's own string comes back; nothing that reading it would have said (its own
+    // ports taken out first: a port such as 44041 holds `404`).
+    let said = body
+        .replace(&allowed.port.to_string(), "PORT")
+        .replace(&refused.port.to_string(), "PORT");
     for gdal in ["GDAL", "HTTP", "vsicurl", "curl", "Range", "404", "connect"] {
-        assert!(!body.contains(gdal), "`{gdal}` in {body}");
+        assert!(!said.contains(gdal), "`{gdal}` in {body}");
     }
     assert!(refused.seen().is_empty(), "GDAL read the refused address");
     assert!(allowed.seen().is_empty(), "a request before the refusal");
