@@ -117,6 +117,15 @@ pub struct Progress {
     poller_kind: PollerKind,
 }
 
+/// A spinner with a message and the time it has run: what a long step shows on a terminal.
+pub fn spinner() -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"),
+    );
+    bar
+}
+
 /// How often a run on a pipe says how far it is.
 const PIPE_EVERY: Duration = Duration::from_secs(5);
 
@@ -145,11 +154,7 @@ impl Progress {
         }
         match (&self.then, self.bar.is_hidden()) {
             (Some(then), false) => {
-                let spinner = ProgressBar::new_spinner();
-                spinner.set_style(
-                    ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
-                        .expect("valid template"),
-                );
+                let spinner = spinner();
                 spinner.set_message(then.clone());
                 spinner.enable_steady_tick(Duration::from_millis(200));
                 self.bar.finish_and_clear();

@@ -265,11 +265,7 @@ fn assembling(out: &Out, job: &tilegate_core::table::JobRecord) -> indicatif::Pr
     if out.json || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
-            .expect("valid template"),
-    );
+    let bar = crate::output::spinner();
     bar.set_message(format!(
         "assembling job {} ({} windows, {}×{}): the scene, its overviews, the upload; Ctrl-C \
          stops and releases its claim",

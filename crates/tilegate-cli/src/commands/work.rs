@@ -483,11 +483,7 @@ fn work_progress(out: &Out, counters: &Arc<Counters>) -> indicatif::ProgressBar 
     if out.json || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
-            .expect("valid template"),
-    );
+    let bar = output::spinner();
     let (bar2, counters) = (bar.clone(), Arc::clone(counters));
     let started = Instant::now();
     tokio::spawn(async move {
