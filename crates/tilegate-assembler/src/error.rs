@@ -60,6 +60,9 @@ pub enum AssembleError {
     /// upload aborted; nothing was published.
     #[error("assemble job {job}: stopped before the scene was published; the claim was released")]
     Interrupted { job: JobId },
+    /// A pyramid's tiles or archive could not be made from what its windows stored.
+    #[error("assemble job {job}: build the pyramid: {what}")]
+    Pyramid { job: JobId, what: String },
     #[error("assemble: storage")]
     Store(#[from] StoreError),
 }
@@ -83,6 +86,7 @@ impl AssembleError {
             Self::Build { source, .. } => source.reason_code(),
             Self::PublishedMismatch { .. } => Reason::PublishedSceneMismatch,
             Self::Interrupted { .. } => Reason::Interrupted,
+            Self::Pyramid { .. } => Reason::TileCorrupt,
             Self::Store(e) => Reason::storage(e.is_retryable()),
         }
     }
@@ -98,6 +102,7 @@ impl AssembleError {
             | Self::Incomplete { .. }
             | Self::SizeMismatch { .. }
             | Self::ETagMismatch { .. }
+            | Self::Pyramid { .. }
             | Self::Build { .. } => false,
         }
     }

@@ -16,6 +16,7 @@
 mod error;
 mod multipart;
 mod publish;
+mod pyramid;
 mod record;
 pub use record::checksum_of;
 mod tiles;
@@ -205,7 +206,7 @@ pub async fn assemble(
         .row;
     let scene_key = match &opts.attempt {
         Some(a) => ObjectKey::checked(&a.key)?,
-        None => job.prefix.scene_key(&job.job_id),
+        None => job.output_key(),
     };
     let record = opts.attempt.is_none();
     let mut report = AssembleReport {

@@ -33,6 +33,27 @@ pub(crate) async fn build_and_publish(
     let started = Instant::now();
     // The build reads tiles and lays the scene out: nothing is uploaded yet, so a stop
     // abandons it at once (the blocking layout finishes in the background, unused).
+    if let tilegate_core::recipe::Operation::Pyramid(spec) = &job.recipe.operation {
+        // A pyramid's "scene" is its archive: the zooms above the windows made from their
+        // stored tiles, then every tile in one PMTiles file.
+        let file = opts
+            .until_stopped(&job.job_id, async {
+                let tiles = crate::pyramid::build_tree(b, job, spec, counters).await?;
+                if !spec.layout.pmtiles() {
+                    // `z/x/y` objects alone: the TileJSON document is what is published.
+                    return crate::pyramid::tilejson_bytes(job, spec);
+                }
+                crate::pyramid::publish_tilejson(b, job, spec).await?;
+                crate::pyramid::archive(b, job, spec, tiles).await
+            })
+            .await?;
+        report.build_s = started.elapsed().as_secs_f64();
+        let file = tilegate_cogwrite::LaidOut::whole(file, false);
+        return upload(
+            b, job, gate, lease, keep_alive, opts, counters, report, &file,
+        )
+        .await;
+    }
     let cog = opts
         .until_stopped(&job.job_id, async {
             let (tiles, e_tags) = fetch_tiles(b, job).await?;
@@ -61,7 +82,30 @@ pub(crate) async fn build_and_publish(
     report.build_s = started.elapsed().as_secs_f64();
     report.path = Some(cog.path);
     report.reduced_windows_reused = cog.reduced_windows_reused;
-    let size = cog.file.len();
+    upload(
+        b, job, gate, lease, keep_alive, opts, counters, report, &cog.file,
+    )
+    .await
+}
+
+/// Publish the laid-out file at the report's key under the lease: one create-if-absent PUT or a
+/// multipart upload, checked against the size laid out before anything records it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "two call sites; the pieces are distinct"
+)]
+async fn upload(
+    b: &Backends,
+    job: &JobRecord,
+    gate: &ClaimGate,
+    lease: &mut Lease,
+    keep_alive: &KeepAlive,
+    opts: &AssembleOptions,
+    counters: &Counters,
+    report: &mut AssembleReport,
+    file: &tilegate_cogwrite::LaidOut,
+) -> Result<(), AssembleError> {
+    let size = file.len();
     let key = ObjectKey::checked(&report.scene_key)?;
 
     let uploaded = Instant::now();
@@ -86,7 +130,7 @@ pub(crate) async fn build_and_publish(
             report.outcome = AssembleOutcome::LeaseLost;
             return Ok(());
         }
-        let bytes = cog.file.to_vec();
+        let bytes = file.to_vec();
         hasher.update(&bytes);
         b.objects
             .put_opts(&key, Bytes::from(bytes), opts.put_options())
@@ -96,7 +140,7 @@ pub(crate) async fn build_and_publish(
         match multipart(
             b,
             &key,
-            &cog.file,
+            file,
             gate,
             lease,
             keep_alive,

@@ -149,6 +149,32 @@ pub struct RecipeArgs {
     /// than the scene is fitted to it (the scene's larger side rounded up to 16: one window).
     #[arg(long, default_value_t = 512)]
     pub window: u32,
+    /// Build a web pyramid instead of a COG: the source warped onto this OGC tile matrix
+    /// set's base zoom (with --warp-resampling), cut into image tiles, each zoom above made
+    /// from the tiles below, published as one PMTiles archive and/or `z/x/y` objects.
+    /// `WebMercatorQuad`, `WorldCRS84Quad`, or a TMS 2.0 JSON document's path.
+    #[arg(long, value_name = "TMS")]
+    pub pyramid: Option<String>,
+    /// `--pyramid`: the zooms, `MIN..MAX` (either may be left out: `..14`, `8..`). Default:
+    /// the source's native resolution's zoom down to the zoom where it is one tile.
+    #[arg(long, value_name = "MIN..MAX", requires = "pyramid")]
+    pub zoom: Option<String>,
+    /// `--pyramid`: the tiles' image format (PNG: 8-bit, transparent where nodata).
+    #[arg(long, default_value = "png", value_name = "FORMAT")]
+    pub tile_format: String,
+    /// `--pyramid`: pack one band of elevation into RGB as MapLibre's terrain reads it —
+    /// `terrarium` or `mapbox-terrain-rgb`.
+    #[arg(long, value_name = "ENCODING", requires = "pyramid")]
+    pub encoding: Option<String>,
+    /// `--pyramid`: how a parent tile is made from its four children — `average` (of the
+    /// valid pixels) or `nearest` (for categorical or paletted data).
+    #[arg(long, default_value = "average", value_name = "METHOD")]
+    pub overview_resampling: String,
+    /// `--pyramid`: publish the tiles as one PMTiles archive (`pmtiles`, the default on
+    /// WebMercatorQuad), `z/x/y` objects (`xyz`, the only layout of other sets: PMTiles v3
+    /// addresses Web Mercator tiles alone) or both.
+    #[arg(long, value_name = "LAYOUT", requires = "pyramid")]
+    pub layout: Option<String>,
     /// Output key prefix: segments of [A-Za-z0-9._-] joined by `/`.
     #[arg(long, default_value = "tilegate")]
     pub prefix: String,

@@ -6,7 +6,9 @@ use crate::errors::refused;
 use crate::reports::{RecipeEntry, RecipeParam};
 use anyhow::Context;
 use tilegate_core::Reason;
-use tilegate_core::recipe::Operation;
+use tilegate_core::recipe::{
+    Operation, OverviewResampling, PyramidSpec, TerrainEncoding, TileFormat, TileLayout,
+};
 use tilegate_core::{Compression, Prefix, Recipe, Tenant};
 
 /// The operation of a registered recipe `name` with `NAME=VALUE` parameters, fingerprinted by
@@ -49,7 +51,24 @@ pub(crate) type Location = (Prefix, Tenant);
 
 /// The recipe and the outputs' location that the recipe flags of `plan` and `run` name.
 pub(crate) fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Location)> {
-    let operation = match a.recipe.as_str() {
+    let operation = match (&a.pyramid, a.recipe.as_str()) {
+        (Some(tms), "copy") => Operation::Pyramid(pyramid_spec(tms, a)?),
+        (Some(_), other) => {
+            return Err(refused(
+                Reason::BadRecipe,
+                format!(
+                    "--pyramid makes its own tiles from the source; it takes no --recipe {other}"
+                ),
+            ));
+        }
+        (None, recipe) => plain_operation(recipe, a)?,
+    };
+    recipe_parts(a, operation)
+}
+
+/// The operation `--recipe NAME` names.
+fn plain_operation(recipe: &str, a: &RecipeArgs) -> anyhow::Result<Operation> {
+    Ok(match recipe {
         "copy" => Operation::Copy {
             bands: a.bands.clone(),
         },
@@ -61,7 +80,119 @@ pub(crate) fn recipe_from(a: &RecipeArgs) -> anyhow::Result<(Recipe, Location)> 
         "warp" => Operation::Warp(warp_spec(a)?),
         "expr" => expr_operation(a)?,
         other => custom_operation(other, &a.params)?,
+    })
+}
+
+/// A `--pyramid` job's recipe from its flags; the zooms left out are filled in when planning.
+fn pyramid_spec(tms: &str, a: &RecipeArgs) -> anyhow::Result<PyramidSpec> {
+    let bad = |s: String| refused(Reason::BadRecipe, s);
+    let (name, document) = match tms {
+        "WebMercatorQuad" | "WorldCRS84Quad" => (tms.to_owned(), None),
+        path if path.ends_with(".json") => {
+            let doc =
+                std::fs::read_to_string(path).map_err(|e| bad(format!("--pyramid {path}: {e}")))?;
+            let set = tilegate_pmtiles::TileMatrixSet::from_json(&doc)
+                .map_err(|e| bad(format!("--pyramid {path}: {e}")))?;
+            (set.id().to_owned(), Some(doc))
+        }
+        other => {
+            return Err(bad(format!(
+                "unknown tile matrix set `{other}`: expected WebMercatorQuad, WorldCRS84Quad or \
+                 a TMS 2.0 JSON document (a .json path)"
+            )));
+        }
     };
+    let (min_zoom, max_zoom) = match &a.zoom {
+        None => (u8::MAX, u8::MAX),
+        Some(z) => parse_zooms(z).ok_or_else(|| {
+            bad(format!(
+                "--zoom `{z}` is not MIN..MAX (zooms 0–30, MIN ≤ MAX)"
+            ))
+        })?,
+    };
+    let tile_format = match a.tile_format.as_str() {
+        "png" => TileFormat::Png,
+        other => {
+            return Err(bad(format!(
+                "--tile-format `{other}`: only png is built (webp and jpeg are not yet)"
+            )));
+        }
+    };
+    let encoding = match &a.encoding {
+        None => None,
+        Some(e) => Some(TerrainEncoding::parse(e).ok_or_else(|| {
+            bad(format!(
+                "--encoding `{e}`: expected terrarium or mapbox-terrain-rgb"
+            ))
+        })?),
+    };
+    let overview_resampling = match a.overview_resampling.as_str() {
+        "average" => OverviewResampling::Average,
+        "nearest" | "near" => OverviewResampling::Nearest,
+        other => {
+            return Err(bad(format!(
+                "--overview-resampling `{other}`: expected average or nearest"
+            )));
+        }
+    };
+    let web_mercator = name == "WebMercatorQuad";
+    let layout = match a.layout.as_deref() {
+        None if web_mercator => TileLayout::Pmtiles,
+        None => TileLayout::Xyz,
+        Some(l) => TileLayout::parse(l)
+            .ok_or_else(|| bad(format!("--layout `{l}`: expected pmtiles, xyz or both")))?,
+    };
+    if layout.pmtiles() && !web_mercator {
+        return Err(bad(format!(
+            "--layout {}: a PMTiles v3 archive addresses WebMercatorQuad tiles only; tiles of \
+             {name} go out as --layout xyz",
+            layout.name()
+        )));
+    }
+    if !tilegate_core::recipe::WARP_RESAMPLINGS.contains(&a.warp_resampling.as_str()) {
+        return Err(bad(format!(
+            "--warp-resampling `{}`: expected one of {}",
+            a.warp_resampling,
+            tilegate_core::recipe::WARP_RESAMPLINGS.join(", ")
+        )));
+    }
+    Ok(PyramidSpec {
+        tms: name,
+        tms_document: document,
+        min_zoom,
+        max_zoom,
+        tile_format,
+        encoding,
+        resampling: a.warp_resampling.clone(),
+        overview_resampling,
+        layout,
+        base_origin: [0, 0],
+        base_range: [0; 4],
+        tile_size: 0,
+    })
+}
+
+/// `MIN..MAX`, `..MAX`, `MIN..` or `Z` (one zoom); `u8::MAX` for a bound left out.
+fn parse_zooms(s: &str) -> Option<(u8, u8)> {
+    let z = |t: &str| -> Option<u8> {
+        if t.is_empty() {
+            Some(u8::MAX)
+        } else {
+            t.trim().parse::<u8>().ok().filter(|z| *z <= 30)
+        }
+    };
+    let (lo, hi) = match s.split_once("..") {
+        Some((lo, hi)) => (z(lo)?, z(hi)?),
+        None => {
+            let one = z(s).filter(|v| *v != u8::MAX)?;
+            (one, one)
+        }
+    };
+    (lo == u8::MAX || hi == u8::MAX || lo <= hi).then_some((lo, hi))
+}
+
+/// The rest of a recipe (compression, window, prefix, tenant) around its operation.
+fn recipe_parts(a: &RecipeArgs, operation: Operation) -> anyhow::Result<(Recipe, Location)> {
     let unused = |flag: &str, set: bool, recipes: &str| {
         if set {
             Err(refused(

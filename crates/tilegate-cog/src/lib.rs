@@ -19,6 +19,7 @@ mod ffi;
 mod hardening;
 mod place;
 mod probe;
+mod pyramid;
 mod rawband;
 mod read;
 pub mod recipes;
@@ -38,6 +39,7 @@ pub use encode::{
 pub use error::{CogError, GdalSaid, RectDisplay};
 pub use place::{placement, tiff_datetime_rfc3339};
 pub use probe::probe;
+pub use pyramid::{PyramidTile, encode_pyramid_window, pyramid_grid};
 pub use read::{RasterData, TiffLayout, read_raster, tiff_layout};
 pub use sample::{SAMPLE_BLOCK, SAMPLE_EPSG, SAMPLE_GEOTRANSFORM, SampleOptions, sample_scene};
 pub use stack::stack_vrt;

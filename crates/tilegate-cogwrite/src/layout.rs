@@ -289,7 +289,7 @@ pub struct LaidOut {
 
 impl LaidOut {
     /// A file that is all head: bytes already written out whole (the GDAL fallback's).
-    pub(crate) fn whole(bytes: Vec<u8>, bigtiff: bool) -> Self {
+    pub fn whole(bytes: Vec<u8>, bigtiff: bool) -> Self {
         Self {
             total: bytes.len() as u64,
             head: bytes,

@@ -139,6 +139,35 @@ impl Prefix {
         ObjectKey::built(format!("{}/scenes/{job}.tif", self.0))
     }
 
+    /// `{prefix}/pyramids/{job_id}.pmtiles`: a pyramid job's archive (its "scene").
+    pub fn pyramid_key(&self, job: &JobId) -> ObjectKey {
+        ObjectKey::built(format!("{}/pyramids/{job}.pmtiles", self.0))
+    }
+
+    /// `{prefix}/pyramids/{job_id}/` — a pyramid's tiles, its TileJSON and its `z/x/y` layout.
+    pub fn pyramid_dir(&self, job: &JobId) -> String {
+        format!("{}/pyramids/{job}/", self.0)
+    }
+
+    /// `{prefix}/pyramids/{job_id}/blobs/{digest}.{ext}`: one distinct tile's bytes, shared by
+    /// every address whose tile has these bytes (`digest`: 64 hex digits of BLAKE3).
+    pub fn pyramid_blob_key(&self, job: &JobId, digest: &str, ext: &str) -> ObjectKey {
+        debug_assert!(digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()));
+        debug_assert!(ext.bytes().all(|b| b.is_ascii_alphanumeric()));
+        ObjectKey::built(format!("{}/pyramids/{job}/blobs/{digest}.{ext}", self.0))
+    }
+
+    /// `{prefix}/pyramids/{job_id}/{z}/{x}/{y}.{ext}`: the `z/x/y` layout's object of a tile.
+    pub fn xyz_key(&self, job: &JobId, z: u8, x: u32, y: u32, ext: &str) -> ObjectKey {
+        debug_assert!(ext.bytes().all(|b| b.is_ascii_alphanumeric()));
+        ObjectKey::built(format!("{}/pyramids/{job}/{z}/{x}/{y}.{ext}", self.0))
+    }
+
+    /// `{prefix}/pyramids/{job_id}/tiles.json`: a pyramid's TileJSON 3.0 document.
+    pub fn tilejson_key(&self, job: &JobId) -> ObjectKey {
+        ObjectKey::built(format!("{}/pyramids/{job}/tiles.json", self.0))
+    }
+
     /// `{prefix}/attempts/{job_id}/` — every attempt key of a job is under it.
     pub fn attempts_dir(&self, job: &JobId) -> String {
         format!("{}/attempts/{job}/", self.0)

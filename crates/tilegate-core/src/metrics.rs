@@ -18,9 +18,12 @@ pub const MANIFEST_MISMATCH: &str = "manifest_mismatch_total";
 /// attempt published, this one published before, the pointer contended): the order is done,
 /// the pointer did not move.
 pub const ACCEPTS_REFUSED: &str = "attempt_accepts_refused_total";
+/// A pyramid's tile images written (each distinct blob or `z/x/y` object once; a refused
+/// Create is counted as a precondition failure, as a window's is).
+pub const PYRAMID_TILES_WRITTEN: &str = "pyramid_tiles_written_total";
 
 /// Every counter name, in reporting order.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     TILES_WRITTEN,
     PRECONDITION_FAILED,
     DUPLICATE_ENCODES_SKIPPED,
@@ -33,6 +36,18 @@ pub const ALL: [&str; 12] = [
     WINDOW_PANICS,
     MANIFEST_MISMATCH,
     ACCEPTS_REFUSED,
+    PYRAMID_TILES_WRITTEN,
+];
+
+/// The counters an assembler bumps itself (no worker flushes them): its caller adds them to the
+/// job's — the claims, the multipart bytes, and a pyramid's tiles made above its windows and
+/// the Creates of them that found a copy in place.
+pub const ASSEMBLER: [&str; 5] = [
+    CLAIMS_WON,
+    CLAIMS_LOST,
+    MULTIPART_BYTES_UPLOADED,
+    PYRAMID_TILES_WRITTEN,
+    PRECONDITION_FAILED,
 ];
 
 /// The name under which dead letters of one reason are counted: `dead_lettered_total{reason="x"}`.

@@ -47,6 +47,9 @@ pub enum Operation {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output: Option<OutputSpec>,
     },
+    /// A web pyramid: the source warped onto a tile matrix set's base zoom, each window a block
+    /// of base tiles cut into image tiles, every parent built from its stored children.
+    Pyramid(PyramidSpec),
     /// Read nothing, encode nothing: each window commits a few placeholder bytes. Measures the
     /// orchestration alone (queue, source check, commit, manifest); its "tiles" are not
     /// TIFFs, so such a job cannot be assembled.
@@ -81,6 +84,155 @@ pub struct WarpSpec {
     /// GDAL resampling name: near, bilinear, cubic, cubicspline, lanczos, average, mode, …
     pub resampling: String,
 }
+
+/// A web pyramid's recipe (see [`Operation::Pyramid`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PyramidSpec {
+    /// The tile matrix set's identifier: `WebMercatorQuad`, `WorldCRS84Quad`, or the `id` of
+    /// `tms_document`.
+    pub tms: String,
+    /// An OGC TMS 2.0 JSON document, when the set is not one of the two built in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tms_document: Option<String>,
+    /// The top zoom (the fewest tiles).
+    pub min_zoom: u8,
+    /// The base zoom: the tiles warped from the source.
+    pub max_zoom: u8,
+    pub tile_format: TileFormat,
+    /// Elevation as RGB (a one-band source): what MapLibre's terrain reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<TerrainEncoding>,
+    /// GDAL resampling of the base zoom's warp.
+    pub resampling: String,
+    /// How a parent is made from its four children's pixels.
+    pub overview_resampling: OverviewResampling,
+    /// Which objects the tiles are published as.
+    pub layout: TileLayout,
+    /// Filled in when planning: the base zoom's tile at the job grid's top-left corner (a
+    /// multiple of a window's tiles, so that every window's tiles share their ancestors up to
+    /// the window's top tile) and the base zoom's tiles that meet the scene, inclusive
+    /// `[min_x, min_y, max_x, max_y]`.
+    #[serde(default)]
+    pub base_origin: [u32; 2],
+    #[serde(default)]
+    pub base_range: [u32; 4],
+    /// The tile edge in pixels (the set's tile width at the base zoom), filled in when planning.
+    #[serde(default)]
+    pub tile_size: u32,
+}
+
+/// The image format of a pyramid's tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TileFormat {
+    /// PNG, 8 bits per sample, with an alpha channel where any pixel is nodata.
+    Png,
+}
+
+impl TileFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Png => "png",
+        }
+    }
+
+    pub fn media_type(self) -> &'static str {
+        match self {
+            Self::Png => "image/png",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.extension()
+    }
+}
+
+/// Elevation packed into RGB: Terrarium (`(R·256 + G + B/256) − 32768`, metres) or Mapbox
+/// Terrain-RGB (`−10000 + (R·65536 + G·256 + B) × 0.1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TerrainEncoding {
+    Terrarium,
+    MapboxTerrainRgb,
+}
+
+impl TerrainEncoding {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Terrarium => "terrarium",
+            Self::MapboxTerrainRgb => "mapbox-terrain-rgb",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "terrarium" => Some(Self::Terrarium),
+            "mapbox-terrain-rgb" | "terrain-rgb" | "mapbox" => Some(Self::MapboxTerrainRgb),
+            _ => None,
+        }
+    }
+}
+
+/// How a parent tile's pixel is made from its 2×2 children's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OverviewResampling {
+    /// The mean of the valid children (GDAL's `average`); nodata where none is valid.
+    Average,
+    /// The top-left child (GDAL's `nearest` on an even 2× reduction).
+    Nearest,
+}
+
+impl OverviewResampling {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Average => "average",
+            Self::Nearest => "nearest",
+        }
+    }
+}
+
+/// Which objects a pyramid's tiles are published as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TileLayout {
+    /// One PMTiles archive (each distinct tile stored once by its content).
+    Pmtiles,
+    /// A `z/x/y.EXT` object per tile.
+    Xyz,
+    Both,
+}
+
+impl TileLayout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pmtiles => "pmtiles",
+            Self::Xyz => "xyz",
+            Self::Both => "both",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pmtiles" => Some(Self::Pmtiles),
+            "xyz" => Some(Self::Xyz),
+            "both" => Some(Self::Both),
+            _ => None,
+        }
+    }
+
+    pub fn xyz(self) -> bool {
+        matches!(self, Self::Xyz | Self::Both)
+    }
+
+    pub fn pmtiles(self) -> bool {
+        matches!(self, Self::Pmtiles | Self::Both)
+    }
+}
+
+/// Base tiles on a pyramid window's side: a window is a block of 8 × 8 tiles, so that its
+/// tiles' parents up to three zooms above are made where its pixels are.
+pub const PYRAMID_WINDOW_TILES: u32 = 8;
 
 /// The resampling methods the warper accepts (GDAL 3.6's `gdalwarp -r`).
 pub const WARP_RESAMPLINGS: [&str; 14] = [
@@ -205,6 +357,26 @@ impl Recipe {
                 // The parameters are in the recipe's own fingerprint.
                 let _ = write!(s, "op=custom;name={name};fingerprint={fingerprint}");
             }
+            Operation::Pyramid(p) => {
+                // The planned base origin and range follow from the rest and the source.
+                let _ = write!(
+                    s,
+                    "op=pyramid;tms={};z={}..{};format={};r={};or={};layout={}",
+                    p.tms,
+                    p.min_zoom,
+                    p.max_zoom,
+                    p.tile_format.name(),
+                    p.resampling,
+                    p.overview_resampling.name(),
+                    p.layout.name()
+                );
+                if let Some(doc) = &p.tms_document {
+                    let _ = write!(s, ";tms_document={}", blake3::hash(doc.as_bytes()).to_hex());
+                }
+                if let Some(e) = p.encoding {
+                    let _ = write!(s, ";encoding={}", e.name());
+                }
+            }
             Operation::Noop => s.push_str("op=noop"),
         }
         let _ = write!(
@@ -233,6 +405,12 @@ impl Recipe {
             Operation::Copy { bands: None } | Operation::Warp(_) | Operation::Noop => {
                 same(scene.bands)
             }
+            // Image tiles: 8-bit samples, nodata as transparency.
+            Operation::Pyramid(p) => OutputSpec {
+                bands: if p.encoding.is_some() { 3 } else { scene.bands },
+                dtype: "Byte".to_owned(),
+                nodata: None,
+            },
             Operation::Expr { expr, ot, nodata } => OutputSpec {
                 // The canonical text separates outputs with `;` and has no other `;`.
                 bands: u32::try_from(expr.split(';').filter(|e| !e.trim().is_empty()).count())
@@ -263,7 +441,9 @@ impl Recipe {
             Operation::Ndvi { red, nir } => Ok(vec![check(*red)?, check(*nir)?]),
             // Every band is warped; an expression's bands are checked when it is parsed (the
             // worker reads what the program names); a custom recipe reads every band.
-            Operation::Warp(_) | Operation::Custom { .. } => Ok((1..=scene_bands).collect()),
+            Operation::Warp(_) | Operation::Custom { .. } | Operation::Pyramid(_) => {
+                Ok((1..=scene_bands).collect())
+            }
             Operation::Expr { .. } => Ok(Vec::new()),
             Operation::Noop => Ok(Vec::new()),
         }

@@ -88,6 +88,18 @@ impl JobRecord {
     pub fn is_open(&self) -> bool {
         !self.settled
     }
+
+    /// The job's published output: its scene COG, or a pyramid job's PMTiles archive — or,
+    /// when its tiles go out as `z/x/y` objects alone, its TileJSON document.
+    pub fn output_key(&self) -> crate::ObjectKey {
+        match &self.recipe.operation {
+            crate::recipe::Operation::Pyramid(p) if p.layout.pmtiles() => {
+                self.prefix.pyramid_key(&self.job_id)
+            }
+            crate::recipe::Operation::Pyramid(_) => self.prefix.tilejson_key(&self.job_id),
+            _ => self.prefix.scene_key(&self.job_id),
+        }
+    }
 }
 
 fn one() -> u32 {

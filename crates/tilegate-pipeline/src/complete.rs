@@ -152,7 +152,7 @@ impl OnComplete for AssembleOnComplete {
         let assembled = self.assemble_or_outwait(job, &opts, &counters).await;
         // The assembler's own counts, which no worker flushes (its requests are already
         // charged to the job by the worker's meter).
-        let claims: Vec<(&str, u64)> = [m::CLAIMS_WON, m::CLAIMS_LOST, m::MULTIPART_BYTES_UPLOADED]
+        let claims: Vec<(&str, u64)> = m::ASSEMBLER
             .into_iter()
             .map(|n| (n, counters.get(n)))
             .filter(|(_, v)| *v > 0)

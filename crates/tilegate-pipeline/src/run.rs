@@ -253,10 +253,9 @@ pub async fn record_job_counts(b: &Backends, job: &JobId, counters: &Counters) {
     by_job.entry(job.clone()).or_default();
     for (j, counts) in by_job {
         let mut list: Vec<(&str, u64)> = counts.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        let assembler = [m::CLAIMS_WON, m::CLAIMS_LOST, m::MULTIPART_BYTES_UPLOADED];
         if &j == job {
             list.extend(
-                assembler
+                m::ASSEMBLER
                     .into_iter()
                     .map(|n| (n, counters.get(n)))
                     .filter(|(_, v)| *v > 0),

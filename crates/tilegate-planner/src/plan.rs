@@ -327,16 +327,25 @@ async fn derive_resolved(
     };
     let gdal_path = resolved.gdal_path.clone();
     let operation = opts.recipe.operation.clone();
-    let scene = tokio::task::spawn_blocking(move || match &operation {
+    let (scene, pyramid) = tokio::task::spawn_blocking(move || match operation {
         // The job's grid is the warp's target grid.
-        Operation::Warp(spec) => tilegate_cog::warp_grid(&gdal_path, spec),
-        _ => tilegate_cog::probe(&gdal_path),
+        Operation::Warp(spec) => tilegate_cog::warp_grid(&gdal_path, &spec).map(|s| (s, None)),
+        // A pyramid's is its base zoom's, over whole windows of tiles.
+        Operation::Pyramid(mut spec) => {
+            tilegate_cog::pyramid_grid(&gdal_path, &mut spec).map(|s| (s, Some(spec)))
+        }
+        _ => tilegate_cog::probe(&gdal_path).map(|s| (s, None)),
     })
     .await
     .expect("planning task panicked")?;
     timings.probe_s = lap();
     opts.recipe.input_bands(scene.bands)?;
     let mut recipe = planned_recipe(&opts.recipe, &scene)?;
+    if let Some(spec) = pyramid {
+        check_pyramid(&spec, &scene)?;
+        recipe.window = spec.tile_size * tilegate_core::recipe::PYRAMID_WINDOW_TILES;
+        recipe.operation = Operation::Pyramid(spec);
+    }
     recipe.window = Grid::fitted_window(scene.width, scene.height, recipe.window);
     let grid = Grid::new(scene.width, scene.height, recipe.window)?;
     let root = opts.tenant.root(&opts.prefix)?;
@@ -358,6 +367,29 @@ async fn derive_resolved(
         settled: false,
     };
     Ok(record)
+}
+
+/// A pyramid's tiles are 8-bit images: the source's samples must be bytes, or one band of
+/// elevation packed into RGB by `--encoding`.
+fn check_pyramid(
+    spec: &tilegate_core::recipe::PyramidSpec,
+    scene: &SceneMeta,
+) -> Result<(), PlanError> {
+    let refuse = |s: String| Err(RecipeError::Custom(s).into());
+    match spec.encoding {
+        Some(e) if scene.bands != 1 => refuse(format!(
+            "--encoding {} packs one band of elevation; the source has {} bands",
+            e.name(),
+            scene.bands
+        )),
+        None if scene.dtype != "Byte" => refuse(format!(
+            "{} tiles hold 8-bit samples and the source is {}: scale it to Byte first, or give \
+             --encoding terrarium|mapbox-terrain-rgb for elevation",
+            spec.tile_format.name().to_uppercase(),
+            scene.dtype
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The recipe as the job row keeps it, checked against the scene: an expression's bands must

@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod pyramid;
+pub mod raster;
 pub mod tms;
 
 pub use archive::{
@@ -12,4 +13,5 @@ pub use archive::{
     ContentKey, Header, TileType, find_tile, read_header, write_archive,
 };
 pub use pyramid::{Pyramid, PyramidError};
+pub use raster::{ImageError, PixelEncoding, Reduce, TileData, decode_png, encode_png};
 pub use tms::{Bbox, Tile, TileMatrixSet, TileRange, TmsError, ZoomStrategy};

@@ -49,7 +49,12 @@ pub fn stac_data_type(gdal: &str) -> &'static str {
 
 /// The key of a scene's Item: beside the scene, `.json` for `.tif`.
 pub fn item_key(scene_key: &str) -> tilegate_core::StoreResult<tilegate_core::ObjectKey> {
-    let stem = scene_key.strip_suffix(".tif").unwrap_or(scene_key);
+    // A pyramid's output is its archive or, without one, its TileJSON: the Item sits beside
+    // the archive's place either way (`{prefix}/pyramids/{job}.json`).
+    let stem = (scene_key.strip_suffix(".tif"))
+        .or_else(|| scene_key.strip_suffix(".pmtiles"))
+        .or_else(|| scene_key.strip_suffix("/tiles.json"))
+        .unwrap_or(scene_key);
     tilegate_core::ObjectKey::checked(&format!("{stem}.json"))
 }
 
@@ -147,6 +152,48 @@ pub fn item(job: &JobRecord, scene: &OutputRef, checksum: &str) -> Value {
             }
         },
     });
+    if let tilegate_core::recipe::Operation::Pyramid(p) = &job.recipe.operation {
+        // A web pyramid: the archive is the data, and web maps read it (or its `z/x/y`
+        // objects) by the web-map-links relations.
+        let dir = job.job_id.to_string();
+        let title = format!(
+            "web pyramid ({}, zooms {}–{})",
+            p.tms, p.min_zoom, p.max_zoom
+        );
+        let (key, asset) = if p.layout.pmtiles() {
+            (
+                "pmtiles",
+                json!({ "href": format!("./{dir}.pmtiles"),
+                "type": "application/vnd.pmtiles", "title": title, "roles": ["data", "tiles"] }),
+            )
+        } else {
+            (
+                "tilejson",
+                json!({ "href": format!("./{dir}/tiles.json"),
+                "type": "application/json", "title": title, "roles": ["tiles"] }),
+            )
+        };
+        let mut asset = asset;
+        asset["file:size"] = json!(scene.size);
+        asset["file:checksum"] = json!(checksum);
+        item["assets"] = json!({ key: asset });
+        let links = item["links"].as_array_mut().expect("links");
+        if p.layout.pmtiles() {
+            links.push(
+                json!({ "rel": "pmtiles", "href": format!("./{dir}.pmtiles"),
+                "type": "application/vnd.pmtiles" }),
+            );
+        }
+        if p.layout.xyz() {
+            links.push(json!({ "rel": "xyz",
+                "href": format!("./{dir}/{{z}}/{{x}}/{{y}}.{}", p.tile_format.extension()),
+                "type": p.tile_format.media_type(), "title": p.tms }));
+        }
+        links.push(
+            json!({ "rel": "tilejson", "href": format!("./{dir}/tiles.json"),
+            "type": "application/json" }),
+        );
+    }
     if let Some(p) = placement {
         item["geometry"] = json!({ "type": "Polygon", "coordinates": [p.footprint] });
         item["bbox"] = json!(p.bbox);

@@ -125,10 +125,10 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Per-message counter deltas, flushed to the job's counters once the message is done.
 #[derive(Default)]
-struct Deltas(Vec<(&'static str, u64)>);
+pub(crate) struct Deltas(Vec<(&'static str, u64)>);
 
 impl Deltas {
-    fn bump(&mut self, shared: &Shared, name: &'static str) {
+    pub(crate) fn bump(&mut self, shared: &Shared, name: &'static str) {
         shared.counters.inc(name);
         self.0.push((name, 1));
     }
@@ -449,7 +449,8 @@ async fn process(
     // The policy judges the source before GDAL opens it: the job row is the operator's, but
     // this worker's policy (and the addresses a name resolves to now) decide what it reads.
     tilegate_source::admit(&shared.cfg.sources.of(job.tenant.as_str()), &job.source).await?;
-    let (bytes, reduced, times) = encode(shared, &job, window, msg.receive_count, deltas).await?;
+    let (bytes, reduced, times, images) =
+        encode(shared, &job, window, msg.receive_count, deltas).await?;
     // Pinned after the read: a source that changed before or during the read no longer has
     // its planned pin, so what was read is not committed (one check per window: a check
     // before the read as well would only save the encode of a window that fails anyway).
@@ -457,6 +458,9 @@ async fn process(
     verify_source(shared, &job, deltas).await?;
     facts.read_ms = Some(millis(times.read + pin_started.elapsed()));
     facts.encode_ms = Some(millis(times.encode));
+    // A pyramid window's images go before its index, the window's output: an index in place
+    // means every tile it lists is.
+    crate::pyramid::write_tiles(shared, &job, images, deltas).await?;
 
     let commit_started = Instant::now();
     // The row records the tile's size and ETag: the write's answer has both.
@@ -541,7 +545,7 @@ async fn regenerate_window(
             verify_source(shared, job, deltas).await?;
             tilegate_source::admit(&shared.cfg.sources.of(job.tenant.as_str()), &job.source)
                 .await?;
-            let (bytes, _, _) = encode(shared, job, window, receive_count, deltas).await?;
+            let (bytes, _, _, _) = encode(shared, job, window, receive_count, deltas).await?;
             verify_source(shared, job, deltas).await?;
             let meta = tilegate_ledger::attempt::put(&shared.b, &row.row, bytes)
                 .await
@@ -619,6 +623,15 @@ async fn verify_source(
         })
 }
 
+/// A window's output, its first overview level when the pool collects them, the step times,
+/// and a pyramid window's tile images (written before the output, its index).
+type Encoded = (
+    Bytes,
+    Option<ReducedWindow>,
+    StepTimes,
+    Vec<crate::pyramid::Pending>,
+);
+
 /// The window's tile, and its reduction when the pool collects them. A panic in the encoder
 /// (or in GDAL's Rust bindings under it) is caught on its rayon thread and becomes a retryable
 /// `encoder-panicked` fault of this window alone; left uncaught, rayon would abort the process.
@@ -628,7 +641,7 @@ async fn encode(
     window: Window,
     attempt: u32,
     deltas: &mut Deltas,
-) -> Result<(Bytes, Option<ReducedWindow>, StepTimes), Failure> {
+) -> Result<Encoded, Failure> {
     if let Some(stand_in) = &shared.cfg.stand_in {
         // On Tokio's clock: a simulation's stand-in takes simulated time.
         let started = tokio::time::Instant::now();
@@ -640,9 +653,10 @@ async fn encode(
             encode: started.elapsed(),
             ..StepTimes::default()
         };
-        return Ok((tile, None, times));
+        return Ok((tile, None, times, Vec::new()));
     }
     let req = encode_request(job, window)?;
+    let pyramid = crate::pyramid::spec(job).is_some();
     let reduce = (shared.cfg.reduce_into.as_ref())
         .filter(|r| r.job() == &job.job_id)
         .map(|r| r.resampling());
@@ -654,16 +668,30 @@ async fn encode(
     pool.spawn(move || {
         let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             fault::encoder_panic(&window.to_string(), attempt);
-            tilegate_cog::encode_window_reducing(&req, reduce)
-                .map(|(tile, reduced)| (tile, reduced, tilegate_cog::last_step_times()))
+            if pyramid {
+                let started = Instant::now();
+                return tilegate_cog::encode_pyramid_window(&req).map(|tiles| {
+                    let (index, images) = crate::pyramid::index(tiles);
+                    let times = StepTimes {
+                        encode: started.elapsed(),
+                        ..StepTimes::default()
+                    };
+                    (index, None, times, images)
+                });
+            }
+            tilegate_cog::encode_window_reducing(&req, reduce).map(|(tile, reduced)| {
+                (
+                    Bytes::from(tile),
+                    reduced,
+                    tilegate_cog::last_step_times(),
+                    Vec::new(),
+                )
+            })
         }));
         let _ = tx.send(encoded);
     });
     let detail = match rx.await {
-        Ok(Ok(encoded)) => {
-            let (tile, reduced, times) = encoded?;
-            return Ok((Bytes::from(tile), reduced, times));
-        }
+        Ok(Ok(encoded)) => return Ok(encoded?),
         Ok(Err(payload)) => panic_message(payload.as_ref()),
         Err(_) => "the encoder thread ended without an answer".to_owned(),
     };

@@ -10,6 +10,7 @@ pub use tilegate_fault as fault;
 mod handle;
 mod here;
 pub mod pool;
+mod pyramid;
 pub mod regenerate;
 pub mod repair;
 

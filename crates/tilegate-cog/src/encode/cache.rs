@@ -172,7 +172,10 @@ fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
     let ds = ffi::open_raster(&req.path)?;
     OPENS.fetch_add(1, Ordering::Relaxed);
     // A warp job's grid is the target's: only the source's bands and type are planned.
-    let warped = matches!(req.recipe.operation, Operation::Warp(_));
+    let warped = matches!(
+        req.recipe.operation,
+        Operation::Warp(_) | Operation::Pyramid(_)
+    );
     let found = probe::scene_meta_for(&ds, &req.path, warped)?;
     let plan = &req.scene;
     let size = |m: &SceneMeta| if warped { (0, 0) } else { (m.width, m.height) };

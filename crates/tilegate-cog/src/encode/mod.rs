@@ -129,6 +129,24 @@ fn encode(
     Ok(tile)
 }
 
+/// `req`'s window as a pyramid's tile values (warped onto the base zoom), read through the
+/// thread's cached source with the same checks as [`encode_window`].
+pub(crate) fn pyramid_pixels(
+    req: &EncodeRequest,
+    encoding: tilegate_pmtiles::PixelEncoding,
+) -> Result<tilegate_pmtiles::TileData, CogError> {
+    let _gdal_log = ffi::ErrorScope::new();
+    let bands = req.recipe.input_bands(req.scene.bands)?;
+    check_window(req)?;
+    cache::with_source(req, |src| pixels::read(src, req, &bands))
+        .inspect_err(|e| {
+            if matches!(e, CogError::Read { .. } | CogError::CorruptWindow { .. }) {
+                cache::evict(&req.path);
+            }
+        })
+        .map(|p| p.tile_data(req.rect, encoding))
+}
+
 /// Where one window's encoding spent its time: reading the source, then writing the tile.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StepTimes {

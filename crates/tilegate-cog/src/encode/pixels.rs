@@ -37,6 +37,17 @@ pub(super) fn read(
             )
         }
         Operation::Warp(spec) => read_warp(src, req, spec),
+        Operation::Pyramid(p) => {
+            // The job's grid is the base zoom's, in the set's CRS (the scene's CRS).
+            let spec = tilegate_core::recipe::WarpSpec {
+                t_srs: req.scene.crs_wkt.clone(),
+                tr: None,
+                tap: false,
+                origin: None,
+                resampling: p.resampling.clone(),
+            };
+            read_warp(src, req, &spec)
+        }
         Operation::Expr { expr, ot, nodata } => {
             let bad = |reason: String| {
                 CogError::Recipe(tilegate_core::recipe::RecipeError::BadExpression(reason))
@@ -53,6 +64,45 @@ pub(super) fn read(
             output,
         } => read_custom(src, req, name, params, fingerprint, output.as_ref()),
         Operation::Noop => unreachable!("a noop window reads nothing"),
+    }
+}
+
+impl Pixels {
+    /// The window as a pyramid's tile values: every band per pixel, valid where the mask (or
+    /// alpha) says so and, without one, where not every band is its nodata (or NaN).
+    pub(crate) fn tile_data(
+        &self,
+        rect: WindowRect,
+        encoding: tilegate_pmtiles::PixelEncoding,
+    ) -> tilegate_pmtiles::TileData {
+        let n = rect.width as usize * rect.height as usize;
+        let b = self.bands as usize;
+        let size = self.dtype.size();
+        let mut out = tilegate_pmtiles::TileData::empty(rect.width, rect.height, b);
+        let alpha_band = self
+            .semantics
+            .last()
+            .is_some_and(|s| s.color == gdal_sys::GDALColorInterp::GCI_AlphaBand);
+        for band in 0..b {
+            let values = self
+                .dtype
+                .decode_f64(&self.bytes[band * n * size..(band + 1) * n * size]);
+            for (i, v) in values.into_iter().enumerate() {
+                out.values[i * b + band] = v as f32;
+            }
+        }
+        for i in 0..n {
+            out.valid[i] = match (&self.mask, alpha_band) {
+                (Some(m), _) => m[i] != 0,
+                (None, true) => out.values[i * b + b - 1] != 0.0,
+                (None, false) => (0..b).any(|band| {
+                    let v = f64::from(out.values[i * b + band]);
+                    !v.is_nan() && self.nodata.get(band).copied().flatten() != Some(v)
+                }),
+            };
+        }
+        out.quantize(encoding);
+        out
     }
 }
 
@@ -402,8 +452,15 @@ fn read_warp(
     mem.set_projection(&req.scene.crs_wkt).map_err(warp_err)?;
     if let Some(values) = &nodata {
         for (i, v) in values.iter().enumerate() {
+            // Filled, not only declared: the warper skips the chunks of the window that no
+            // source pixel reaches, and INIT_DEST=NO_DATA initialises only the chunks it warps,
+            // so an unfilled MEM band would keep zeros there — valid pixels where there is
+            // no data, whenever nodata is not 0.
             mem.rasterband(i + 1)
-                .and_then(|mut b| b.set_no_data_value(Some(*v)))
+                .and_then(|mut b| {
+                    b.set_no_data_value(Some(*v))?;
+                    b.fill(*v, None)
+                })
                 .map_err(warp_err)?;
         }
     }

@@ -340,6 +340,22 @@ impl TileMatrixSet {
         json::parse(document)
     }
 
+    /// A set by its identifier — `WebMercatorQuad`, `WorldCRS84Quad` — or read from its TMS 2.0
+    /// JSON `document` when one is given.
+    pub fn named(id: &str, document: Option<&str>) -> Result<TileMatrixSet, TmsError> {
+        match (document, id) {
+            (Some(doc), _) => TileMatrixSet::from_json(doc),
+            (None, "WebMercatorQuad") => Ok(TileMatrixSet::web_mercator_quad()),
+            (None, "WorldCRS84Quad") => Ok(TileMatrixSet::world_crs84_quad()),
+            (None, other) => Err(TmsError::Invalid {
+                id: other.to_owned(),
+                reason: "no such built-in set: expected WebMercatorQuad or WorldCRS84Quad, or a \
+                         TMS 2.0 JSON document"
+                    .into(),
+            }),
+        }
+    }
+
     pub fn id(&self) -> &str {
         &self.id
     }

@@ -1,0 +1,179 @@
+//! A pyramid window: the block of base tiles it covers warped from the source onto the tile
+//! matrix set's base zoom, cut into tiles, and halved level by level into the parents whose
+//! children all lie in the block — each tile encoded as its image, an empty one as nothing.
+
+use crate::encode::{EncodeRequest, pyramid_pixels};
+use crate::error::CogError;
+use tilegate_core::recipe::{Operation, PYRAMID_WINDOW_TILES, PyramidSpec, WarpSpec};
+use tilegate_core::source::SceneMeta;
+use tilegate_pmtiles::tms::{CornerOfOrigin, Crs};
+use tilegate_pmtiles::{Bbox, Pyramid, Tile, TileMatrixSet, encode_png};
+
+/// One tile a window made: its address and its image (`None`: no valid pixel, not written).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PyramidTile {
+    pub tile: Tile,
+    pub image: Option<Vec<u8>>,
+}
+
+/// Warp, cut and halve one window of a pyramid job: its base tiles first, then each level up
+/// to the window's top tile (or the pyramid's top zoom, if that is lower down).
+pub fn encode_pyramid_window(req: &EncodeRequest) -> Result<Vec<PyramidTile>, CogError> {
+    let Operation::Pyramid(spec) = &req.recipe.operation else {
+        return Err(CogError::Recipe(
+            tilegate_core::recipe::RecipeError::Custom("not a pyramid recipe".into()),
+        ));
+    };
+    let size = spec.tile_size.max(1);
+    let encoding = tilegate_pmtiles::PixelEncoding::named(spec.encoding.map(|e| e.name()))
+        .expect("every terrain encoding is named");
+    let data = pyramid_pixels(req, encoding)?;
+    let r = req.rect;
+    let (tx0, ty0) = (
+        spec.base_origin[0] + r.x / size,
+        spec.base_origin[1] + r.y / size,
+    );
+    let [min_x, min_y, max_x, max_y] = spec.base_range;
+    let mut out = Vec::new();
+    let mut level = data;
+    let (mut z, mut x0, mut y0) = (spec.max_zoom, tx0, ty0);
+    let (mut lo_x, mut lo_y, mut hi_x, mut hi_y) = (min_x, min_y, max_x, max_y);
+    loop {
+        let cols = level.width.div_ceil(size);
+        let rows = level.height.div_ceil(size);
+        for row in 0..rows {
+            for col in 0..cols {
+                let (x, y) = (x0 + col, y0 + row);
+                if x < lo_x || x > hi_x || y < lo_y || y > hi_y {
+                    continue;
+                }
+                let tile = level.crop(col * size, row * size, size, size);
+                out.push(PyramidTile {
+                    tile: Tile::new(z, x, y),
+                    image: encode_png(&tile, encoding),
+                });
+            }
+        }
+        // The level above is this window's alone while its tiles' children all lie here: the
+        // window starts on an even tile and spans more than one (or is the pyramid's edge).
+        if z == spec.min_zoom || cols * rows <= 1 || x0 % 2 != 0 || y0 % 2 != 0 {
+            break;
+        }
+        level = level.reduce(
+            tilegate_pmtiles::Reduce::named(spec.overview_resampling.name())
+                .expect("every overview resampling is named"),
+            encoding,
+        );
+        z -= 1;
+        (x0, y0) = (x0 / 2, y0 / 2);
+        (lo_x, lo_y, hi_x, hi_y) = (lo_x / 2, lo_y / 2, hi_x / 2, hi_y / 2);
+    }
+    Ok(out)
+}
+
+/// The CRS GDAL warps to for a set: its EPSG code (x/y order, as GDAL's geotransforms are).
+fn target_srs(tms: &TileMatrixSet) -> Result<String, String> {
+    match tms.crs() {
+        Crs::WebMercator => Ok("EPSG:3857".into()),
+        Crs::Crs84 => Ok("EPSG:4326".into()),
+        Crs::Other(uri) => {
+            let code = uri
+                .trim_end_matches('/')
+                .rsplit(['/', ':'])
+                .next()
+                .and_then(|c| c.parse::<u32>().ok())
+                .filter(|_| uri.to_ascii_uppercase().contains("EPSG"))
+                .ok_or_else(|| format!("the set's CRS `{uri}` is not an EPSG code"))?;
+            Ok(format!("EPSG:{code}"))
+        }
+    }
+}
+
+/// Plan a pyramid of the raster at `path`: fill in `spec`'s zooms where they are unset
+/// (`max_zoom == u8::MAX`: the native resolution's zoom; `min_zoom == u8::MAX`: the zoom where
+/// the scene is one tile), its base origin, range and tile size, and return the job's grid —
+/// the base zoom's pixels over whole windows of tiles, in the set's CRS.
+pub fn pyramid_grid(path: &str, spec: &mut PyramidSpec) -> Result<SceneMeta, CogError> {
+    let bad = |reason: String| CogError::BadWarp {
+        path: path.to_owned(),
+        reason,
+    };
+    let tms = TileMatrixSet::named(&spec.tms, spec.tms_document.as_deref())
+        .map_err(|e| bad(e.to_string()))?;
+    if !tms.is_quadtree() {
+        return Err(bad(format!(
+            "tile matrix set {} is not a quadtree (each zoom twice the one above)",
+            tms.id()
+        )));
+    }
+    let t_srs = target_srs(&tms).map_err(bad)?;
+    // Where the scene lies in the set's CRS, and its native resolution there: GDAL's own
+    // suggestion for the warp.
+    let free = crate::warp_grid(
+        path,
+        &WarpSpec {
+            t_srs: t_srs.clone(),
+            tr: None,
+            tap: false,
+            origin: None,
+            resampling: spec.resampling.clone(),
+        },
+    )?;
+    let gt = free.geotransform;
+    let bbox = Bbox::new(
+        gt[0],
+        gt[3] + f64::from(free.height) * gt[5],
+        gt[0] + f64::from(free.width) * gt[1],
+        gt[3],
+    );
+    let (default_min, default_max) =
+        Pyramid::default_zooms(&tms, bbox, gt[1]).map_err(|e| bad(e.to_string()))?;
+    if spec.max_zoom == u8::MAX {
+        spec.max_zoom = default_max;
+    }
+    if spec.min_zoom == u8::MAX {
+        spec.min_zoom = default_min.min(spec.max_zoom);
+    }
+    if spec.max_zoom > tms.max_zoom() {
+        return Err(bad(format!(
+            "zoom {} is past the set's last zoom {}",
+            spec.max_zoom,
+            tms.max_zoom()
+        )));
+    }
+    let pyramid =
+        Pyramid::new(&tms, bbox, spec.min_zoom, spec.max_zoom).map_err(|e| bad(e.to_string()))?;
+    let base = *pyramid.level(spec.max_zoom).expect("the base zoom");
+    let m = tms.matrix(spec.max_zoom).map_err(|e| bad(e.to_string()))?;
+    if m.corner_of_origin != CornerOfOrigin::TopLeft || m.tile_width != m.tile_height {
+        return Err(bad(
+            "only sets with square tiles and a top-left origin make pyramids here".into(),
+        ));
+    }
+    let n = PYRAMID_WINDOW_TILES;
+    let (x0, y0) = (base.min_x / n * n, base.min_y / n * n);
+    let ts = m.tile_width;
+    spec.tile_size = ts;
+    spec.base_origin = [x0, y0];
+    spec.base_range = [base.min_x, base.min_y, base.max_x, base.max_y];
+    let (sx, sy) = m.tile_span();
+    let [ox, oy] = m.point_of_origin;
+    let width = (base.max_x + 1 - x0) * ts;
+    let height = (base.max_y + 1 - y0) * ts;
+    let geotransform = [
+        ox + f64::from(x0) * sx,
+        m.cell_size,
+        0.0,
+        oy - f64::from(y0) * sy,
+        0.0,
+        -m.cell_size,
+    ];
+    let placement = crate::place::placement(&free.crs_wkt, &geotransform, width, height);
+    Ok(SceneMeta {
+        width,
+        height,
+        geotransform,
+        placement,
+        ..free
+    })
+}
