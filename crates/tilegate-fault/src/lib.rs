@@ -3,7 +3,8 @@
 //!
 //! Kills: `TILEGATE_FAULT=<point>` makes the process SIGKILL itself at that point
 //! (`TILEGATE_FAULT_SKIP=N` lets the first N passes through). Points: the worker's
-//! `before-encode`, `after-commit`, `after-manifest`, `before-ack`, and `attempt-after-put` (a
+//! `before-encode`, `after-images` (a pyramid window's tile images written, its index not yet),
+//! `after-commit`, `after-manifest`, `before-ack`, and `attempt-after-put` (a
 //! regeneration's object written, its row not yet updated); the assembler's `after-claim`
 //! (the claim won, nothing uploaded) and `after-publish`
 //! (the scene object created, the job row — with the scene's announcement — not yet written);

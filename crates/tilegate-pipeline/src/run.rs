@@ -144,15 +144,18 @@ pub async fn run<P: Progress>(
         .count_entries(&job.job_id)
         .await
         .map_err(RunError::Count)?;
+    // The assembler counts on its own: the workers flushed theirs, and some names (a
+    // pyramid's tile Creates) are bumped by both.
+    let assembly = Counters::new();
     let scene = match opts.assemble {
         Some(mut a) if manifest_rows == plan.windows => {
             a.reduced = reduced;
             a.stop = Some(stop_assembly.clone());
-            Some(
-                assemble_or_wait(b, &job.job_id, &a, counters, stop_assembly)
-                    .await
-                    .map_err(RunError::Assemble)?,
-            )
+            let assembled = assemble_or_wait(b, &job.job_id, &a, &assembly, stop_assembly).await;
+            for name in m::ASSEMBLER {
+                counters.add(name, assembly.get(name));
+            }
+            Some(assembled.map_err(RunError::Assemble)?)
         }
         _ => None,
     };
@@ -162,7 +165,7 @@ pub async fn run<P: Progress>(
         // and write are the job's too).
         settle_here(b, &job.job_id).await;
     }
-    record_job_counts(b, &job.job_id, counters).await;
+    record_job_counts(b, &job.job_id, &assembly).await;
     Ok(RunOutcome {
         plan,
         work,
@@ -244,8 +247,8 @@ async fn work_pools(
 /// Write what this process counted for `job` and has not written yet: the requests its stores
 /// sent (in a command that serves one job, those made before the job was known or outside any
 /// job's scope — opening the stores, planning, lease renewals — were made for it too) and the
-/// assembler's claim counters, which no worker flushes. A failure to write them is logged: the
-/// counts are for cost reports, never for correctness.
+/// counts of its assembler (`counters`: the assembler's own, which no worker flushes). A
+/// failure to write them is logged: the counts are for cost reports, never for correctness.
 pub async fn record_job_counts(b: &Backends, job: &JobId, counters: &Counters) {
     use tilegate_retry::meter;
     meter::attribute_unscoped(job);

@@ -460,7 +460,10 @@ async fn process(
     facts.encode_ms = Some(millis(times.encode));
     // A pyramid window's images go before its index, the window's output: an index in place
     // means every tile it lists is.
-    crate::pyramid::write_tiles(shared, &job, images, deltas).await?;
+    if crate::pyramid::spec(&job).is_some() {
+        crate::pyramid::write_tiles(shared, &job, images, deltas).await?;
+        fault::point("after-images", msg.receive_count);
+    }
 
     let commit_started = Instant::now();
     // The row records the tile's size and ETag: the write's answer has both.

@@ -1,0 +1,382 @@
+//! Web pyramids (`run --pyramid`): every tile against references computed outside tilegate,
+//! and each tile written once through duplicates, a killed worker and racing assemblers.
+//!
+//! * `tests/fixtures/pyramid_archive.py` (the `pmtiles` reader and `morecantile`, in the venv
+//!   `.ci/tiles-venv` makes) reads the archive and checks it against the `z/x/y` objects, the
+//!   TileJSON's bounds against morecantile's, and writes morecantile's bounds of every base
+//!   tile;
+//! * `tests/fixtures/pyramid_pixels.py` (Debian's GDAL and NumPy) warps the source onto each of
+//!   those bounds with `gdalwarp -et 0` and compares, and checks every tile above against the
+//!   2×2 reduction of its stored children.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tilegate_tests::*;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// The venv with `pmtiles` and `morecantile` (`bash .ci/tiles-venv` makes it).
+fn tiles_python() -> PathBuf {
+    if let Some(p) = std::env::var_os("TILEGATE_TILES_PYTHON") {
+        return p.into();
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci-cache/tiles-venv/bin/python");
+    assert!(
+        p.exists(),
+        "no venv with pmtiles and morecantile at .ci-cache/tiles-venv (make it with `bash \
+         .ci/tiles-venv`)"
+    );
+    p
+}
+
+fn checked(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run a checker");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn pyramid_dir(data: &Path, job: &str) -> PathBuf {
+    data.join("objects/tilegate/pyramids").join(job)
+}
+
+/// Every `z/x/y` object of a pyramid, with its bytes.
+fn xyz_objects(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for z in std::fs::read_dir(dir).unwrap().flatten() {
+        let zn = z.file_name().to_string_lossy().into_owned();
+        if !zn.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        for x in std::fs::read_dir(z.path()).unwrap().flatten() {
+            for y in std::fs::read_dir(x.path()).unwrap().flatten() {
+                let name = format!(
+                    "{zn}/{}/{}",
+                    x.file_name().to_string_lossy(),
+                    y.file_name().to_string_lossy()
+                );
+                out.push((name, std::fs::read(y.path()).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Check a finished pyramid job against its references: the archive (when the layout has
+/// one) and the bounds with the reference implementations, the pixels with GDAL. Returns the
+/// pixel checker's tiles per zoom.
+fn check_pyramid(
+    data: &Path,
+    job: &str,
+    src: &Path,
+    tms: &str,
+    mode: &str,
+    archive: bool,
+) -> Value {
+    let dir = pyramid_dir(data, job);
+    let bounds = data.join(format!("bounds-{job}.json"));
+    let archive_path = if archive {
+        data.join(format!("objects/tilegate/pyramids/{job}.pmtiles"))
+    } else {
+        PathBuf::from("-")
+    };
+    let summary = checked(
+        Command::new(tiles_python())
+            .arg(fixture("pyramid_archive.py"))
+            .arg(&dir)
+            .arg(&archive_path)
+            .arg(tms)
+            .arg(&bounds),
+    );
+    let summary: Value = serde_json::from_str(&summary).unwrap();
+    let pixels = checked(
+        Command::new("/usr/bin/python3")
+            .arg(fixture("pyramid_pixels.py"))
+            .arg(&dir)
+            .arg(src)
+            .arg(&bounds)
+            .arg(mode),
+    );
+    let pixels: Value = serde_json::from_str(&pixels).unwrap();
+    assert_eq!(
+        summary["per_zoom"], pixels,
+        "every tile written was compared with its reference"
+    );
+    pixels
+}
+
+fn counters(data: &Path, job: &str) -> Value {
+    tg_json(data, &["status", job])["counters"].clone()
+}
+
+fn run_pyramid(data: &Path, src: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["run", src.to_str().unwrap(), "--pyramid"];
+    args.extend_from_slice(extra);
+    let run = tg_json(data, &args);
+    assert_eq!(run["lifecycle"], "published", "{run}");
+    run
+}
+
+#[test]
+fn a_utm_scene_becomes_tiles_equal_to_gdalwarp_and_an_archive_equal_to_them() {
+    let dir = tempdir();
+    let src = dir.path().join("utm.tif");
+    // UTM zone 33N, 10 m, three Byte bands, a nodata corner.
+    sample_with(
+        dir.path(),
+        &src,
+        1536,
+        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
+    );
+    for resampling in ["near", "average"] {
+        let data = dir.path().join(format!("data-{resampling}"));
+        let run = run_pyramid(
+            &data,
+            &src,
+            &[
+                "WebMercatorQuad",
+                "--layout",
+                "both",
+                "--warp-resampling",
+                resampling,
+            ],
+        );
+        let job = run["job_id"].as_str().unwrap();
+        let per_zoom = check_pyramid(&data, job, &src, "WebMercatorQuad", "image", true);
+        // The default zooms: the native resolution's zoom (10 m at 45°N is 14.1 m of Web
+        // Mercator: zoom 13's 19.1 m is nearer in ratio than zoom 14's 9.6 m, GDAL's rule)
+        // down to one tile.
+        let zooms: Vec<u8> = per_zoom
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|z| z.parse().unwrap())
+            .collect();
+        assert_eq!(zooms.iter().max(), Some(&13), "{per_zoom}");
+        assert_eq!(per_zoom[zooms.iter().min().unwrap().to_string()], 1);
+        // Each tile image written once: as many Creates that wrote as objects, none refused.
+        let c = counters(&data, job);
+        let objects = xyz_objects(&pyramid_dir(&data, job)).len() as u64;
+        assert_eq!(c["pyramid_tiles_written_total"], objects, "{c}");
+        assert_eq!(c["conditional_write_precondition_failed_total"], 0, "{c}");
+        // The job's STAC Item names the archive and the z/x/y template.
+        let item: Value = serde_json::from_slice(
+            &std::fs::read(data.join(format!("objects/tilegate/pyramids/{job}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(item["assets"]["pmtiles"]["type"], "application/vnd.pmtiles");
+        let rels: Vec<&str> = item["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l["rel"].as_str())
+            .collect();
+        assert!(
+            rels.contains(&"xyz") && rels.contains(&"pmtiles"),
+            "{rels:?}"
+        );
+        // Run again: nothing is written twice.
+        let again = tg_json(
+            &data,
+            &[
+                "run",
+                src.to_str().unwrap(),
+                "--pyramid",
+                "WebMercatorQuad",
+                "--layout",
+                "both",
+                "--warp-resampling",
+                resampling,
+            ],
+        );
+        assert_eq!(again["job_id"], job);
+        assert_eq!(counters(&data, job)["pyramid_tiles_written_total"], objects);
+    }
+}
+
+#[test]
+fn a_dem_with_nodata_becomes_terrain_tiles_that_decode_to_its_elevation() {
+    let dir = tempdir();
+    let src = dir.path().join("dem.tif");
+    sample_with(
+        dir.path(),
+        &src,
+        1024,
+        &["--dtype", "Float32", "--nodata", "-9999"],
+    );
+    for encoding in ["terrarium", "mapbox-terrain-rgb"] {
+        let data = dir.path().join(format!("data-{encoding}"));
+        let run = run_pyramid(
+            &data,
+            &src,
+            &[
+                "WebMercatorQuad",
+                "--layout",
+                "both",
+                "--encoding",
+                encoding,
+            ],
+        );
+        let job = run["job_id"].as_str().unwrap();
+        // Within the encoding's precision of gdalwarp's elevation; no tile where the DEM is
+        // nodata (a window's area outside the source used to come out as valid zeros).
+        check_pyramid(&data, job, &src, "WebMercatorQuad", encoding, true);
+    }
+    // A one-band DEM is not an 8-bit image: without --encoding it is refused when planning.
+    let out = tg(
+        &dir.path().join("refused"),
+        &[
+            "--json",
+            "plan",
+            src.to_str().unwrap(),
+            "--pyramid",
+            "WebMercatorQuad",
+        ],
+        &[],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--encoding"), "{doc}");
+}
+
+#[test]
+fn a_worldcrs84quad_pyramid_goes_out_as_z_x_y_objects_and_its_tilejson() {
+    let dir = tempdir();
+    let src = dir.path().join("utm.tif");
+    sample_with(
+        dir.path(),
+        &src,
+        1024,
+        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
+    );
+    let data = dir.path().join("data");
+    // PMTiles v3 addresses Web Mercator tiles alone: asked for, it is refused.
+    let out = tg(
+        &data,
+        &[
+            "--json",
+            "plan",
+            src.to_str().unwrap(),
+            "--pyramid",
+            "WorldCRS84Quad",
+            "--layout",
+            "pmtiles",
+        ],
+        &[],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
+    let run = run_pyramid(&data, &src, &["WorldCRS84Quad", "--zoom", "9..14"]);
+    let job = run["job_id"].as_str().unwrap();
+    let per_zoom = check_pyramid(&data, job, &src, "WorldCRS84Quad", "image", false);
+    assert_eq!(per_zoom.as_object().unwrap().len(), 6, "{per_zoom}");
+    let tilejson: Value =
+        serde_json::from_slice(&std::fs::read(pyramid_dir(&data, job).join("tiles.json")).unwrap())
+            .unwrap();
+    assert_eq!(tilejson["tilejson"], "3.0.0");
+    assert_eq!(tilejson["tiles"][0], "{z}/{x}/{y}.png");
+    assert_eq!(
+        (tilejson["minzoom"].as_u64(), tilejson["maxzoom"].as_u64()),
+        (Some(9), Some(14))
+    );
+}
+
+#[test]
+fn duplicates_a_killed_worker_and_racing_assemblers_write_each_tile_once() {
+    let dir = tempdir();
+    let src = dir.path().join("utm.tif");
+    sample_with(
+        dir.path(),
+        &src,
+        2048,
+        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
+    );
+    let data = dir.path().join("data");
+    let plan = tg_json(
+        &data,
+        &[
+            "plan",
+            src.to_str().unwrap(),
+            "--pyramid",
+            "WebMercatorQuad",
+            "--layout",
+            "both",
+        ],
+    );
+    let job = plan["job_id"].as_str().unwrap().to_owned();
+    let windows = plan["windows"].as_u64().unwrap();
+    assert!(windows >= 4, "{plan}");
+    // A worker killed after its first window's tile images are written (so it flushed no
+    // count), before its index (the window's output), its manifest row and the
+    // acknowledgement.
+    let killed = work_until_fault(&data, "after-images", 0);
+    assert!(!killed.status.success(), "the worker was killed");
+    let left_by_killed = snapshot_tree(&pyramid_dir(&data, &job));
+    assert!(!left_by_killed.is_empty());
+    // Every window again beside the redelivery: duplicates.
+    tg_json(
+        &data,
+        &[
+            "plan",
+            src.to_str().unwrap(),
+            "--pyramid",
+            "WebMercatorQuad",
+            "--layout",
+            "both",
+            "--all-windows",
+        ],
+    );
+    let work = tg_json(&data, &["work", "--until-empty", "--visibility", "2"]);
+    assert_eq!(work["dead_lettered"], 0, "{work}");
+    // Three assemblers at once: one builds the zooms above the windows and the archive.
+    let racers: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(tilegate_bin())
+                .arg("--data")
+                .arg(&data)
+                .args(["--json", "assemble", &job])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for r in racers {
+        r.wait_with_output().unwrap();
+    }
+    let asm = tg_json(&data, &["assemble", &job]);
+    assert_eq!(asm["outcome"], "already_done", "{asm}");
+    check_pyramid(&data, &job, &src, "WebMercatorQuad", "image", true);
+    // No image was written twice: what the killed worker left is untouched (same inode, same
+    // modification time), and the Creates that wrote, with what it left, are every object.
+    let after = snapshot_tree(&pyramid_dir(&data, &job));
+    for (path, stamp) in &left_by_killed {
+        assert_eq!(
+            after.get(path),
+            Some(stamp),
+            "{} was rewritten",
+            path.display()
+        );
+    }
+    let c = counters(&data, &job);
+    let objects = xyz_objects(&pyramid_dir(&data, &job)).len() as u64;
+    let written = c["pyramid_tiles_written_total"].as_u64().unwrap();
+    assert_eq!(written + left_by_killed.len() as u64, objects, "{c}");
+    // Its window, encoded again, met the images it had written: refused as present.
+    let refused = c["conditional_write_precondition_failed_total"]
+        .as_u64()
+        .unwrap();
+    assert!(refused > 0, "{c}");
+    assert_eq!(c["claims_won_total"], 1, "{c}");
+}
