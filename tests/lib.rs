@@ -31,7 +31,7 @@ pub use support::bin::{
     ONE_AT_A_TIME, assembler_doc, child_bin, json_of, tg, tg_json, tilegate_bin,
     work_one_at_a_time, work_until_fault,
 };
-pub use support::chromium::{chromium, elements, render_in_chromium};
+pub use support::chromium::{Browser, chromium, elements, render_in_chromium};
 pub use support::emulators::{azure_container, azure_emulator, gcs_emulator, no_emulator, unique};
 pub use support::files::{
     artifacts_dir, blake3_hex, check_crash_payload, crash_payload, snapshot, snapshot_tree,

@@ -22,6 +22,7 @@ pub use record::checksum_of;
 mod tiles;
 
 pub use error::AssembleError;
+pub use pyramid::tilejson;
 
 use publish::{build_and_publish, scene_in_place};
 use record::{publish_item, record_scene};

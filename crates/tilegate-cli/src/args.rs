@@ -685,6 +685,11 @@ pub struct StacArgs {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// Where the map page's packages are installed (`npm ci --prefix web` makes
+    /// `web/node_modules`: MapLibre GL JS and the PMTiles reader, served at `/v1/assets/`).
+    /// Default: `web/node_modules` here, else the one beside this build's sources.
+    #[arg(long, env = "TILEGATE_WEB_ASSETS", value_name = "DIR")]
+    pub web_assets: Option<PathBuf>,
     /// Where to listen (`127.0.0.1:0`: any free port, printed once bound).
     #[arg(
         long,

@@ -339,7 +339,7 @@ fn plan_error(e: PlanError) -> ApiError {
     }
 }
 
-fn ledger_error(e: tilegate_ledger::LedgerError) -> ApiError {
+pub(crate) fn ledger_error(e: tilegate_ledger::LedgerError) -> ApiError {
     match e {
         // Another tenant's row: the same answer as a missing job.
         tilegate_ledger::LedgerError::NotYourTenant { job, .. } => {

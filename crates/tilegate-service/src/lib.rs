@@ -17,6 +17,7 @@ pub mod jwt;
 pub mod keys;
 pub mod lambda;
 pub mod links;
+pub mod map;
 pub mod metrics;
 
 use aide::axum::ApiRouter;
@@ -89,6 +90,8 @@ pub struct Service {
     pub objects_gdal_root: Option<String>,
     /// `serve --demo`'s sample scene, served at `/demo/scene.tif`.
     pub demo: Option<Demo>,
+    /// Where the map page's packages are installed (`web/node_modules`); `None`: no map.
+    pub web_assets: Option<std::path::PathBuf>,
 }
 
 /// The sample scene `serve --demo` serves for its tenant to submit.
@@ -137,6 +140,7 @@ impl Service {
             links: None,
             objects_gdal_root: None,
             demo: None,
+            web_assets: None,
         }
     }
 }
@@ -179,6 +183,13 @@ fn routes() -> ApiRouter<Arc<Service>> {
             get_with(api::thumbnail, |op| {
                 op.id("getThumbnail")
                     .summary("A small PNG picture of a job's published scene")
+            }),
+        )
+        .api_route(
+            "/v1/jobs/{id}/map",
+            get_with(map::map, |op| {
+                op.id("getMap")
+                    .summary("A web map of a pyramid job's PMTiles archive (HTML)")
             }),
         )
         .api_route(
@@ -403,6 +414,8 @@ pub fn router(s: Arc<Service>) -> axum::Router {
         // A link the service signed is its own credential: no bearer, not in the document.
         .route("/v1/objects/{*key}", axum::routing::get(links::object))
         .route("/demo/scene.tif", axum::routing::get(demo_scene))
+        // The map page's scripts: the packages' own files, no credential.
+        .route("/v1/assets/{name}", axum::routing::get(map::asset))
         .route("/demo/source.json", axum::routing::get(demo_source))
         .fallback(|| async {
             ApiError::new(

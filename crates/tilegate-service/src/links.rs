@@ -110,11 +110,13 @@ pub fn load_or_create_secret(dir: &FsPath) -> Result<Vec<u8>, SecretError> {
 }
 
 /// Whether `key` is one of `job`'s own objects: its tiles, its scene (and the scene's STAC
-/// Item beside it), or its attempts.
+/// Item beside it), its attempts, or a pyramid's archive and tiles.
 pub fn of_job(p: &Prefix, id: &JobId, key: &str) -> bool {
     key.starts_with(&p.tiles_dir(id))
         || key.starts_with(&p.attempts_dir(id))
         || key == p.scene_key(id).as_str()
+        || key == p.pyramid_key(id).as_str()
+        || key.starts_with(&p.pyramid_dir(id))
 }
 
 /// A link's query: `expires` (ms since the epoch) and `sig`.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use tilegate_core::object::ObjectStoreExt as _;
 use tilegate_tests::service::{Issuer, Reply, Server, epoch_s, request};
-use tilegate_tests::{HttpServer, Target, object_key, sample, tempdir};
+use tilegate_tests::{Browser, HttpServer, Target, object_key, sample, tempdir};
 
 pub(crate) const ISSUER: &str = "https://issuer.test.invalid";
 pub(crate) const AUDIENCE: &str = "tilegate-api";
@@ -287,6 +287,7 @@ fn b_is_refused_everywhere_and_no_credential_proves_anything(
         ("GET", format!("/v1/jobs/{job}"), None),
         ("GET", format!("/v1/jobs/{job}/report"), None),
         ("GET", format!("/v1/jobs/{job}/stac"), None),
+        ("GET", format!("/v1/jobs/{job}/map"), None),
         (
             "GET",
             format!("/v1/jobs/{job}/events?interval_ms=1000"),
@@ -941,110 +942,6 @@ fn the_lambda_adapter_answers_as_the_server_does() {
     }
 }
 
-/// A WebDriver session on Chromium (Debian's chromedriver), headless.
-struct Browser {
-    driver: std::process::Child,
-    addr: String,
-    session: String,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    fn start() -> Option<Self> {
-        let bin = Path::new("/usr/bin/chromedriver");
-        if !bin.exists() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "no chromedriver in CI: .ci/setup installs it"
-            );
-            println!("SKIPPED: no /usr/bin/chromedriver (apt-get install chromium-driver)");
-            return None;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let driver = Command::new(bin)
-            .arg(format!("--port={port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
-        let addr = format!("127.0.0.1:{port}");
-        let profile = tempdir();
-        let caps = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage",
-                format!("--user-data-dir={}", profile.path().display())]}}}});
-        let mut session = None;
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(&addr).is_ok() {
-                let r = request(&addr, "POST", "/session", &[], Some(caps.to_string()));
-                assert_eq!(r.status, 200, "{}", r.text());
-                session = Some(r.json()["value"]["sessionId"].as_str().unwrap().to_owned());
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        Some(Self {
-            driver,
-            addr,
-            session: session.expect("chromedriver answers"),
-            _profile: profile,
-        })
-    }
-
-    fn post(&self, what: &str, body: Value) -> Value {
-        let r = request(
-            &self.addr,
-            "POST",
-            &format!("/session/{}/{what}", self.session),
-            &[],
-            Some(body.to_string()),
-        );
-        assert_eq!(r.status, 200, "{what}: {}", r.text());
-        r.json()["value"].clone()
-    }
-
-    fn script(&self, js: &str) -> Value {
-        self.post("execute/sync", json!({"script": js, "args": []}))
-    }
-
-    /// Wait up to `secs` for `js` to return something other than null or false.
-    fn wait_for(&self, secs: u64, js: &str) -> Value {
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-        loop {
-            let v = self.script(js);
-            if !v.is_null() && v != json!(false) {
-                return v;
-            }
-            assert!(
-                std::time::Instant::now() < until,
-                "timed out waiting for {js}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = request(
-            &self.addr,
-            "DELETE",
-            &format!("/session/{}", self.session),
-            &[],
-            None,
-        );
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
 const ROWS: &str = "return document.body.dataset.loaded === 'true' && \
     Array.from(document.querySelectorAll('tr.job')).map(r => \
       [r.dataset.job, Number(r.dataset.recorded), r.dataset.lifecycle]);";
@@ -1120,6 +1017,7 @@ const OPERATIONS: &[&str] = &[
     "getReport",
     "getStacItem",
     "getThumbnail",
+    "getMap",
     "jobEvents",
     "signUrl",
     "regenerate",

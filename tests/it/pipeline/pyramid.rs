@@ -380,3 +380,158 @@ fn duplicates_a_killed_worker_and_racing_assemblers_write_each_tile_once() {
     assert!(refused > 0, "{c}");
     assert_eq!(c["claims_won_total"], 1, "{c}");
 }
+
+/// Load a pyramid job's map page (`GET /v1/jobs/{id}/map`) in `browser`: its origin first,
+/// then the page, fetched with the bearer the way the service's own page opens it.
+fn open_map(browser: &Browser, server: &service::Server, key: &str, job: &str) {
+    browser.post(
+        "url",
+        serde_json::json!({"url": format!("http://{}/healthz", server.addr)}),
+    );
+    let loaded = browser.script_async(&format!(
+        "fetch('/v1/jobs/{job}/map?resampling=nearest', {{headers: {{Authorization: \
+         'Bearer {key}'}}}}).then(r => r.text()).then(h => {{ document.open(); \
+         document.write(h); document.close(); done(true); }}, e => done(String(e)));"
+    ));
+    assert_eq!(loaded, serde_json::json!(true));
+    let state = browser.wait_for(
+        60,
+        "const b = document.body; return b && (b.dataset.error || (b.dataset.loaded === 'true' \
+         && 'loaded'));",
+    );
+    assert_eq!(state, "loaded", "the map page drew its first view");
+}
+
+/// The map's pixels of the 256 × 256 block whose top-left corner is the centre of a
+/// 768 × 512 canvas, after showing tile `z/x/y` there at its own size (MapLibre's zoom
+/// `z - 1`: its world is 512 pixels at zoom 0), as RGBA rows.
+fn drawn_tile(browser: &Browser, z: u8, x: u32, y: u32) -> Vec<u8> {
+    let n = f64::from(1u32 << z);
+    let lon = f64::from(x) / n * 360.0 - 180.0;
+    let lat = (std::f64::consts::PI * (1.0 - 2.0 * f64::from(y) / n))
+        .sinh()
+        .atan()
+        .to_degrees();
+    let got = browser.script_async(&format!(
+        "const m = window.tilegate.map; const el = document.getElementById('map'); \
+         Object.assign(el.style, {{position: 'fixed', inset: 'auto', left: '0', top: '0', \
+         width: '768px', height: '512px'}}); m.resize(); \
+         m.jumpTo({{center: [{lon}, {lat}], zoom: {z} - 1}}); \
+         m.once('idle', () => {{ const c = m.getCanvas(); \
+           const cv = document.createElement('canvas'); cv.width = c.width; \
+           cv.height = c.height; const g = cv.getContext('2d'); g.drawImage(c, 0, 0); \
+           const d = g.getImageData(c.width / 2, c.height / 2, 256, 256).data; \
+           let s = ''; for (let i = 0; i < d.length; i++) s += String.fromCharCode(d[i]); \
+           done([c.width, c.height, btoa(s)]); }}); m.triggerRepaint();"
+    ));
+    assert_eq!((got[0].as_u64(), got[1].as_u64()), (Some(768), Some(512)));
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(got[2].as_str().unwrap())
+        .unwrap()
+}
+
+#[test]
+fn the_map_page_draws_the_tiles_pixel_for_pixel_and_the_pmtiles_reader_reads_them() {
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    let dir = tempdir();
+    let src = dir.path().join("utm.tif");
+    sample_with(
+        dir.path(),
+        &src,
+        2048,
+        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
+    );
+    let data = dir.path().join("data");
+    let run = run_pyramid(&data, &src, &["WebMercatorQuad", "--layout", "both"]);
+    let job = run["job_id"].as_str().unwrap().to_owned();
+    let key = tg_json(
+        &data,
+        &[
+            "keys",
+            "create",
+            "--tenant",
+            "ops",
+            "--operator",
+            "--label",
+            "map",
+        ],
+    )["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut cmd = Command::new(tilegate_bin());
+    cmd.arg("--data").arg(&data);
+    let server = service::Server::start(cmd, &[], dir.path().join("serve.log"));
+    open_map(&browser, &server, &key, &job);
+    let tiles = xyz_objects(&pyramid_dir(&data, &job));
+    // Three zooms — the base and the two above it — and at each the tile with the most to
+    // show (the largest image), drawn and compared where it is opaque.
+    let zooms: std::collections::BTreeSet<u8> = tiles
+        .iter()
+        .map(|(name, _)| name.split('/').next().unwrap().parse().unwrap())
+        .collect();
+    let zooms: Vec<u8> = zooms.into_iter().collect();
+    let base = *zooms.last().unwrap();
+    for z in [base - 2, base - 1, base] {
+        let (name, png) = tiles
+            .iter()
+            .filter(|(n, _)| n.starts_with(&format!("{z}/")))
+            .max_by_key(|(_, b)| b.len())
+            .unwrap();
+        let parts: Vec<u32> = name
+            .trim_end_matches(".png")
+            .split('/')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let want =
+            tilegate_pmtiles::decode_png(png, tilegate_pmtiles::PixelEncoding::Image8, 3).unwrap();
+        let got = drawn_tile(&browser, z, parts[1], parts[2]);
+        let mut compared = 0;
+        for i in 0..256 * 256 {
+            if !want.valid[i] {
+                continue;
+            }
+            compared += 1;
+            for b in 0..3 {
+                assert_eq!(
+                    f32::from(got[i * 4 + b]),
+                    want.values[i * 3 + b],
+                    "{name}: pixel {i} band {b} drawn differently"
+                );
+            }
+            assert_eq!(got[i * 4 + 3], 255, "{name}: pixel {i} is opaque");
+        }
+        assert!(compared > 1000, "{name}: {compared} opaque pixels compared");
+    }
+    // The PMTiles reader in the page: every tile the archive holds is the z/x/y object's
+    // bytes (SHA-256 in the browser), and an address outside the data has none.
+    let addresses: Vec<String> = tiles
+        .iter()
+        .map(|(n, _)| n.trim_end_matches(".png").to_owned())
+        .collect();
+    let digests = browser.script_async(&format!(
+        "const a = window.tilegate.archive; const out = {{}}; \
+         const hex = b => Array.from(new Uint8Array(b)).map(x => x.toString(16).padStart(2, \
+         '0')).join(''); \
+         (async () => {{ for (const t of {addrs}) {{ const [z, x, y] = t.split('/').map(Number); \
+           const r = await a.getZxy(z, x, y); \
+           out[t] = r ? hex(await crypto.subtle.digest('SHA-256', r.data)) : null; }} \
+           const none = await a.getZxy({z}, 0, 0); out.outside = none ? 'bytes' : null; \
+           return out; }})().then(done, e => done(String(e)));",
+        addrs = serde_json::to_string(&addresses).unwrap(),
+        z = zooms.last().unwrap(),
+    ));
+    for (name, bytes) in &tiles {
+        let addr = name.trim_end_matches(".png");
+        let want: String = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes)
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(digests[addr], want, "{addr}: {digests}");
+    }
+    assert_eq!(digests["outside"], Value::Null);
+}

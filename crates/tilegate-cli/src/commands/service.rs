@@ -96,6 +96,17 @@ async fn serve_cmd(cx: &Ctx, a: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let mut service = Service::new(b.clone(), Arc::clone(&policies), jwt, limits, prices);
     service.objects_gdal_root = Some(cx.sel.objects_root());
+    service.web_assets = a.web_assets.clone().or_else(|| {
+        [
+            std::path::PathBuf::from("web/node_modules"),
+            std::path::PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../web/node_modules"
+            )),
+        ]
+        .into_iter()
+        .find(|p| p.join("maplibre-gl").is_dir())
+    });
     if local_objects(cx) {
         // The embedded store signs nothing: the service signs links of its own.
         let secret = tilegate_service::links::load_or_create_secret(&cx.sel.data)
