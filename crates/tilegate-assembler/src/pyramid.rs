@@ -19,8 +19,8 @@ use tilegate_core::recipe::PyramidSpec;
 use tilegate_core::table::JobRecord;
 use tilegate_core::{Backends, ObjectKey, StoreError};
 use tilegate_pmtiles::{
-    ArchiveBuilder, ArchiveOptions, Bbox, ContentKey, Pyramid, Tile, TileData, TileMatrixSet,
-    TileType, decode_png, encode_png,
+    ArchiveBuilder, ArchiveOptions, ContentKey, Tile, TileData, TileMatrixSet, TileType,
+    decode_png, encode_png,
 };
 
 /// Every tile of the pyramid, read from the windows' indexes and made above them.
@@ -65,29 +65,12 @@ pub(crate) async fn build_tree(
     }
     let tms = TileMatrixSet::named(&spec.tms, spec.tms_document.as_deref())
         .map_err(|e| failed(job, e.to_string()))?;
-    let [min_x, min_y, max_x, max_y] = spec.base_range;
-    let base = tms
-        .xy_bounds(Tile::new(spec.max_zoom, min_x, min_y))
-        .and_then(|a| {
-            tms.xy_bounds(Tile::new(spec.max_zoom, max_x, max_y))
-                .map(|b| Bbox::new(a.min_x, b.min_y, b.max_x, a.max_y))
-        })
-        .map_err(|e| failed(job, e.to_string()))?;
-    // The base range's own box, shrunk a hair, gives back exactly the base range.
-    let eps = (base.max_x - base.min_x).abs().max(1.0) * 1e-12;
-    let inner = Bbox::new(
-        base.min_x + eps,
-        base.min_y + eps,
-        base.max_x - eps,
-        base.max_y - eps,
-    );
-    let pyramid = Pyramid::new(&tms, inner, spec.min_zoom, spec.max_zoom)
-        .map_err(|e| failed(job, e.to_string()))?;
+    let levels = levels(&tms, spec).map_err(|e| failed(job, e))?;
     let encoding = tilegate_pmtiles::PixelEncoding::named(spec.encoding.map(|e| e.name()))
         .expect("every terrain encoding is named");
-    let reduce = tilegate_pmtiles::Reduce::named(spec.overview_resampling.name())
+    let reduce = tilegate_pmtiles::Reduce::named(spec.overview().name())
         .expect("every overview resampling is named");
-    let bands = usize::try_from(job.scene.bands).unwrap_or(1);
+    let bands = spec.tile_bands(job.scene.bands);
     let size = spec.tile_size;
     let mut tiles = Tiles {
         entries,
@@ -96,15 +79,25 @@ pub(crate) async fn build_tree(
     // Decoded images of the zoom below, for the parents made from them.
     let mut below: HashMap<Tile, Arc<TileData>> = HashMap::new();
     for z in (spec.min_zoom..spec.max_zoom).rev() {
-        let level = *pyramid.level(z).expect("a zoom of the pyramid");
+        let level = &levels[usize::from(z - spec.min_zoom)];
         let todo: Vec<Tile> = level
-            .tiles()
+            .iter()
+            .copied()
             .filter(|t| !tiles.entries.contains_key(t))
             .collect();
+        let next = &levels[usize::from(z + 1 - spec.min_zoom)];
+        let children = |t: &Tile| -> Vec<Tile> {
+            let (x, y) = (t.x * 2, t.y * 2);
+            [(x, y), (x + 1, y), (x, y + 1), (x + 1, y + 1)]
+                .map(|(x, y)| Tile::new(z + 1, x, y))
+                .into_iter()
+                .filter(|c| next.contains(c))
+                .collect()
+        };
         // The children to read back: those written, not decoded already.
         let wanted: Vec<(Tile, ObjectKey)> = todo
             .iter()
-            .flat_map(|t| pyramid.children(*t))
+            .flat_map(children)
             .filter(|c| !below.contains_key(c))
             .filter_map(|c| {
                 let e = tiles.entries.get(&c)?;
@@ -184,6 +177,30 @@ pub(crate) async fn build_tree(
         below = level_images;
     }
     Ok(tiles)
+}
+
+/// The tiles of each zoom, `min_zoom` first: the base range (whose columns may run past the
+/// matrix's east edge, for a scene across the antimeridian) halved zoom by zoom, each tile
+/// named by its column modulo its zoom's width — so that at the zooms where both sides of the
+/// antimeridian meet in one tile, that tile is one parent of both.
+fn levels(
+    tms: &TileMatrixSet,
+    spec: &PyramidSpec,
+) -> Result<Vec<std::collections::BTreeSet<Tile>>, String> {
+    let [min_x, min_y, max_x, max_y] = spec.base_range;
+    let mut out = Vec::new();
+    for z in spec.min_zoom..=spec.max_zoom {
+        let shift = spec.max_zoom - z;
+        let width = tms.matrix(z).map_err(|e| e.to_string())?.matrix_width;
+        let mut level = std::collections::BTreeSet::new();
+        for y in (min_y >> shift)..=(max_y >> shift) {
+            for x in (min_x >> shift)..=(max_x >> shift) {
+                level.insert(Tile::new(z, x % width, y));
+            }
+        }
+        out.push(level);
+    }
+    Ok(out)
 }
 
 /// Create-if-absent, a few at a time; a refusal is another assembler's (or an earlier try's)
@@ -308,6 +325,12 @@ pub fn tilejson(job: &JobRecord, spec: &PyramidSpec) -> Result<serde_json::Value
     let tms =
         TileMatrixSet::named(&spec.tms, spec.tms_document.as_deref()).map_err(|e| e.to_string())?;
     let [min_x, min_y, max_x, max_y] = spec.base_range;
+    // Named modulo the width (a range across the antimeridian: then west > east).
+    let width = tms
+        .matrix(spec.max_zoom)
+        .map_err(|e| e.to_string())?
+        .matrix_width;
+    let (min_x, max_x) = (min_x % width, max_x % width);
     let nw = tms
         .bounds(Tile::new(spec.max_zoom, min_x, min_y))
         .map_err(|e| e.to_string())?;
@@ -315,6 +338,13 @@ pub fn tilejson(job: &JobRecord, spec: &PyramidSpec) -> Result<serde_json::Value
         .bounds(Tile::new(spec.max_zoom, max_x, max_y))
         .map_err(|e| e.to_string())?;
     let bounds = [nw.min_x, se.min_y, se.max_x, nw.max_y];
+    let center_lon = if bounds[0] <= bounds[2] {
+        (bounds[0] + bounds[2]) / 2.0
+    } else {
+        // Across the antimeridian: the middle of west → 180 → east.
+        let mid = (bounds[0] + bounds[2] + 360.0) / 2.0;
+        if mid > 180.0 { mid - 360.0 } else { mid }
+    };
     let ext = spec.tile_format.extension();
     let archive = job.prefix.pyramid_key(&job.job_id);
     let archive_file = archive.as_str().rsplit('/').next().unwrap_or_default();
@@ -333,13 +363,13 @@ pub fn tilejson(job: &JobRecord, spec: &PyramidSpec) -> Result<serde_json::Value
         "minzoom": spec.min_zoom,
         "maxzoom": spec.max_zoom,
         "bounds": bounds,
-        "center": [(bounds[0] + bounds[2]) / 2.0, (bounds[1] + bounds[3]) / 2.0, spec.min_zoom],
+        "center": [center_lon, (bounds[1] + bounds[3]) / 2.0, spec.min_zoom],
         "tileSize": spec.tile_size,
         "format": ext,
         "tilegate:pmtiles": format!("../{archive_file}"),
         "tilegate:tile_matrix_set": spec.tms,
         "tilegate:resampling": spec.resampling,
-        "tilegate:overview_resampling": spec.overview_resampling.name(),
+        "tilegate:overview_resampling": spec.overview().name(),
         "tilegate:base_range": spec.base_range,
     });
     if let Some(e) = spec.encoding {

@@ -167,9 +167,10 @@ pub struct RecipeArgs {
     #[arg(long, value_name = "ENCODING", requires = "pyramid")]
     pub encoding: Option<String>,
     /// `--pyramid`: how a parent tile is made from its four children — `average` (of the
-    /// valid pixels) or `nearest` (for categorical or paletted data).
-    #[arg(long, default_value = "average", value_name = "METHOD")]
-    pub overview_resampling: String,
+    /// valid pixels) or `nearest` (categories). Default: `nearest` for a paletted source,
+    /// `average` otherwise.
+    #[arg(long, value_name = "METHOD", requires = "pyramid")]
+    pub overview_resampling: Option<String>,
     /// `--pyramid`: publish the tiles as one PMTiles archive (`pmtiles`, the default on
     /// WebMercatorQuad), `z/x/y` objects (`xyz`, the only layout of other sets: PMTiles v3
     /// addresses Web Mercator tiles alone) or both.

@@ -126,10 +126,11 @@ fn pyramid_spec(tms: &str, a: &RecipeArgs) -> anyhow::Result<PyramidSpec> {
             ))
         })?),
     };
-    let overview_resampling = match a.overview_resampling.as_str() {
-        "average" => OverviewResampling::Average,
-        "nearest" | "near" => OverviewResampling::Nearest,
-        other => {
+    let overview_resampling = match a.overview_resampling.as_deref() {
+        None => None,
+        Some("average") => Some(OverviewResampling::Average),
+        Some("nearest" | "near") => Some(OverviewResampling::Nearest),
+        Some(other) => {
             return Err(bad(format!(
                 "--overview-resampling `{other}`: expected average or nearest"
             )));
@@ -169,6 +170,7 @@ fn pyramid_spec(tms: &str, a: &RecipeArgs) -> anyhow::Result<PyramidSpec> {
         base_origin: [0, 0],
         base_range: [0; 4],
         tile_size: 0,
+        paletted: false,
     })
 }
 

@@ -34,6 +34,12 @@ pub fn encode_pyramid_window(req: &EncodeRequest) -> Result<Vec<PyramidTile>, Co
         spec.base_origin[1] + r.y / size,
     );
     let [min_x, min_y, max_x, max_y] = spec.base_range;
+    // Columns may run past the matrix's east edge (a scene across the antimeridian): a tile is
+    // named by its column modulo its zoom's width. A window's tiles all lie on one side of
+    // the wrap (it starts on a multiple of its width in tiles, which divides the matrix's).
+    let tms = TileMatrixSet::named(&spec.tms, spec.tms_document.as_deref())
+        .map_err(|e| CogError::Recipe(tilegate_core::recipe::RecipeError::Custom(e.to_string())))?;
+    let width_at = |z: u8| tms.matrix(z).map_or(u32::MAX, |m| m.matrix_width);
     let mut out = Vec::new();
     let mut level = data;
     let (mut z, mut x0, mut y0) = (spec.max_zoom, tx0, ty0);
@@ -49,7 +55,7 @@ pub fn encode_pyramid_window(req: &EncodeRequest) -> Result<Vec<PyramidTile>, Co
                 }
                 let tile = level.crop(col * size, row * size, size, size);
                 out.push(PyramidTile {
-                    tile: Tile::new(z, x, y),
+                    tile: Tile::new(z, x % width_at(z), y),
                     image: encode_png(&tile, encoding),
                 });
             }
@@ -60,7 +66,7 @@ pub fn encode_pyramid_window(req: &EncodeRequest) -> Result<Vec<PyramidTile>, Co
             break;
         }
         level = level.reduce(
-            tilegate_pmtiles::Reduce::named(spec.overview_resampling.name())
+            tilegate_pmtiles::Reduce::named(spec.overview().name())
                 .expect("every overview resampling is named"),
             encoding,
         );
@@ -107,27 +113,76 @@ pub fn pyramid_grid(path: &str, spec: &mut PyramidSpec) -> Result<SceneMeta, Cog
         )));
     }
     let t_srs = target_srs(&tms).map_err(bad)?;
-    // Where the scene lies in the set's CRS, and its native resolution there: GDAL's own
-    // suggestion for the warp.
-    let free = crate::warp_grid(
-        path,
-        &WarpSpec {
-            t_srs: t_srs.clone(),
-            tr: None,
-            tap: false,
-            origin: None,
-            resampling: spec.resampling.clone(),
-        },
-    )?;
-    let gt = free.geotransform;
-    let bbox = Bbox::new(
-        gt[0],
-        gt[3] + f64::from(free.height) * gt[5],
-        gt[0] + f64::from(free.width) * gt[1],
-        gt[3],
-    );
+    let source = crate::probe(path)?;
+    // A paletted band's tiles are its colours, and its parents are made by nearest (an average
+    // of categories means nothing): GDAL's own rule for paletted overviews.
+    spec.paletted = source.bands == 1 && crate::semantics::has_palette(path);
+    if spec.overview_resampling.is_none() {
+        spec.overview_resampling = Some(if spec.paletted {
+            tilegate_core::recipe::OverviewResampling::Nearest
+        } else {
+            tilegate_core::recipe::OverviewResampling::Average
+        });
+    }
+    let ring = source
+        .placement
+        .as_ref()
+        .and_then(|p| unwrapped(&p.footprint));
+    let (free, bbox, res) = match ring {
+        // A scene across the antimeridian: GDAL's suggestion would span the whole world (or
+        // fail), so its box is made here from the source's footprint with its longitudes
+        // unwrapped past 180°, and its resolution from the box's area over the source's pixels.
+        Some(ring) => {
+            let mut b = Bbox::new(f64::MAX, f64::MAX, f64::MIN, f64::MIN);
+            for [lon, lat] in ring {
+                let (x, y) = tms.from_wgs84(lon, lat).map_err(|e| bad(e.to_string()))?;
+                b = Bbox::new(
+                    b.min_x.min(x),
+                    b.min_y.min(y),
+                    b.max_x.max(x),
+                    b.max_y.max(y),
+                );
+            }
+            let pixels = f64::from(source.width) * f64::from(source.height);
+            let res = ((b.max_x - b.min_x) * (b.max_y - b.min_y) / pixels).sqrt();
+            let crs_wkt = gdal::spatial_ref::SpatialRef::from_definition(&t_srs)
+                .and_then(|r| r.to_wkt())
+                .map_err(|e| bad(e.to_string()))?;
+            let free = SceneMeta {
+                crs_wkt,
+                ..source.clone()
+            };
+            (free, b, res)
+        }
+        // Where the scene lies in the set's CRS, and its native resolution there: GDAL's own
+        // suggestion for the warp.
+        None => {
+            let free = crate::warp_grid(
+                path,
+                &WarpSpec {
+                    t_srs: t_srs.clone(),
+                    tr: None,
+                    tap: false,
+                    origin: None,
+                    resampling: spec.resampling.clone(),
+                },
+            )?;
+            let gt = free.geotransform;
+            let b = Bbox::new(
+                gt[0],
+                gt[3] + f64::from(free.height) * gt[5],
+                gt[0] + f64::from(free.width) * gt[1],
+                gt[3],
+            );
+            (free, b, gt[1])
+        }
+    };
+    let across = source
+        .placement
+        .as_ref()
+        .is_some_and(|p| unwrapped(&p.footprint).is_some());
     let (default_min, default_max) =
-        Pyramid::default_zooms(&tms, bbox, gt[1]).map_err(|e| bad(e.to_string()))?;
+        Pyramid::default_zooms(&tms, bbox, res).map_err(|e| bad(e.to_string()))?;
     if spec.max_zoom == u8::MAX {
         spec.max_zoom = default_max;
     }
@@ -143,8 +198,18 @@ pub fn pyramid_grid(path: &str, spec: &mut PyramidSpec) -> Result<SceneMeta, Cog
     }
     let pyramid =
         Pyramid::new(&tms, bbox, spec.min_zoom, spec.max_zoom).map_err(|e| bad(e.to_string()))?;
-    let base = *pyramid.level(spec.max_zoom).expect("the base zoom");
+    let mut base = *pyramid.level(spec.max_zoom).expect("the base zoom");
     let m = tms.matrix(spec.max_zoom).map_err(|e| bad(e.to_string()))?;
+    if across {
+        // Columns past the matrix's east edge are kept (unwrapped): the job's grid runs on
+        // across the antimeridian, and each tile is named by its column modulo the width.
+        let (sx, _) = m.tile_span();
+        let ox = m.point_of_origin[0];
+        base.min_x = ((bbox.min_x - ox) / sx + 1e-9).floor().max(0.0) as u32;
+        base.max_x = (((bbox.max_x - ox) / sx - 1e-9).ceil() as u32)
+            .saturating_sub(1)
+            .max(base.min_x);
+    }
     if m.corner_of_origin != CornerOfOrigin::TopLeft || m.tile_width != m.tile_height {
         return Err(bad(
             "only sets with square tiles and a top-left origin make pyramids here".into(),
@@ -175,5 +240,18 @@ pub fn pyramid_grid(path: &str, spec: &mut PyramidSpec) -> Result<SceneMeta, Cog
         geotransform,
         placement,
         ..free
+    })
+}
+
+/// A footprint ring (WGS84 longitude, latitude) that crosses the antimeridian, with its
+/// western longitudes moved past 180° so that it is one piece; `None` for one that does not
+/// (its longitudes span less than half the world).
+fn unwrapped(ring: &[[f64; 2]]) -> Option<Vec<[f64; 2]>> {
+    let lons = ring.iter().map(|p| p[0]);
+    let (lo, hi) = lons.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
+    (hi - lo > 180.0).then(|| {
+        ring.iter()
+            .map(|&[lon, lat]| [if lon < 0.0 { lon + 360.0 } else { lon }, lat])
+            .collect()
     })
 }

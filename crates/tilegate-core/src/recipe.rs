@@ -104,8 +104,10 @@ pub struct PyramidSpec {
     pub encoding: Option<TerrainEncoding>,
     /// GDAL resampling of the base zoom's warp.
     pub resampling: String,
-    /// How a parent is made from its four children's pixels.
-    pub overview_resampling: OverviewResampling,
+    /// How a parent is made from its four children's pixels; `None` until planned: `nearest`
+    /// for a paletted source (its colours are categories), `average` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overview_resampling: Option<OverviewResampling>,
     /// Which objects the tiles are published as.
     pub layout: TileLayout,
     /// Filled in when planning: the base zoom's tile at the job grid's top-left corner (a
@@ -119,6 +121,30 @@ pub struct PyramidSpec {
     /// The tile edge in pixels (the set's tile width at the base zoom), filled in when planning.
     #[serde(default)]
     pub tile_size: u32,
+    /// Filled in when planning: the source is one paletted band, whose tiles are its colours
+    /// (RGB, transparent where the palette's alpha is 0 or the pixel is nodata).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paletted: bool,
+}
+
+impl PyramidSpec {
+    /// How parents are made (`average` where planning has not said).
+    pub fn overview(&self) -> OverviewResampling {
+        self.overview_resampling
+            .unwrap_or(OverviewResampling::Average)
+    }
+
+    /// The values each tile pixel holds before encoding: one elevation, three colours of a
+    /// palette, or the source's bands.
+    pub fn tile_bands(&self, source_bands: u32) -> usize {
+        if self.encoding.is_some() {
+            1
+        } else if self.paletted {
+            3
+        } else {
+            source_bands as usize
+        }
+    }
 }
 
 /// The image format of a pyramid's tiles.
@@ -367,7 +393,8 @@ impl Recipe {
                     p.max_zoom,
                     p.tile_format.name(),
                     p.resampling,
-                    p.overview_resampling.name(),
+                    p.overview_resampling
+                        .map_or("auto", OverviewResampling::name),
                     p.layout.name()
                 );
                 if let Some(doc) = &p.tms_document {
@@ -407,7 +434,11 @@ impl Recipe {
             }
             // Image tiles: 8-bit samples, nodata as transparency.
             Operation::Pyramid(p) => OutputSpec {
-                bands: if p.encoding.is_some() { 3 } else { scene.bands },
+                bands: if p.encoding.is_some() || p.paletted {
+                    3
+                } else {
+                    scene.bands
+                },
                 dtype: "Byte".to_owned(),
                 nodata: None,
             },

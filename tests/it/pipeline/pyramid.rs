@@ -535,3 +535,108 @@ fn the_map_page_draws_the_tiles_pixel_for_pixel_and_the_pmtiles_reader_reads_the
     }
     assert_eq!(digests["outside"], Value::Null);
 }
+
+/// `/usr/bin/python3` (Debian's GDAL) running `script` with `args`.
+fn gdal_python(script: &str, args: &[&str]) {
+    checked(
+        Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(script)
+            .args(args),
+    );
+}
+
+#[test]
+fn scenes_across_the_antimeridian_near_the_pole_and_paletted_equal_their_references() {
+    let dir = tempdir();
+    let image = dir.path().join("image.tif");
+    sample_with(
+        dir.path(),
+        &image,
+        1024,
+        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
+    );
+    // The same pixels placed elsewhere: in UTM zone 60N across 180° (9°N), and in geographic
+    // coordinates from 80°N to 88°N, past Web Mercator's 85.05°.
+    let antimeridian = dir.path().join("antimeridian.tif");
+    let polar = dir.path().join("polar.tif");
+    let place = "import sys\nfrom osgeo import gdal\ngdal.UseExceptions()\n\
+        gdal.Translate(sys.argv[2], sys.argv[1], outputSRS=sys.argv[3], \
+        outputBounds=[float(v) for v in sys.argv[4].split(',')])";
+    gdal_python(
+        place,
+        &[
+            image.to_str().unwrap(),
+            antimeridian.to_str().unwrap(),
+            "EPSG:32660",
+            "820000,1010240,830240,1000000",
+        ],
+    );
+    gdal_python(
+        place,
+        &[
+            image.to_str().unwrap(),
+            polar.to_str().unwrap(),
+            "EPSG:4326",
+            "10,88,30,80",
+        ],
+    );
+    // One band of classes with a palette (index 0 transparent).
+    let paletted = dir.path().join("paletted.tif");
+    gdal_python(
+        "import sys\nfrom osgeo import gdal\ngdal.UseExceptions()\n\
+         src = gdal.Open(sys.argv[1])\na = src.GetRasterBand(1).ReadAsArray() // 32\n\
+         d = gdal.GetDriverByName('GTiff').Create(sys.argv[2], src.RasterXSize, \
+         src.RasterYSize, 1, gdal.GDT_Byte, ['TILED=YES'])\n\
+         d.SetGeoTransform(src.GetGeoTransform()); d.SetProjection(src.GetProjection())\n\
+         b = d.GetRasterBand(1); b.WriteArray(a)\nct = gdal.ColorTable()\n\
+         cols = [(0,0,0,0),(230,25,75,255),(60,180,75,255),(255,225,25,255),(0,130,200,255),\
+         (245,130,48,255),(145,30,180,255),(70,240,240,255)]\n\
+         [ct.SetColorEntry(i, c) for i, c in enumerate(cols)]\n\
+         b.SetRasterColorTable(ct); b.SetRasterColorInterpretation(gdal.GCI_PaletteIndex)\n\
+         d = None",
+        &[image.to_str().unwrap(), paletted.to_str().unwrap()],
+    );
+    for (name, src, zoom) in [
+        ("antimeridian", &antimeridian, None),
+        ("polar", &polar, Some("2..7")),
+        ("paletted", &paletted, None),
+    ] {
+        let data = dir.path().join(format!("data-{name}"));
+        let mut extra = vec!["WebMercatorQuad", "--layout", "both"];
+        if let Some(z) = zoom {
+            extra.extend(["--zoom", z]);
+        }
+        let run = run_pyramid(&data, src, &extra);
+        let job = run["job_id"].as_str().unwrap();
+        let per_zoom = check_pyramid(&data, job, src, "WebMercatorQuad", "image", true);
+        let tilejson: Value = serde_json::from_slice(
+            &std::fs::read(pyramid_dir(&data, job).join("tiles.json")).unwrap(),
+        )
+        .unwrap();
+        let bounds: Vec<f64> = serde_json::from_value(tilejson["bounds"].clone()).unwrap();
+        match name {
+            // Tiles on both sides of 180°, and its bounds from west of it to east of it.
+            "antimeridian" => {
+                assert!(bounds[0] > 179.0 && bounds[2] < -179.0, "{bounds:?}");
+                let base = per_zoom
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .max_by_key(|z| z.parse::<u8>().unwrap());
+                let base: u8 = base.unwrap().parse().unwrap();
+                let xs: Vec<u32> = xyz_objects(&pyramid_dir(&data, job))
+                    .iter()
+                    .filter(|(n, _)| n.starts_with(&format!("{base}/")))
+                    .map(|(n, _)| n.split('/').nth(1).unwrap().parse().unwrap())
+                    .collect();
+                let width = 1u32 << base;
+                assert!(xs.contains(&0) && xs.contains(&(width - 1)), "{xs:?}");
+            }
+            // Clipped at the map's edge: the top row, north of which nothing is.
+            "polar" => assert!((bounds[3] - 85.0511).abs() < 1e-3, "{bounds:?}"),
+            // Its classes' colours, parents by nearest (the default for a palette).
+            _ => assert_eq!(tilejson["tilegate:overview_resampling"], "nearest"),
+        }
+    }
+}

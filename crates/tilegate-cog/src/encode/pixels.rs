@@ -101,9 +101,38 @@ impl Pixels {
                 }),
             };
         }
+        if let Some((_, entries)) = self.semantics.first().and_then(|s| s.palette.as_ref())
+            && b == 1
+            && encoding == tilegate_pmtiles::PixelEncoding::Image8
+        {
+            out = expand_palette(&out, entries);
+        }
         out.quantize(encoding);
         out
     }
+}
+
+/// One paletted band as its colours: RGB per pixel, invalid where it was or where its entry's
+/// alpha is 0 (an index past the table is invalid too).
+fn expand_palette(
+    index: &tilegate_pmtiles::TileData,
+    entries: &[gdal::raster::ColorEntry],
+) -> tilegate_pmtiles::TileData {
+    let mut out = tilegate_pmtiles::TileData::empty(index.width, index.height, 3);
+    for (i, valid) in index.valid.iter().enumerate() {
+        let entry = entries.get(index.values[i] as usize);
+        if let (true, Some(gdal::raster::ColorEntry::Rgba(c))) = (*valid, entry)
+            && c.a != 0
+        {
+            out.valid[i] = true;
+            out.values[i * 3..i * 3 + 3].copy_from_slice(&[
+                f32::from(c.r),
+                f32::from(c.g),
+                f32::from(c.b),
+            ]);
+        }
+    }
+    out
 }
 
 /// A window's output pixels, band-sequential, native-endian, with what the bands mean.
