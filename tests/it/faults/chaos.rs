@@ -1256,7 +1256,7 @@ async fn reader(
 
 /// Turn on versioning of the test's bucket: from then on every write that lands is an object
 /// version, and S3 itself keeps the write log.
-async fn enable_versioning(aws: &Aws) {
+pub(crate) async fn enable_versioning(aws: &Aws) {
     use tilegate_aws::aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
     let store = tilegate_aws::S3Store::connect(&aws.objects).await.unwrap();
     store
@@ -1340,7 +1340,7 @@ fn watched(tiles_prefix: &str, scene_key: &str) -> Vec<String> {
 }
 
 /// Every version and delete marker under `prefixes`, by key (without the store's prefix).
-async fn versions(aws: &Aws, prefixes: &[String]) -> BTreeMap<String, Vec<String>> {
+pub(crate) async fn versions(aws: &Aws, prefixes: &[String]) -> BTreeMap<String, Vec<String>> {
     let store = tilegate_aws::S3Store::connect(&aws.objects).await.unwrap();
     let root = format!("{}/", store.prefix());
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();

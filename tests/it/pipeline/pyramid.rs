@@ -640,3 +640,154 @@ fn scenes_across_the_antimeridian_near_the_pole_and_paletted_equal_their_referen
         }
     }
 }
+
+// Every fault at once on a pyramid job, judged from the stores' own record of writes: on the
+// AWS emulator the bucket is versioned (every write that landed is a version); on the
+// embedded store every object's inode and modification time are kept from the moment the
+// faults end to the end (a rewrite would change them).
+crate::per_backend::per_backend!(a_pyramid_under_kills_duplicates_and_racing_assemblers: [embedded, aws]);
+
+fn a_pyramid_under_kills_duplicates_and_racing_assemblers(target: Target) {
+    use crate::faults::chaos::{Rng, seed};
+    let seed = seed();
+    println!("seed {seed} (TILEGATE_CHAOS_SEED={seed} replays its choices)");
+    let mut rng = Rng(seed);
+    let dir = tempdir();
+    let src = dir.path().join("utm.tif");
+    sample_with(
+        dir.path(),
+        &src,
+        1536,
+        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
+    );
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    if let Target::Aws(aws) = &target {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(crate::faults::chaos::enable_versioning(aws));
+    }
+    // Zoom 15 (4.8 m of Web Mercator, the scene's 10 m upsampled): about nine windows, enough
+    // for a worker to die at each point.
+    let plan_args = [
+        "plan",
+        src.to_str().unwrap(),
+        "--pyramid",
+        "WebMercatorQuad",
+        "--layout",
+        "both",
+        "--zoom",
+        "11..15",
+    ];
+    let plan = target.json(&data, &plan_args);
+    let job = plan["job_id"].as_str().unwrap().to_owned();
+    assert!(plan["windows"].as_u64().unwrap() >= 6, "{plan}");
+    // A worker killed at each point, in an order and after a number of passes the seed picks;
+    // a fault cuts only a message's first delivery short.
+    let mut points = vec![
+        "before-encode",
+        "after-images",
+        "after-commit",
+        "after-manifest",
+        "before-ack",
+    ];
+    let mut killed = 0;
+    while !points.is_empty() {
+        let point = points.remove(rng.below(points.len() as u64) as usize);
+        let skip = rng.below(2).to_string();
+        let out = target
+            .command(&data)
+            .args(ONE_AT_A_TIME)
+            .env("TILEGATE_FAULT", point)
+            .env("TILEGATE_FAULT_SKIP", &skip)
+            .env("TILEGATE_FAULT_MAX_ATTEMPT", "1")
+            .output()
+            .unwrap();
+        killed += u32::from(!out.status.success());
+    }
+    assert_eq!(killed, 5, "a worker was killed at each point");
+    // Every window again, and two pools at once: duplicates in flight.
+    let mut again = plan_args.to_vec();
+    again.push("--all-windows");
+    target.json(&data, &again);
+    let pools: Vec<_> = (0..2)
+        .map(|_| {
+            target
+                .command(&data)
+                .args(["--json", "work", "--until-empty", "--visibility", "2"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for p in pools {
+        assert!(p.wait_with_output().unwrap().status.success());
+    }
+    // An assembler killed holding the claim, then three racing for it once its lease lapses.
+    let out = target
+        .command(&data)
+        .args(["assemble", &job, "--lease-ttl-ms", "2000"])
+        .env("TILEGATE_FAULT", "after-claim")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the first assembler was killed");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let racers: Vec<_> = (0..3)
+        .map(|_| {
+            target
+                .command(&data)
+                .args(["--json", "assemble", &job, "--lease-ttl-ms", "2000"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for r in racers {
+        r.wait_with_output().unwrap();
+    }
+    let asm = target.json(&data, &["assemble", &job]);
+    assert_eq!(asm["outcome"], "already_done", "{asm}");
+    // The pyramid as the stores hold it, checked against its references.
+    let local = match &target {
+        Target::Embedded => data.clone(),
+        _ => {
+            let mirror = dir.path().join("mirror");
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async {
+                use tilegate_core::object::ObjectStoreExt as _;
+                let b = target.backends(&data).await;
+                let prefix = format!("tilegate/pyramids/{job}");
+                for meta in b.objects.list(&prefix).await.unwrap() {
+                    let got = b.objects.get_bytes(&object_key(&meta.key)).await.unwrap();
+                    let path = mirror.join("objects").join(&meta.key);
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    std::fs::write(path, &got.bytes).unwrap();
+                }
+            });
+            mirror
+        }
+    };
+    check_pyramid(&local, &job, &src, "WebMercatorQuad", "image", true);
+    let objects = xyz_objects(&pyramid_dir(&local, &job)).len();
+    // Written once: one version per key on S3.
+    if let Target::Aws(aws) = &target {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let log = rt.block_on(crate::faults::chaos::versions(
+            aws,
+            &[format!("tilegate/pyramids/{job}")],
+        ));
+        let twice: Vec<_> = log.iter().filter(|(_, v)| v.len() != 1).collect();
+        assert!(twice.is_empty(), "written more than once: {twice:?}");
+        assert!(
+            log.len() > objects,
+            "every tile, the archive and its TileJSON: {log:?}"
+        );
+    }
+    let status = target.json(&data, &["status", &job]);
+    let c = &status["counters"];
+    assert_eq!(status["dead_letters_for_job"], 0, "{status}");
+    let written = c["pyramid_tiles_written_total"].as_u64().unwrap();
+    assert!(written <= objects as u64, "{c} {objects}");
+    println!(
+        "seed {seed}: {objects} tiles, {killed} workers killed, {written} Creates counted, {} \
+         refused",
+        c["conditional_write_precondition_failed_total"]
+    );
+}
