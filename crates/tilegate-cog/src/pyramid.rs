@@ -77,6 +77,9 @@ pub fn encode_pyramid_window(req: &EncodeRequest) -> Result<Vec<PyramidTile>, Co
     Ok(out)
 }
 
+/// How many zooms past the source's native zoom a pyramid's base may be.
+pub const MAX_UPSAMPLING_ZOOMS: u8 = 3;
+
 /// The CRS GDAL warps to for a set: its EPSG code (x/y order, as GDAL's geotransforms are).
 fn target_srs(tms: &TileMatrixSet) -> Result<String, String> {
     match tms.crs() {
@@ -189,6 +192,16 @@ pub fn pyramid_grid(path: &str, spec: &mut PyramidSpec) -> Result<SceneMeta, Cog
     if spec.min_zoom == u8::MAX {
         spec.min_zoom = default_min.min(spec.max_zoom);
     }
+    // A base zoom far finer than the source's only multiplies windows of invented pixels (and
+    // a request could ask for billions): at most three zooms (8×) past the native one.
+    if spec.max_zoom > default_max.saturating_add(MAX_UPSAMPLING_ZOOMS) {
+        return Err(bad(format!(
+            "zoom {} is {} zooms finer than the source's native zoom {default_max}: at most \
+             {MAX_UPSAMPLING_ZOOMS} (each zoom doubles the pixels invented)",
+            spec.max_zoom,
+            spec.max_zoom - default_max
+        )));
+    }
     if spec.max_zoom > tms.max_zoom() {
         return Err(bad(format!(
             "zoom {} is past the set's last zoom {}",
@@ -223,8 +236,13 @@ pub fn pyramid_grid(path: &str, spec: &mut PyramidSpec) -> Result<SceneMeta, Cog
     spec.base_range = [base.min_x, base.min_y, base.max_x, base.max_y];
     let (sx, sy) = m.tile_span();
     let [ox, oy] = m.point_of_origin;
-    let width = (base.max_x + 1 - x0) * ts;
-    let height = (base.max_y + 1 - y0) * ts;
+    let too_large = || bad("the base zoom's grid is larger than 2^32 pixels a side".into());
+    let width = (base.max_x + 1 - x0)
+        .checked_mul(ts)
+        .ok_or_else(too_large)?;
+    let height = (base.max_y + 1 - y0)
+        .checked_mul(ts)
+        .ok_or_else(too_large)?;
     let geotransform = [
         ox + f64::from(x0) * sx,
         m.cell_size,

@@ -279,6 +279,29 @@ fn a_worldcrs84quad_pyramid_goes_out_as_z_x_y_objects_and_its_tilejson() {
     assert!(!out.status.success(), "{out:?}");
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
+    // A base zoom far finer than the source's is refused (at most 8× upsampled).
+    let out = tg(
+        &data,
+        &[
+            "--json",
+            "plan",
+            src.to_str().unwrap(),
+            "--pyramid",
+            "WorldCRS84Quad",
+            "--zoom",
+            "5..20",
+        ],
+        &[],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("native zoom"),
+        "{doc}"
+    );
     let run = run_pyramid(&data, &src, &["WorldCRS84Quad", "--zoom", "9..14"]);
     let job = run["job_id"].as_str().unwrap();
     let per_zoom = check_pyramid(&data, job, &src, "WorldCRS84Quad", "image", false);
