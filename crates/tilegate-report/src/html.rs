@@ -79,6 +79,8 @@ pub struct Extras {
     pub thumbnail_png: Option<Vec<u8>>,
     /// Where the report was made (shown, not used).
     pub generated_at: Option<UnixMillis>,
+    /// A pyramid job's map: the tiles of one zoom (z, x, y, PNG), laid out as they join.
+    pub map_tiles: Vec<(u8, u32, u32, Vec<u8>)>,
 }
 
 /// The report page of a gathered job and its status (`g.status(prices)`).
@@ -496,6 +498,7 @@ fn scene(h: &mut String, st: &JobStatus, extras: &Extras) {
         }
         None => h.push_str("<p>Not assembled yet.</p>"),
     }
+    map(h, extras);
     if let Some(png) = &extras.thumbnail_png {
         let _ = write!(
             h,
@@ -504,6 +507,31 @@ fn scene(h: &mut String, st: &JobStatus, extras: &Extras) {
         );
     }
     h.push_str("</section>\n");
+}
+
+/// A pyramid's tiles of one zoom, each in its place (a missing one is empty: no valid pixel).
+fn map(h: &mut String, extras: &Extras) {
+    let t = &extras.map_tiles;
+    let (Some(x0), Some(y0)) = (t.iter().map(|t| t.1).min(), t.iter().map(|t| t.2).min()) else {
+        return;
+    };
+    let z = t[0].0;
+    let _ = write!(
+        h,
+        "<div id=\"map\" data-zoom=\"{z}\" title=\"zoom {z}; the interactive map is `tilegate \
+         serve`'s /v1/jobs/ID/map\">"
+    );
+    for (tz, x, y, png) in t {
+        let _ = write!(
+            h,
+            "<img class=\"tile\" data-tile=\"{tz}/{x}/{y}\" alt=\"tile {tz}/{x}/{y}\" \
+             style=\"grid-column:{};grid-row:{}\" src=\"data:image/png;base64,{}\">",
+            x - x0 + 1,
+            y - y0 + 1,
+            base64(png)
+        );
+    }
+    h.push_str("</div>");
 }
 
 fn cost(h: &mut String, st: &JobStatus) {
@@ -552,6 +580,8 @@ table.list th{border-bottom:1px solid #bdbdbd}\
 .swatch{display:inline-block;width:14px;height:14px;border-radius:2px}\
 #grid{border:1px solid #e0e0e0;background:#fafafa}\
 .hists{display:flex;flex-wrap:wrap;gap:24px}figure{margin:0}figcaption{font-size:12px}.axis{font-size:10px;fill:#616161}\
+#map{display:grid;grid-auto-columns:256px;grid-auto-rows:256px;width:max-content;background:repeating-conic-gradient(#eee 0 25%,#fff 0 50%) 0 0/16px 16px}\
+#map img{width:256px;height:256px;image-rendering:pixelated}\
 #thumbnail{max-width:512px;image-rendering:pixelated;border:1px solid #e0e0e0;background:repeating-conic-gradient(#eee 0 25%,#fff 0 50%) 0 0/16px 16px}\
 .note{color:#616161;font-size:12px}";
 

@@ -523,6 +523,7 @@ pub async fn report(
         &Extras {
             thumbnail_png: None,
             generated_at: Some(now),
+            map_tiles: Vec::new(),
         },
     )))
 }

@@ -557,6 +557,36 @@ fn the_map_page_draws_the_tiles_pixel_for_pixel_and_the_pmtiles_reader_reads_the
         assert_eq!(digests[addr], want, "{addr}: {digests}");
     }
     assert_eq!(digests["outside"], Value::Null);
+    // The report's map: the tiles of the finest zoom with at most 16, each the z/x/y object.
+    let report = dir.path().join("report.html");
+    let out = tg(
+        &data,
+        &["report", &job, "-o", report.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("<div id=\"map\""), "the report has a map");
+    let mut shown = 0;
+    for part in html.split("data-tile=\"").skip(1) {
+        let addr = &part[..part.find('"').unwrap()];
+        let b64 = part.split("base64,").nth(1).unwrap();
+        let b64 = &b64[..b64.find('"').unwrap()];
+        use base64::Engine as _;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let want = tiles
+            .iter()
+            .find(|(n, _)| n == &format!("{addr}.png"))
+            .unwrap_or_else(|| panic!("{addr} is a tile of the pyramid"));
+        assert_eq!(png, want.1, "{addr}");
+        shown += 1;
+    }
+    assert!(
+        (2..=16).contains(&shown),
+        "{shown} tiles on the report's map"
+    );
 }
 
 /// `/usr/bin/python3` (Debian's GDAL) running `script` with `args`.

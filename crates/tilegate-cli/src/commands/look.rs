@@ -254,6 +254,53 @@ async fn watch(
     }
 }
 
+/// A pyramid's map for its report: the tiles of the finest zoom that has at most 16, read from
+/// its PMTiles archive (none for an archive over 256 MiB, or none published: a report is no
+/// place to page through a large one).
+async fn map_tiles(b: &Backends, key: &str) -> Vec<(u8, u32, u32, Vec<u8>)> {
+    use tilegate_core::object::ObjectStoreExt as _;
+    let Ok(key) = tilegate_core::ObjectKey::checked(key) else {
+        return Vec::new();
+    };
+    let Ok(Some(meta)) = b.objects.head(&key).await else {
+        return Vec::new();
+    };
+    if !key.as_str().ends_with(".pmtiles") || meta.size > 256 << 20 {
+        return Vec::new();
+    }
+    let Ok(got) = b.objects.get_bytes(&key).await else {
+        return Vec::new();
+    };
+    let Ok(reader) = tilegate_pmtiles::ArchiveReader::new(&got.bytes) else {
+        return Vec::new();
+    };
+    let Ok(entries) = reader.tile_entries() else {
+        return Vec::new();
+    };
+    let mut tiles: Vec<tilegate_pmtiles::Tile> = entries
+        .iter()
+        .flat_map(|e| {
+            (0..u64::from(e.run_length.max(1)))
+                .filter_map(move |i| tilegate_pmtiles::archive::tileid_to_zxy(e.tile_id + i))
+        })
+        .collect();
+    tiles.sort();
+    let mut per_zoom: BTreeMap<u8, Vec<tilegate_pmtiles::Tile>> = BTreeMap::new();
+    for t in tiles {
+        per_zoom.entry(t.z).or_default().push(t);
+    }
+    let Some((_, chosen)) = per_zoom.iter().rev().find(|(_, t)| t.len() <= 16) else {
+        return Vec::new();
+    };
+    chosen
+        .iter()
+        .filter_map(|t| {
+            let bytes = reader.tile(t.z, t.x, t.y).ok()??;
+            Some((t.z, t.x, t.y, bytes.to_vec()))
+        })
+        .collect()
+}
+
 async fn report(
     out: &Out,
     sel: &Selection,
@@ -267,7 +314,15 @@ async fn report(
     let job = find_job(b, a.job.as_deref()).await?;
     let now = tilegate_core::now_millis();
     let g = status::gather(b, job, now).await?;
-    let thumbnail_png = match (&g.job.scene_output, a.no_thumbnail) {
+    let pyramid = matches!(
+        g.job.recipe.operation,
+        tilegate_core::recipe::Operation::Pyramid(_)
+    );
+    let map_tiles = match (&g.job.scene_output, a.no_thumbnail, pyramid) {
+        (Some(scene), false, true) => map_tiles(b, &scene.key).await,
+        _ => Vec::new(),
+    };
+    let thumbnail_png = match (&g.job.scene_output, a.no_thumbnail || pyramid) {
         (Some(scene), false) => {
             let path = sel.gdal_path_of_object(&scene.key);
             match tokio::task::spawn_blocking(move || tilegate_cog::thumbnail_png(&path, 256))
@@ -291,6 +346,7 @@ async fn report(
         &Extras {
             thumbnail_png,
             generated_at: Some(now),
+            map_tiles,
         },
     );
     if a.out.as_os_str() == "-" {
