@@ -150,13 +150,6 @@ fn pyramid_spec(tms: &str, a: &RecipeArgs) -> anyhow::Result<PyramidSpec> {
             layout.name()
         )));
     }
-    if !tilegate_core::recipe::WARP_RESAMPLINGS.contains(&a.warp_resampling.as_str()) {
-        return Err(bad(format!(
-            "--warp-resampling `{}`: expected one of {}",
-            a.warp_resampling,
-            tilegate_core::recipe::WARP_RESAMPLINGS.join(", ")
-        )));
-    }
     Ok(PyramidSpec {
         tms: name,
         tms_document: document,

@@ -94,21 +94,27 @@ pub struct PyramidSpec {
     /// An OGC TMS 2.0 JSON document, when the set is not one of the two built in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tms_document: Option<String>,
-    /// The top zoom (the fewest tiles).
+    /// The top zoom (the fewest tiles); 255 or absent: the zoom where the scene is one tile.
+    #[serde(default = "unset_zoom")]
     pub min_zoom: u8,
-    /// The base zoom: the tiles warped from the source.
+    /// The base zoom: the tiles warped from the source; 255 or absent: the zoom of the
+    /// source's native resolution.
+    #[serde(default = "unset_zoom")]
     pub max_zoom: u8,
+    #[serde(default = "png")]
     pub tile_format: TileFormat,
     /// Elevation as RGB (a one-band source): what MapLibre's terrain reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encoding: Option<TerrainEncoding>,
-    /// GDAL resampling of the base zoom's warp.
+    /// GDAL resampling of the base zoom's warp (default `near`).
+    #[serde(default = "near")]
     pub resampling: String,
     /// How a parent is made from its four children's pixels; `None` until planned: `nearest`
     /// for a paletted source (its colours are categories), `average` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overview_resampling: Option<OverviewResampling>,
-    /// Which objects the tiles are published as.
+    /// Which objects the tiles are published as (default `pmtiles`).
+    #[serde(default = "pmtiles_layout")]
     pub layout: TileLayout,
     /// Filled in when planning: the base zoom's tile at the job grid's top-left corner (a
     /// multiple of a window's tiles, so that every window's tiles share their ancestors up to
@@ -145,6 +151,22 @@ impl PyramidSpec {
             source_bands as usize
         }
     }
+}
+
+fn unset_zoom() -> u8 {
+    u8::MAX
+}
+
+fn png() -> TileFormat {
+    TileFormat::Png
+}
+
+fn near() -> String {
+    "near".to_owned()
+}
+
+fn pmtiles_layout() -> TileLayout {
+    TileLayout::Pmtiles
 }
 
 /// The image format of a pyramid's tiles.

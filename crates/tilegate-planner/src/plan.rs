@@ -327,6 +327,17 @@ async fn derive_resolved(
     };
     let gdal_path = resolved.gdal_path.clone();
     let operation = opts.recipe.operation.clone();
+    // A pyramid's resampling is named to GDAL's warper: one of its names, or refused here.
+    if let Operation::Pyramid(p) = &operation
+        && !tilegate_core::recipe::WARP_RESAMPLINGS.contains(&p.resampling.as_str())
+    {
+        return Err(RecipeError::Custom(format!(
+            "resampling `{}`: expected one of {}",
+            p.resampling,
+            tilegate_core::recipe::WARP_RESAMPLINGS.join(", ")
+        ))
+        .into());
+    }
     let (scene, pyramid) = tokio::task::spawn_blocking(move || match operation {
         // The job's grid is the warp's target grid.
         Operation::Warp(spec) => tilegate_cog::warp_grid(&gdal_path, &spec).map(|s| (s, None)),
