@@ -49,7 +49,7 @@ pub use support::scripted::{ScriptedStore, StoreScript};
 pub use support::stac::validate_stac;
 pub use tilegate_conformance::lossy;
 pub mod service {
-    pub use crate::support::service::{Issuer, Reply, Server, epoch_s, request};
+    pub use crate::support::service::{Demo, Issuer, Reply, Server, epoch_s, request};
 }
 pub use support::target::Target;
 

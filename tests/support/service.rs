@@ -140,3 +140,69 @@ impl Issuer {
 pub fn epoch_s() -> i64 {
     tilegate_core::now_millis() / 1000
 }
+
+/// `tilegate ARGS…` (the README's `serve --demo`) started in `dir` on any free port, read up
+/// to the page's link it prints (`open http://…/#key=…`); killed when dropped. What it prints
+/// after the link is read and dropped: a closed stdout would end it at its next line.
+pub struct Demo {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// The demo tenant's API key.
+    pub key: String,
+    /// Everything it printed up to the link.
+    pub printed: String,
+}
+
+impl Demo {
+    pub fn start(dir: &Path, args: &[&str], log: &Path) -> Self {
+        use std::io::BufRead as _;
+        let mut child = Command::new(crate::tilegate_bin())
+            .args(args)
+            .current_dir(dir)
+            .env("TILEGATE_LISTEN", "127.0.0.1:0")
+            .env_remove("TILEGATE_DATA")
+            .env_remove("TILEGATE_SOURCE_POLICY")
+            .env_remove("TILEGATE_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("create the server log"))
+            .spawn()
+            .expect("start tilegate serve --demo");
+        let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut printed = String::new();
+        let mut link = None;
+        for line in lines.by_ref().map_while(Result::ok) {
+            printed.push_str(&line);
+            printed.push('\n');
+            if let Some(l) = line.strip_prefix("open ") {
+                link = Some(l.trim().to_owned());
+                break;
+            }
+        }
+        std::thread::spawn(move || lines.for_each(drop));
+        let Some(link) = link else {
+            let _ = child.kill();
+            panic!(
+                "serve --demo printed no link:\n{printed}\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        };
+        let base = link.split("/#").next().unwrap_or_default().to_owned();
+        Self {
+            child,
+            addr: base.trim_start_matches("http://").to_owned(),
+            key: link.split("#key=").nth(1).unwrap_or_default().to_owned(),
+            base,
+            printed,
+        }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

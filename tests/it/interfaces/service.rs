@@ -1139,23 +1139,12 @@ fn readme_quick_start() -> Vec<Vec<String>> {
         .collect()
 }
 
-/// A process killed when dropped.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The README's quick start, as written, in an empty directory (the port aside: any free one,
 /// through `TILEGATE_LISTEN`): `tilegate serve --demo` prints the page's link; in Chromium the
 /// link's key lists the tenant's jobs, **Submit** plans the sample scene it fills in, and the
 /// job reaches `published` with its thumbnail drawn.
 #[test]
 fn the_readme_quick_start_reaches_a_published_job_with_its_thumbnail_in_chromium() {
-    use std::io::BufRead as _;
     let commands = readme_quick_start();
     assert_eq!(
         commands,
@@ -1167,47 +1156,14 @@ fn the_readme_quick_start_reaches_a_published_job_with_its_thumbnail_in_chromium
     };
     let dir = tempdir();
     let log = dir.path().join("serve.log");
-    let mut child = Command::new(tilegate_tests::tilegate_bin())
-        .args(&commands[0][1..])
-        .current_dir(dir.path())
-        .env("TILEGATE_LISTEN", "127.0.0.1:0")
-        .env_remove("TILEGATE_DATA")
-        .env_remove("TILEGATE_SOURCE_POLICY")
-        .env_remove("TILEGATE_CONFIG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let _running = Running(child);
-    let mut printed = String::new();
-    let mut link = None;
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        printed.push_str(&line);
-        printed.push('\n');
-        if let Some(l) = line.strip_prefix("open ") {
-            link = Some(l.trim().to_owned());
-            break;
-        }
-    }
-    // Keep reading what the server prints: a closed stdout would end it at its next line
-    // (a command ends quietly when its reader goes away).
-    std::thread::spawn(move || lines.for_each(drop));
-    let link = link.unwrap_or_else(|| {
-        panic!(
-            "serve --demo printed no link:\n{printed}\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        )
-    });
+    let args: Vec<&str> = commands[0][1..].iter().map(String::as_str).collect();
+    let demo = tilegate_tests::service::Demo::start(dir.path(), &args, &log);
+    let (printed, base, addr, key) = (&demo.printed, &demo.base, &demo.addr, &demo.key);
+    let link = format!("{base}/#key={key}");
     assert!(
-        link.starts_with("http://127.0.0.1:") && link.contains("/#key=tgk_"),
+        link.starts_with("http://127.0.0.1:") && key.starts_with("tgk_"),
         "{link}"
     );
-    let base = link.split("/#").next().unwrap().to_owned();
-    let addr = base.trim_start_matches("http://").to_owned();
-    let key = link.split("#key=").nth(1).unwrap().to_owned();
     assert!(
         printed.contains(&format!("{base}/demo/scene.tif")),
         "{printed}"

@@ -115,6 +115,17 @@ fn check_pyramid(
     pixels
 }
 
+/// `plan SRC --pyramid ARGS…` must be refused as `bad-recipe`; its message.
+fn refused_plan(data: &Path, src: &Path, args: &[&str]) -> String {
+    let mut all = vec!["--json", "plan", src.to_str().unwrap(), "--pyramid"];
+    all.extend_from_slice(args);
+    let out = tg(data, &all, &[]);
+    assert!(!out.status.success(), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
+    doc["error"]["message"].as_str().unwrap().to_owned()
+}
+
 fn counters(data: &Path, job: &str) -> Value {
     tg_json(data, &["status", job])["counters"].clone()
 }
@@ -233,22 +244,8 @@ fn a_dem_with_nodata_becomes_terrain_tiles_that_decode_to_its_elevation() {
         check_pyramid(&data, job, &src, "WebMercatorQuad", encoding, true);
     }
     // A one-band DEM is not an 8-bit image: without --encoding it is refused when planning.
-    let out = tg(
-        &dir.path().join("refused"),
-        &[
-            "--json",
-            "plan",
-            src.to_str().unwrap(),
-            "--pyramid",
-            "WebMercatorQuad",
-        ],
-        &[],
-    );
-    assert!(!out.status.success(), "{out:?}");
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
-    let message = doc["error"]["message"].as_str().unwrap();
-    assert!(message.contains("--encoding"), "{doc}");
+    let message = refused_plan(&dir.path().join("refused"), &src, &["WebMercatorQuad"]);
+    assert!(message.contains("--encoding"), "{message}");
 }
 
 #[test]
@@ -263,45 +260,11 @@ fn a_worldcrs84quad_pyramid_goes_out_as_z_x_y_objects_and_its_tilejson() {
     );
     let data = dir.path().join("data");
     // PMTiles v3 addresses Web Mercator tiles alone: asked for, it is refused.
-    let out = tg(
-        &data,
-        &[
-            "--json",
-            "plan",
-            src.to_str().unwrap(),
-            "--pyramid",
-            "WorldCRS84Quad",
-            "--layout",
-            "pmtiles",
-        ],
-        &[],
-    );
-    assert!(!out.status.success(), "{out:?}");
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
+    let message = refused_plan(&data, &src, &["WorldCRS84Quad", "--layout", "pmtiles"]);
+    assert!(message.contains("WebMercatorQuad tiles only"), "{message}");
     // A base zoom far finer than the source's is refused (at most 8× upsampled).
-    let out = tg(
-        &data,
-        &[
-            "--json",
-            "plan",
-            src.to_str().unwrap(),
-            "--pyramid",
-            "WorldCRS84Quad",
-            "--zoom",
-            "5..20",
-        ],
-        &[],
-    );
-    assert!(!out.status.success(), "{out:?}");
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(
-        doc["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("native zoom"),
-        "{doc}"
-    );
+    let message = refused_plan(&data, &src, &["WorldCRS84Quad", "--zoom", "5..20"]);
+    assert!(message.contains("native zoom"), "{message}");
     let run = run_pyramid(&data, &src, &["WorldCRS84Quad", "--zoom", "9..14"]);
     let job = run["job_id"].as_str().unwrap();
     let per_zoom = check_pyramid(&data, job, &src, "WorldCRS84Quad", "image", false);
@@ -847,39 +810,15 @@ fn a_pyramid_under_kills_duplicates_and_racing_assemblers(target: Target) {
 
 #[test]
 fn the_service_plans_a_pyramid_job_and_serves_its_map() {
-    use std::io::BufRead as _;
     let dir = tempdir();
     // `serve --demo`: a tenant key, a sample elevation scene the tenant may read, and a worker
     // pool with the assembler in the process.
-    let mut child = Command::new(tilegate_bin())
-        .args(["serve", "--demo"])
-        .current_dir(dir.path())
-        .env("TILEGATE_LISTEN", "127.0.0.1:0")
-        .env_remove("TILEGATE_DATA")
-        .env_remove("TILEGATE_SOURCE_POLICY")
-        .env_remove("TILEGATE_CONFIG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let link = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("open ").map(|l| l.trim().to_owned()))
-        .expect("serve --demo prints its link");
-    std::thread::spawn(move || lines.for_each(drop));
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Kill(child);
-    let base = link.split("/#").next().unwrap().to_owned();
-    let addr = base.trim_start_matches("http://").to_owned();
-    let key = link.split("#key=").nth(1).unwrap().to_owned();
+    let demo = service::Demo::start(
+        dir.path(),
+        &["serve", "--demo"],
+        &dir.path().join("serve.log"),
+    );
+    let (base, addr, key) = (&demo.base, &demo.addr, &demo.key);
     let auth = [("authorization".to_owned(), format!("Bearer {key}"))];
     // A pyramid recipe as JSON: the zooms left out are planned from the source.
     let body = serde_json::json!({
@@ -887,36 +826,36 @@ fn the_service_plans_a_pyramid_job_and_serves_its_map() {
         "recipe": {"operation": {"op": "pyramid", "tms": "WebMercatorQuad",
                                  "encoding": "terrarium"}, "window": 2048},
     });
-    let r = http::request(&addr, "POST", "/v1/jobs", &auth, Some(body.to_string()));
+    let r = http::request(addr, "POST", "/v1/jobs", &auth, Some(body.to_string()));
     assert!(r.status == 200 || r.status == 201, "{}", r.text());
     let job = r.json()["job"]["job_id"].as_str().unwrap().to_owned();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
-        let st = http::request(&addr, "GET", &format!("/v1/jobs/{job}"), &auth, None);
+        let st = http::request(addr, "GET", &format!("/v1/jobs/{job}"), &auth, None);
         if st.json()["lifecycle"]["state"] == "published" || st.json()["lifecycle"] == "published" {
             break;
         }
         assert!(std::time::Instant::now() < until, "{}", st.text());
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
-    let map = http::request(&addr, "GET", &format!("/v1/jobs/{job}/map"), &auth, None);
+    let map = http::request(addr, "GET", &format!("/v1/jobs/{job}/map"), &auth, None);
     assert_eq!(map.status, 200, "{}", map.text());
     let page = map.text();
     assert!(page.contains("/v1/assets/maplibre-gl.mjs") && page.contains("hillshade"));
     // The archive through the page's own signed link, and the scripts, without a credential.
     let archive = page.split("\"archive\":\"").nth(1).unwrap();
     let archive = &archive[..archive.find('"').unwrap()];
-    let path = archive.trim_start_matches(&base);
-    let got = http::request(&addr, "GET", path, &[], None);
+    let path = archive.trim_start_matches(base.as_str());
+    let got = http::request(addr, "GET", path, &[], None);
     assert_eq!(got.status, 200);
     assert_eq!(&got.body[..7], b"PMTiles");
-    let script = http::request(&addr, "GET", "/v1/assets/pmtiles.js", &[], None);
+    let script = http::request(addr, "GET", "/v1/assets/pmtiles.js", &[], None);
     assert_eq!(script.status, 200);
     assert_eq!(
-        http::request(&addr, "GET", "/v1/assets/..%2Fpackage.json", &[], None).status,
+        http::request(addr, "GET", "/v1/assets/..%2Fpackage.json", &[], None).status,
         404
     );
     // Without the credential the page is refused.
-    let anonymous = http::request(&addr, "GET", &format!("/v1/jobs/{job}/map"), &[], None);
+    let anonymous = http::request(addr, "GET", &format!("/v1/jobs/{job}/map"), &[], None);
     assert_eq!(anonymous.status, 401);
 }
