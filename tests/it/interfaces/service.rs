@@ -1206,7 +1206,7 @@ fn the_readme_quick_start_reaches_a_published_job_with_its_thumbnail_in_chromium
     assert_eq!(row[4], json!(["report", "scene", "stac"]), "{row}");
     // The API agrees: the demo tenant's job, published.
     let r = request(
-        &addr,
+        addr,
         "GET",
         "/v1/jobs",
         &[("authorization".to_owned(), format!("Bearer {key}"))],

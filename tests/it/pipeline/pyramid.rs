@@ -126,6 +126,19 @@ fn refused_plan(data: &Path, src: &Path, args: &[&str]) -> String {
     doc["error"]["message"].as_str().unwrap().to_owned()
 }
 
+/// A `size`² scene in UTM zone 33N (10 m) of three Byte bands with a nodata corner, as
+/// `dir/NAME.tif`.
+fn utm_image(dir: &Path, name: &str, size: u32) -> PathBuf {
+    let src = dir.join(format!("{name}.tif"));
+    sample_with(
+        dir,
+        &src,
+        size,
+        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
+    );
+    src
+}
+
 fn counters(data: &Path, job: &str) -> Value {
     tg_json(data, &["status", job])["counters"].clone()
 }
@@ -251,13 +264,7 @@ fn a_dem_with_nodata_becomes_terrain_tiles_that_decode_to_its_elevation() {
 #[test]
 fn a_worldcrs84quad_pyramid_goes_out_as_z_x_y_objects_and_its_tilejson() {
     let dir = tempdir();
-    let src = dir.path().join("utm.tif");
-    sample_with(
-        dir.path(),
-        &src,
-        1024,
-        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
-    );
+    let src = utm_image(dir.path(), "utm", 1024);
     let data = dir.path().join("data");
     // PMTiles v3 addresses Web Mercator tiles alone: asked for, it is refused.
     let message = refused_plan(&data, &src, &["WorldCRS84Quad", "--layout", "pmtiles"]);
@@ -283,13 +290,7 @@ fn a_worldcrs84quad_pyramid_goes_out_as_z_x_y_objects_and_its_tilejson() {
 #[test]
 fn duplicates_a_killed_worker_and_racing_assemblers_write_each_tile_once() {
     let dir = tempdir();
-    let src = dir.path().join("utm.tif");
-    sample_with(
-        dir.path(),
-        &src,
-        2048,
-        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
-    );
+    let src = utm_image(dir.path(), "utm", 2048);
     let data = dir.path().join("data");
     let plan = tg_json(
         &data,
@@ -423,13 +424,7 @@ fn the_map_page_draws_the_tiles_pixel_for_pixel_and_the_pmtiles_reader_reads_the
         return;
     };
     let dir = tempdir();
-    let src = dir.path().join("utm.tif");
-    sample_with(
-        dir.path(),
-        &src,
-        2048,
-        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
-    );
+    let src = utm_image(dir.path(), "utm", 2048);
     let data = dir.path().join("data");
     let run = run_pyramid(&data, &src, &["WebMercatorQuad", "--layout", "both"]);
     let job = run["job_id"].as_str().unwrap().to_owned();
@@ -565,13 +560,7 @@ fn gdal_python(script: &str, args: &[&str]) {
 #[test]
 fn scenes_across_the_antimeridian_near_the_pole_and_paletted_equal_their_references() {
     let dir = tempdir();
-    let image = dir.path().join("image.tif");
-    sample_with(
-        dir.path(),
-        &image,
-        1024,
-        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
-    );
+    let image = utm_image(dir.path(), "image", 1024);
     // The same pixels placed elsewhere: in UTM zone 60N across 180° (9°N), and in geographic
     // coordinates from 80°N to 88°N, past Web Mercator's 85.05°.
     let antimeridian = dir.path().join("antimeridian.tif");
@@ -669,13 +658,7 @@ fn a_pyramid_under_kills_duplicates_and_racing_assemblers(target: Target) {
     println!("seed {seed} (TILEGATE_CHAOS_SEED={seed} replays its choices)");
     let mut rng = Rng(seed);
     let dir = tempdir();
-    let src = dir.path().join("utm.tif");
-    sample_with(
-        dir.path(),
-        &src,
-        1536,
-        &["--bands", "3", "--dtype", "Byte", "--nodata", "0"],
-    );
+    let src = utm_image(dir.path(), "utm", 1536);
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
     if let Target::Aws(aws) = &target {
