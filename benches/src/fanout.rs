@@ -331,13 +331,7 @@ fn scene(c: &Config, kind: Scene) -> anyhow::Result<PathBuf> {
                 run(&mut cmd)?;
             }
             Scene::Imagery => {
-                let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/imagery_scene.py");
-                // Debian's Python, which has GDAL's bindings and NumPy from apt (.ci/setup).
-                run(Command::new("/usr/bin/python3")
-                    .arg(script)
-                    .arg(&tmp)
-                    .arg(c.size.to_string())
-                    .arg("7"))?;
+                crate::measure::imagery_scene(&tmp, c.size)?;
             }
         }
         std::fs::rename(&tmp, &path)?;
@@ -431,34 +425,12 @@ fn peer_mosaic(c: &Config) -> anyhow::Result<(Sample, Value)> {
 
 /// A virtual environment with rasterio and rio-cogeo (their wheels bundle their own GDAL).
 fn python_peer(c: &Config) -> anyhow::Result<PathBuf> {
-    let venv = c.work.join("peer-venv");
-    let python = venv.join("bin/python");
-    let ok = |p: &Path| {
-        Command::new(p)
-            .args(["-c", "import rasterio, rio_cogeo"])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !ok(&python) {
-        eprintln!(
-            "fanout: installing rasterio and rio-cogeo into {}",
-            venv.display()
-        );
-        let st = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()?;
-        if !st.success() {
-            bail!("python3 -m venv failed");
-        }
-        let st = Command::new(venv.join("bin/pip"))
-            .args(["install", "-q", "rasterio==1.4.4", "rio-cogeo==7.0.4"])
-            .status()?;
-        if !st.success() || !ok(&python) {
-            bail!("pip install rasterio rio-cogeo failed");
-        }
-    }
-    Ok(python)
+    crate::measure::venv(
+        &c.work.join("peer-venv"),
+        "import rasterio, rio_cogeo",
+        &["rasterio==1.4.4", "rio-cogeo==7.0.4"],
+        "fanout",
+    )
 }
 
 /// The rasterio peers: `writer` is `rio-cogeo` (`cog_translate` from a `MemoryFile`) or `cog`

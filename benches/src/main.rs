@@ -12,6 +12,7 @@ mod decode;
 mod fanout;
 mod ledger;
 mod measure;
+mod pyramid;
 mod reconcile;
 mod requests;
 mod scope;
@@ -80,6 +81,33 @@ enum Cmd {
         /// carried them), to compare the count's cost on one machine.
         #[arg(long)]
         bare_manifest_rows: bool,
+    },
+    /// The web-pyramid benchmark: `tilegate run --pyramid WebMercatorQuad` against
+    /// gdal2tiles.py and rio-pmtiles on the 3-band Byte imagery and the terrain scaled to
+    /// Byte, in interleaved rounds; paired ratios, CPU, peak RSS, tiles per zoom, and the last
+    /// round's tiles compared pixel by pixel. Prints Markdown tables (or JSON).
+    Pyramid {
+        /// Rounds (each runs every contender once, in the same order).
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        /// Scene width and height in pixels.
+        #[arg(long, default_value_t = 10240)]
+        size: u32,
+        /// The zooms, `MIN..MAX`.
+        #[arg(long, default_value = "6..12")]
+        zooms: String,
+        /// Directory holding the `tilegate` binary [default: this binary's directory].
+        #[arg(long)]
+        bin: Option<PathBuf>,
+        /// Scratch and cache directory (the scenes are cached here).
+        #[arg(long, default_value = ".ci-cache/bench")]
+        work: PathBuf,
+        /// A short configuration for CI: 1024² scenes, zooms 8–12, one round.
+        #[arg(long)]
+        smoke: bool,
+        /// Print the results as JSON instead of tables.
+        #[arg(long)]
+        json: bool,
     },
     /// Requests per window on AWS (against the emulator `.ci/aws-emulator` starts): a scene on
     /// S3 planned and worked by `tilegate work` processes; the work stage's requests counted by
@@ -397,6 +425,38 @@ fn main() -> anyhow::Result<()> {
             seconds,
         })?;
         return print(&doc, json, serve::table);
+    }
+    if let Cmd::Pyramid {
+        rounds,
+        size,
+        zooms,
+        bin,
+        work,
+        smoke,
+        json,
+    } = command
+    {
+        let cfg = pyramid::Config {
+            rounds: if smoke { 1 } else { rounds.max(1) },
+            size: if smoke { 1024 } else { size },
+            zooms: if smoke {
+                (8, 12)
+            } else {
+                pyramid::parse_zooms(&zooms)?
+            },
+            bin: bin_dir(bin)?,
+            venv: work.join("pyramid-venv"),
+            work: if smoke { work.join("smoke") } else { work },
+            cores: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        };
+        let results = pyramid::run_benchmark(&cfg)?;
+        let (table, doc) = pyramid::report(&cfg, &results);
+        if json {
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        } else {
+            println!("{table}");
+        }
+        return Ok(());
     }
     if let Cmd::Requests {
         size,

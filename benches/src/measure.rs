@@ -2,6 +2,7 @@
 //! included) and peak resident memory, from `wait4(2)`'s resource usage.
 
 use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -121,4 +122,51 @@ pub fn spread(xs: &[f64]) -> (f64, f64, f64) {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     };
     (median, v[0], v[n - 1])
+}
+
+/// A virtual environment at `venv` where `check` (Python) succeeds, made with `packages`
+/// (pinned `NAME==VERSION`) when it does not; its interpreter. `who` names the benchmark in
+/// what it prints.
+pub fn venv(venv: &Path, check: &str, packages: &[&str], who: &str) -> anyhow::Result<PathBuf> {
+    let python = venv.join("bin/python");
+    let ok = |p: &Path| {
+        Command::new(p)
+            .args(["-c", check])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !ok(&python) {
+        eprintln!(
+            "{who}: installing {} into {}",
+            packages.join(" "),
+            venv.display()
+        );
+        let st = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(venv)
+            .status()?;
+        if !st.success() {
+            bail!("python3 -m venv failed");
+        }
+        let st = Command::new(venv.join("bin/pip"))
+            .args(["install", "-q"])
+            .args(packages)
+            .status()?;
+        if !st.success() || !ok(&python) {
+            bail!("pip install {} failed", packages.join(" "));
+        }
+    }
+    Ok(python)
+}
+
+/// Write the benchmarks' imagery scene (`peers/imagery_scene.py`, seed 7) of `size`² to `out`,
+/// with Debian's Python (GDAL's bindings and NumPy from apt, `.ci/setup`).
+pub fn imagery_scene(out: &Path, size: u32) -> anyhow::Result<()> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/imagery_scene.py");
+    run(Command::new("/usr/bin/python3")
+        .arg(script)
+        .arg(out)
+        .arg(size.to_string())
+        .arg("7"))?;
+    Ok(())
 }
