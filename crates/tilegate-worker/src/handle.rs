@@ -21,6 +21,7 @@ use tilegate_core::table::{CreateOutcome, JobRecord, ManifestEntry, TileOrigin, 
 use tilegate_core::{JobId, StoreError, Window, now_millis};
 use tilegate_ledger::LedgerError;
 use tilegate_source::{SourceError, gdal_path};
+use tracing::Instrument as _;
 
 /// What became of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,12 +385,28 @@ async fn process(
             ),
         ));
     }
-    let window = wm.window;
-    let span = tracing::info_span!("window", job_id = %job.job_id, window = %window,
+    let span = tracing::info_span!("window", job_id = %job.job_id, window = %wm.window,
         attempt = msg.receive_count, message_id = %msg.message_id);
-    let _enter = span.enter();
+    process_window(shared, msg, &wm, &job, received_at, deltas)
+        .instrument(span)
+        .await
+}
+
+/// The rest of [`process`], inside the window's span — attached to the future, so that it is
+/// entered only while this window's work runs. A guard held across an `.await` would stay
+/// entered on the thread while it ran other windows' tasks, nesting every later window's
+/// log lines inside this one's.
+async fn process_window(
+    shared: &Shared,
+    msg: &Received,
+    wm: &WindowMessage,
+    job: &JobRecord,
+    received_at: tilegate_core::UnixMillis,
+    deltas: &mut Deltas,
+) -> Result<WindowOutcome, Failure> {
+    let window = wm.window;
     if let Some(order) = &wm.attempt {
-        return regenerate_window(shared, &job, window, order, msg.receive_count, deltas).await;
+        return regenerate_window(shared, job, window, order, msg.receive_count, deltas).await;
     }
     // A second message for a window this pool recorded (or is encoding: then it waits) is
     // dropped here, before any request: an interrupted run's messages and its resume's.
@@ -429,7 +446,7 @@ async fn process(
         facts.commit_ms = Some(millis(head_started.elapsed()));
         record(
             shared,
-            &job,
+            job,
             window,
             &meta,
             TileOrigin::AlreadyPresent,
@@ -450,18 +467,18 @@ async fn process(
     // this worker's policy (and the addresses a name resolves to now) decide what it reads.
     tilegate_source::admit(&shared.cfg.sources.of(job.tenant.as_str()), &job.source).await?;
     let (bytes, reduced, times, images) =
-        encode(shared, &job, window, msg.receive_count, deltas).await?;
+        encode(shared, job, window, msg.receive_count, deltas).await?;
     // Pinned after the read: a source that changed before or during the read no longer has
     // its planned pin, so what was read is not committed (one check per window: a check
     // before the read as well would only save the encode of a window that fails anyway).
     let pin_started = Instant::now();
-    verify_source(shared, &job, deltas).await?;
+    verify_source(shared, job, deltas).await?;
     facts.read_ms = Some(millis(times.read + pin_started.elapsed()));
     facts.encode_ms = Some(millis(times.encode));
     // A pyramid window's images go before its index, the window's output: an index in place
     // means every tile it lists is.
-    if crate::pyramid::spec(&job).is_some() {
-        crate::pyramid::write_tiles(shared, &job, images, deltas).await?;
+    if crate::pyramid::spec(job).is_some() {
+        crate::pyramid::write_tiles(shared, job, images, deltas).await?;
         fault::point("after-images", msg.receive_count);
     }
 
@@ -505,7 +522,7 @@ async fn process(
     };
     facts.commit_ms = Some(millis(commit_started.elapsed()));
     fault::point("after-commit", msg.receive_count);
-    record(shared, &job, window, &meta, origin, facts, deltas).await?;
+    record(shared, job, window, &meta, origin, facts, deltas).await?;
     turn.recorded();
     tracing::info!(outcome = outcome.name(), size = meta.size, "tile commit");
     fault::point("before-ack", msg.receive_count);

@@ -266,3 +266,28 @@ fn the_recent_jobs_list_names_each_jobs_recipe() {
         assert_eq!(line.split_whitespace().nth(4), Some(recipe), "{line}");
     }
 }
+
+/// With `-v`, a window's log lines carry that window's span and no other. Before, the span was
+/// entered with a guard held across the handler's awaits: it stayed entered on the thread
+/// while the thread ran other windows' tasks, so each later window's lines came nested inside
+/// every earlier one's (`window{…0000_0000}:window{…0000_0001}:…`, 19 deep on 64 windows).
+#[test]
+fn each_windows_log_lines_name_that_window_alone() {
+    let tmp = tempdir();
+    let data = tmp.path();
+    let src = data.join("scene.tif");
+    sample(data, &src, 1024, 3);
+    tg_json(data, &["plan", src.to_str().unwrap(), "--window", "128"]);
+    let out = tg(
+        data,
+        &["-v", "work", "--until-empty", "--concurrency", "4"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = stderr(&out);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("window{")).collect();
+    assert!(lines.len() >= 64, "a line per window at least:\n{log}");
+    for l in &lines {
+        assert_eq!(l.matches("window{").count(), 1, "{l}");
+    }
+}
