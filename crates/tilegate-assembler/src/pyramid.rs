@@ -13,11 +13,11 @@ use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tilegate_core::metrics::{self as m, Counters};
-use tilegate_core::object::{ObjectStoreExt, PutOptions, PutOutcome};
+use tilegate_core::object::{ObjectStoreExt, PutOptions};
 use tilegate_core::pyramid::{TileEntry, WindowTiles, valid_digest};
 use tilegate_core::recipe::PyramidSpec;
 use tilegate_core::table::JobRecord;
-use tilegate_core::{Backends, ObjectKey, StoreError};
+use tilegate_core::{Backends, ObjectKey};
 use tilegate_pmtiles::{
     ArchiveBuilder, ArchiveOptions, ContentKey, Tile, TileData, TileMatrixSet, TileType,
     decode_png, encode_png,
@@ -86,40 +86,27 @@ pub(crate) async fn build_tree(
             .filter(|t| !tiles.entries.contains_key(t))
             .collect();
         let next = &levels[usize::from(z + 1 - spec.min_zoom)];
-        let children = |t: &Tile| -> Vec<Tile> {
-            let (x, y) = (t.x * 2, t.y * 2);
-            [(x, y), (x + 1, y), (x, y + 1), (x + 1, y + 1)]
-                .map(|(x, y)| Tile::new(z + 1, x, y))
-                .into_iter()
-                .filter(|c| next.contains(c))
-                .collect()
-        };
-        // The children to read back: those written, not decoded already.
+        // The children to read back: those written, not decoded already (the ones this
+        // assembler made at the zoom below are).
         let wanted: Vec<(Tile, ObjectKey)> = todo
             .iter()
-            .flat_map(children)
-            .filter(|c| !below.contains_key(c))
+            .flat_map(|t| quad(*t))
+            .filter(|c| next.contains(c) && !below.contains_key(c))
             .filter_map(|c| {
                 let e = tiles.entries.get(&c)?;
                 Some((c, e.object_key(&job.prefix, &job.job_id, spec)?))
             })
             .collect();
         let fetched: Vec<(Tile, Arc<TileData>)> = futures::stream::iter(wanted)
-            .map(|(tile, key)| {
-                let made = tiles.made.get(key.as_str()).cloned();
-                async move {
-                    let bytes = match made {
-                        Some(b) => b,
-                        None => b.objects.get_bytes(&key).await?.bytes,
-                    };
-                    let data = tokio::task::spawn_blocking(move || {
-                        decode_png(&bytes, encoding, bands).map_err(|e| e.to_string())
-                    })
-                    .await
-                    .expect("decode task panicked")
-                    .map_err(|e| failed(job, format!("tile {tile} (`{key}`): {e}")))?;
-                    Ok::<_, AssembleError>((tile, Arc::new(data)))
-                }
+            .map(|(tile, key)| async move {
+                let bytes = b.objects.get_bytes(&key).await?.bytes;
+                let data = tokio::task::spawn_blocking(move || {
+                    decode_png(&bytes, encoding, bands).map_err(|e| e.to_string())
+                })
+                .await
+                .expect("decode task panicked")
+                .map_err(|e| failed(job, format!("tile {tile} (`{key}`): {e}")))?;
+                Ok::<_, AssembleError>((tile, Arc::new(data)))
             })
             .buffer_unordered(16)
             .try_collect()
@@ -129,14 +116,7 @@ pub(crate) async fn build_tree(
         let made: Vec<(Tile, Arc<TileData>, Option<Vec<u8>>)> = {
             let jobs: Vec<_> = todo
                 .iter()
-                .map(|t| {
-                    let kids: [Option<Arc<TileData>>; 4] = {
-                        let (x, y) = (t.x * 2, t.y * 2);
-                        [(x, y), (x + 1, y), (x, y + 1), (x + 1, y + 1)]
-                            .map(|(x, y)| below.get(&Tile::new(z + 1, x, y)).cloned())
-                    };
-                    (*t, kids)
-                })
+                .map(|t| (*t, quad(*t).map(|c| below.get(&c).cloned())))
                 .collect();
             tokio::task::spawn_blocking(move || {
                 jobs.into_iter()
@@ -153,16 +133,8 @@ pub(crate) async fn build_tree(
         };
         let mut writes = Vec::new();
         for (t, data, image) in made {
-            let mut entry = TileEntry {
-                z: t.z,
-                x: t.x,
-                y: t.y,
-                digest: None,
-                size: 0,
-            };
+            let entry = TileEntry::of(t.z, t.x, t.y, image.as_deref());
             if let Some(image) = image {
-                entry.digest = Some(blake3::hash(&image).to_hex().to_string());
-                entry.size = image.len() as u64;
                 let image = Bytes::from(image);
                 for key in entry.object_keys(&job.prefix, &job.job_id, spec) {
                     tiles.made.insert(key.to_string(), image.clone());
@@ -172,11 +144,21 @@ pub(crate) async fn build_tree(
             }
             tiles.entries.insert(t, entry);
         }
-        write_images(b, writes, counters).await?;
+        // Create-if-absent: a refusal is another assembler's (or an earlier try's) image.
+        let created = b.objects.create_all(writes, 16).await?;
+        counters.add(m::PYRAMID_TILES_WRITTEN, created.written);
+        counters.add(m::PRECONDITION_FAILED, created.present);
         // Tiles the windows made at this zoom are read back when their parents need them.
         below = level_images;
     }
     Ok(tiles)
+}
+
+/// A tile's four children, in [`TileData::mosaic`]'s order: top-left, top-right, bottom-left,
+/// bottom-right.
+fn quad(t: Tile) -> [Tile; 4] {
+    let (z, x, y) = (t.z + 1, t.x * 2, t.y * 2);
+    [(x, y), (x + 1, y), (x, y + 1), (x + 1, y + 1)].map(|(x, y)| Tile::new(z, x, y))
 }
 
 /// The tiles of each zoom, `min_zoom` first: the base range (whose columns may run past the
@@ -201,38 +183,6 @@ fn levels(
         out.push(level);
     }
     Ok(out)
-}
-
-/// Create-if-absent, a few at a time; a refusal is another assembler's (or an earlier try's)
-/// identical image.
-async fn write_images(
-    b: &Backends,
-    writes: Vec<(ObjectKey, Bytes)>,
-    counters: &Counters,
-) -> Result<(), AssembleError> {
-    let mut seen = std::collections::HashSet::new();
-    let writes: Vec<_> = writes
-        .into_iter()
-        .filter(|(k, _)| seen.insert(k.clone()))
-        .collect();
-    futures::stream::iter(writes)
-        .map(|(key, image)| async move {
-            match b
-                .objects
-                .put_opts(&key, image, PutOptions::create())
-                .await?
-            {
-                PutOutcome::Written(_) => counters.inc(m::PYRAMID_TILES_WRITTEN),
-                PutOutcome::AlreadyPresent | PutOutcome::Superseded => {
-                    counters.inc(m::PRECONDITION_FAILED);
-                }
-            }
-            Ok::<_, StoreError>(())
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
 }
 
 /// The PMTiles archive of every written tile, each distinct image once, read back from the
@@ -389,7 +339,7 @@ fn tilejson_fields(
         "description".into(),
         format!("{} of {}", spec.tms, job.source.uri).into(),
     );
-    m.insert("format".into(), spec.tile_format.name().into());
+    m.insert("format".into(), spec.tile_format.extension().into());
     m.insert("type".into(), "overlay".into());
     m.insert("tileMatrixSet".into(), spec.tms.clone().into());
     if let Some(e) = spec.encoding {

@@ -27,6 +27,8 @@ pub fn encode_pyramid_window(req: &EncodeRequest) -> Result<Vec<PyramidTile>, Co
     let size = spec.tile_size.max(1);
     let encoding = tilegate_pmtiles::PixelEncoding::named(spec.encoding.map(|e| e.name()))
         .expect("every terrain encoding is named");
+    let reduce = tilegate_pmtiles::Reduce::named(spec.overview().name())
+        .expect("every overview resampling is named");
     let data = pyramid_pixels(req, encoding)?;
     let r = req.rect;
     let (tx0, ty0) = (
@@ -65,11 +67,7 @@ pub fn encode_pyramid_window(req: &EncodeRequest) -> Result<Vec<PyramidTile>, Co
         if z == spec.min_zoom || cols * rows <= 1 || x0 % 2 != 0 || y0 % 2 != 0 {
             break;
         }
-        level = level.reduce(
-            tilegate_pmtiles::Reduce::named(spec.overview().name())
-                .expect("every overview resampling is named"),
-            encoding,
-        );
+        level = level.reduce(reduce, encoding);
         z -= 1;
         (x0, y0) = (x0 / 2, y0 / 2);
         (lo_x, lo_y, hi_x, hi_y) = (lo_x / 2, lo_y / 2, hi_x / 2, hi_y / 2);
@@ -116,10 +114,20 @@ pub fn pyramid_grid(path: &str, spec: &mut PyramidSpec) -> Result<SceneMeta, Cog
         )));
     }
     let t_srs = target_srs(&tms).map_err(bad)?;
-    let source = crate::probe(path)?;
+    // One open for the source's facts and its palette.
+    let (source, palette) = {
+        let _gdal_log = crate::ffi::ErrorScope::new();
+        let ds = crate::ffi::open_raster(path)?;
+        let palette = ds.rasterband(1).is_ok_and(|b| {
+            b.color_table().is_some_and(|t| {
+                t.palette_interpretation() == gdal::raster::PaletteInterpretation::Rgba
+            })
+        });
+        (crate::probe::scene_meta(&ds, path)?, palette)
+    };
     // A paletted band's tiles are its colours, and its parents are made by nearest (an average
     // of categories means nothing): GDAL's own rule for paletted overviews.
-    spec.paletted = source.bands == 1 && crate::semantics::has_palette(path);
+    spec.paletted = source.bands == 1 && palette;
     if spec.overview_resampling.is_none() {
         spec.overview_resampling = Some(if spec.paletted {
             tilegate_core::recipe::OverviewResampling::Nearest
@@ -131,6 +139,7 @@ pub fn pyramid_grid(path: &str, spec: &mut PyramidSpec) -> Result<SceneMeta, Cog
         .placement
         .as_ref()
         .and_then(|p| unwrapped(&p.footprint));
+    let across = ring.is_some();
     let (free, bbox, res) = match ring {
         // A scene across the antimeridian: GDAL's suggestion would span the whole world (or
         // fail), so its box is made here from the source's footprint with its longitudes
@@ -180,10 +189,6 @@ pub fn pyramid_grid(path: &str, spec: &mut PyramidSpec) -> Result<SceneMeta, Cog
             (free, b, gt[1])
         }
     };
-    let across = source
-        .placement
-        .as_ref()
-        .is_some_and(|p| unwrapped(&p.footprint).is_some());
     let (default_min, default_max) =
         Pyramid::default_zooms(&tms, bbox, res).map_err(|e| bad(e.to_string()))?;
     if spec.max_zoom == u8::MAX {

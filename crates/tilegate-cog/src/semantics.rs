@@ -141,15 +141,3 @@ fn set_unit(band: &mut gdal::raster::RasterBand<'_>, unit: &str) -> Result<(), G
         Err(crate::ffi::last_error(err))
     }
 }
-
-/// Whether the raster at `path` has a colour table on its first band (an RGB palette).
-pub(crate) fn has_palette(path: &str) -> bool {
-    let Ok(ds) = crate::ffi::open_raster(path) else {
-        return false;
-    };
-    let Ok(band) = ds.rasterband(1) else {
-        return false;
-    };
-    band.color_table()
-        .is_some_and(|t| t.palette_interpretation() == PaletteInterpretation::Rgba)
-}

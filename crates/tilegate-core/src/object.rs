@@ -395,12 +395,56 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<Vec<MultipartUpload>>;
 }
 
+/// What [`ObjectStoreExt::create_all`] did: Creates that wrote, and Creates refused because
+/// the object was in place (a duplicate's, or an earlier try's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Created {
+    pub written: u64,
+    pub present: u64,
+}
+
 /// Conveniences over [`ObjectStore`].
 #[async_trait]
 pub trait ObjectStoreExt: ObjectStore {
     /// Create if absent.
     async fn put_create(&self, key: &ObjectKey, bytes: Bytes) -> StoreResult<PutOutcome> {
         self.put_opts(key, bytes, PutOptions::create()).await
+    }
+
+    /// Create each object if absent, `concurrency` at a time; a key given twice is written
+    /// once. A Create answered `Superseded` (which no store should answer) is a permanent error.
+    async fn create_all(
+        &self,
+        writes: Vec<(ObjectKey, Bytes)>,
+        concurrency: usize,
+    ) -> StoreResult<Created> {
+        use futures::{StreamExt as _, TryStreamExt as _};
+        let mut seen = std::collections::HashSet::new();
+        let writes: Vec<_> = writes
+            .into_iter()
+            .filter(|(k, _)| seen.insert(k.clone()))
+            .collect();
+        let outcomes: Vec<bool> = futures::stream::iter(writes)
+            .map(|(key, bytes)| async move {
+                match self.put_opts(&key, bytes, PutOptions::create()).await? {
+                    PutOutcome::Written(_) => Ok(true),
+                    PutOutcome::AlreadyPresent => Ok(false),
+                    PutOutcome::Superseded => Err(crate::error::StoreError::backend(
+                        "create object",
+                        key.as_str(),
+                        crate::error::Retry::Permanent,
+                        "the store answered a Create with Superseded",
+                    )),
+                }
+            })
+            .buffer_unordered(concurrency.max(1))
+            .try_collect()
+            .await?;
+        let written = outcomes.iter().filter(|w| **w).count() as u64;
+        Ok(Created {
+            written,
+            present: outcomes.len() as u64 - written,
+        })
     }
 
     /// Replace only `version`.

@@ -36,6 +36,17 @@ pub struct WindowTiles {
 }
 
 impl TileEntry {
+    /// The entry of tile `z/x/y` whose image is `image` (`None`: no valid pixel, not written).
+    pub fn of(z: u8, x: u32, y: u32, image: Option<&[u8]>) -> TileEntry {
+        TileEntry {
+            z,
+            x,
+            y,
+            digest: image.map(|i| blake3::hash(i).to_hex().to_string()),
+            size: image.map_or(0, |i| i.len() as u64),
+        }
+    }
+
     /// Whether the tile was written (it has valid pixels).
     pub fn is_written(&self) -> bool {
         self.digest.is_some()

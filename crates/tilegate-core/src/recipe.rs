@@ -189,10 +189,6 @@ impl TileFormat {
             Self::Png => "image/png",
         }
     }
-
-    pub fn name(self) -> &'static str {
-        self.extension()
-    }
 }
 
 /// Elevation packed into RGB: Terrarium (`(R·256 + G + B/256) − 32768`, metres) or Mapbox
@@ -413,7 +409,7 @@ impl Recipe {
                     p.tms,
                     p.min_zoom,
                     p.max_zoom,
-                    p.tile_format.name(),
+                    p.tile_format.extension(),
                     p.resampling,
                     p.overview_resampling
                         .map_or("auto", OverviewResampling::name),

@@ -396,7 +396,7 @@ fn check_pyramid(
         None if scene.dtype != "Byte" => refuse(format!(
             "{} tiles hold 8-bit samples and the source is {}: scale it to Byte first, or give \
              --encoding terrarium|mapbox-terrain-rgb for elevation",
-            spec.tile_format.name().to_uppercase(),
+            spec.tile_format.extension().to_uppercase(),
             scene.dtype
         )),
         _ => Ok(()),

@@ -339,7 +339,7 @@ fn plan_error(e: PlanError) -> ApiError {
     }
 }
 
-pub(crate) fn ledger_error(e: tilegate_ledger::LedgerError) -> ApiError {
+fn ledger_error(e: tilegate_ledger::LedgerError) -> ApiError {
     match e {
         // Another tenant's row: the same answer as a missing job.
         tilegate_ledger::LedgerError::NotYourTenant { job, .. } => {
@@ -567,23 +567,7 @@ pub async fn sign_url(
     let subject = subject_of(&job, req.window.as_deref())?;
     let expires_s =
         crate::extract::within("expires_s", req.expires_s, 1..=7 * 24 * 3600)?.unwrap_or(900);
-    // The job's tenant signs: an operator reads as the job's owner.
-    let g = tilegate_ledger::url::grant_published(
-        &s.backends,
-        &job,
-        subject,
-        &job.tenant,
-        Duration::from_secs(expires_s),
-        now_millis(),
-    )
-    .await
-    .map_err(ledger_error)?;
-    // A store that signs nothing (the embedded store's `file://` path, which no expiry
-    // ends): a link of the service's own, to this job's object only.
-    let url = match &s.links {
-        Some(links) if !g.expiring => links.sign(&job, &g.key, g.expires_at)?,
-        _ => g.url,
-    };
+    let (g, url) = published_url(&s, &job, subject, Duration::from_secs(expires_s)).await?;
     tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = ?caller.credential,
         job = %job.job_id, subject = %subject, object = %g.key, expires_at = g.expires_at, "audit: url issued");
     Ok(Json(SignedUrl {
@@ -593,6 +577,33 @@ pub async fn sign_url(
         expires_at: g.expires_at,
         capped_by_retention: g.capped_by_retention,
     }))
+}
+
+/// A reader's URL of `job`'s published `subject`, valid for `expires`: the ledger's grant (the
+/// job's tenant signs: an operator reads as the job's owner) and the URL — the store's, or,
+/// for a store that signs nothing (the embedded store's `file://` path, which no expiry ends),
+/// a link of the service's own to this job's object only.
+pub(crate) async fn published_url(
+    s: &Service,
+    job: &JobRecord,
+    subject: Subject,
+    expires: Duration,
+) -> Result<(tilegate_ledger::url::Grant, String), ApiError> {
+    let g = tilegate_ledger::url::grant_published(
+        &s.backends,
+        job,
+        subject,
+        &job.tenant,
+        expires,
+        now_millis(),
+    )
+    .await
+    .map_err(ledger_error)?;
+    let url = match &s.links {
+        Some(links) if !g.expiring => links.sign(job, &g.key, g.expires_at)?,
+        _ => g.url.clone(),
+    };
+    Ok((g, url))
 }
 
 /// A PNG image.

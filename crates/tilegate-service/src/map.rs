@@ -10,9 +10,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 use std::time::Duration;
+use tilegate_core::Reason;
 use tilegate_core::ledger::Subject;
 use tilegate_core::recipe::Operation;
-use tilegate_core::{Reason, now_millis};
 
 const PAGE: &str = include_str!("map.html");
 
@@ -87,20 +87,8 @@ pub async fn map(
         None | Some(MapResampling::Linear) => "linear",
         Some(MapResampling::Nearest) => "nearest",
     };
-    let g = tilegate_ledger::url::grant_published(
-        &s.backends,
-        &job,
-        Subject::Scene,
-        &job.tenant,
-        Duration::from_secs(3600),
-        now_millis(),
-    )
-    .await
-    .map_err(crate::api::ledger_error)?;
-    let archive = match &s.links {
-        Some(links) if !g.expiring => links.sign(&job, &g.key, g.expires_at)?,
-        _ => g.url,
-    };
+    let (g, archive) =
+        crate::api::published_url(&s, &job, Subject::Scene, Duration::from_secs(3600)).await?;
     tracing::info!(target: "tilegate::audit", tenant = %caller.tenant, caller = ?caller.credential,
         job = %job.job_id, object = %g.key, expires_at = g.expires_at, "audit: map url issued");
     let tilejson = tilegate_assembler::tilejson(&job, spec)

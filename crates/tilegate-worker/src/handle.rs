@@ -130,8 +130,14 @@ pub(crate) struct Deltas(Vec<(&'static str, u64)>);
 
 impl Deltas {
     pub(crate) fn bump(&mut self, shared: &Shared, name: &'static str) {
-        shared.counters.inc(name);
-        self.0.push((name, 1));
+        self.add(shared, name, 1);
+    }
+
+    pub(crate) fn add(&mut self, shared: &Shared, name: &'static str, n: u64) {
+        if n > 0 {
+            shared.counters.add(name, n);
+            self.0.push((name, n));
+        }
     }
 }
 
@@ -477,8 +483,8 @@ async fn process_window(
     facts.encode_ms = Some(millis(times.encode));
     // A pyramid window's images go before its index, the window's output: an index in place
     // means every tile it lists is.
-    if crate::pyramid::spec(job).is_some() {
-        crate::pyramid::write_tiles(shared, job, images, deltas).await?;
+    if let Some(spec) = crate::pyramid::spec(job) {
+        crate::pyramid::write_tiles(shared, job, spec, images, deltas).await?;
         fault::point("after-images", msg.receive_count);
     }
 

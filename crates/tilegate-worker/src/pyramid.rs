@@ -5,11 +5,9 @@
 use crate::handle::{Deltas, Failure};
 use crate::pool::Shared;
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use tilegate_cog::PyramidTile;
-use tilegate_core::Reason;
 use tilegate_core::metrics as m;
-use tilegate_core::object::{PutOptions, PutOutcome};
+use tilegate_core::object::ObjectStoreExt as _;
 use tilegate_core::pyramid::{INDEX_VERSION, TileEntry, WindowTiles};
 use tilegate_core::recipe::{Operation, PyramidSpec};
 use tilegate_core::table::JobRecord;
@@ -25,16 +23,8 @@ pub(crate) fn index(tiles: Vec<PyramidTile>) -> (Bytes, Vec<Pending>) {
     let mut entries = Vec::with_capacity(tiles.len());
     let mut pending = Vec::new();
     for t in tiles {
-        let mut entry = TileEntry {
-            z: t.tile.z,
-            x: t.tile.x,
-            y: t.tile.y,
-            digest: None,
-            size: 0,
-        };
+        let entry = TileEntry::of(t.tile.z, t.tile.x, t.tile.y, t.image.as_deref());
         if let Some(image) = t.image {
-            entry.digest = Some(blake3::hash(&image).to_hex().to_string());
-            entry.size = image.len() as u64;
             pending.push(Pending {
                 entry: entry.clone(),
                 image: Bytes::from(image),
@@ -62,49 +52,19 @@ pub(crate) fn spec(job: &JobRecord) -> Option<&PyramidSpec> {
 pub(crate) async fn write_tiles(
     shared: &Shared,
     job: &JobRecord,
+    spec: &PyramidSpec,
     pending: Vec<Pending>,
     deltas: &mut Deltas,
 ) -> Result<(), Failure> {
-    let Some(spec) = spec(job) else {
-        return Ok(());
-    };
-    let mut seen = std::collections::HashSet::new();
-    let mut writes = Vec::new();
-    for p in pending {
-        for key in p.entry.object_keys(&job.prefix, &job.job_id, spec) {
-            if seen.insert(key.clone()) {
-                writes.push((key, p.image.clone()));
-            }
-        }
-    }
-    let outcomes: Vec<bool> = futures::stream::iter(writes)
-        .map(|(key, image)| async move {
-            match shared
-                .b
-                .objects
-                .put_opts(&key, image, PutOptions::create())
-                .await?
-            {
-                PutOutcome::Written(_) => Ok(true),
-                PutOutcome::AlreadyPresent => Ok(false),
-                PutOutcome::Superseded => Err(Failure::permanent(
-                    Reason::StorageRefused,
-                    format!("the store answered a Create of `{key}` with Superseded"),
-                )),
-            }
+    let writes = pending
+        .into_iter()
+        .flat_map(|p| {
+            let keys = p.entry.object_keys(&job.prefix, &job.job_id, spec);
+            keys.into_iter().map(move |k| (k, p.image.clone()))
         })
-        .buffer_unordered(16)
-        .try_collect()
-        .await?;
-    for written in outcomes {
-        deltas.bump(
-            shared,
-            if written {
-                m::PYRAMID_TILES_WRITTEN
-            } else {
-                m::PRECONDITION_FAILED
-            },
-        );
-    }
+        .collect();
+    let created = shared.b.objects.create_all(writes, 16).await?;
+    deltas.add(shared, m::PYRAMID_TILES_WRITTEN, created.written);
+    deltas.add(shared, m::PRECONDITION_FAILED, created.present);
     Ok(())
 }
