@@ -106,7 +106,9 @@ pub struct PyramidSpec {
     /// Elevation as RGB (a one-band source): what MapLibre's terrain reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encoding: Option<TerrainEncoding>,
-    /// GDAL resampling of the base zoom's warp (default `near`).
+    /// GDAL resampling of the base zoom's warp (default `near`). `near` warps through the
+    /// exact transformer (each tile equals `gdalwarp -et 0` of it); any other through GDAL's
+    /// default approximation (`-et 0.125`, within GDAL's own tolerance of it).
     #[serde(default = "near")]
     pub resampling: String,
     /// How a parent is made from its four children's pixels; `None` until planned: `nearest`

@@ -185,10 +185,19 @@ impl TileData {
     }
 }
 
+/// An 8-bit value: rounded half away from zero (as `f32::round`), clamped to 0–255, NaN as 0.
+/// Truncating `v + 0.5` in double precision is that rounding for every value the clamp leaves
+/// (exactly: an `f32` plus one half has no rounding error in an `f64`), without the `roundf`
+/// call the baseline x86-64 target makes of `round`.
+#[inline]
+fn byte(v: f32) -> u8 {
+    (f64::from(v.clamp(0.0, 255.0)) + 0.5) as u8
+}
+
 /// A value as `encoding` stores it (and reads it back).
 pub fn quantized(v: f32, encoding: PixelEncoding) -> f32 {
     match encoding {
-        PixelEncoding::Image8 => v.round().clamp(0.0, 255.0),
+        PixelEncoding::Image8 => f32::from(byte(v)),
         PixelEncoding::Terrarium => {
             let t = ((f64::from(v) + 32768.0) * 256.0)
                 .floor()
@@ -264,7 +273,7 @@ pub fn encode_png(tile: &TileData, encoding: PixelEncoding) -> Option<Vec<u8>> {
             match encoding {
                 PixelEncoding::Image8 => {
                     for (c, v) in px.iter_mut().zip(vals).take(color) {
-                        *c = v.round().clamp(0.0, 255.0) as u8;
+                        *c = byte(*v);
                     }
                 }
                 _ => px[..3].copy_from_slice(&to_rgb24(vals[0], encoding)),
@@ -304,12 +313,14 @@ fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
 }
 
 /// Each row with the PNG filter that gives the smallest sum of absolute residuals (the
-/// heuristic of libpng and the PNG specification), its type byte first.
+/// heuristic of libpng and the PNG specification), its type byte first; the first filter of
+/// the smallest sums on a tie.
 fn filter_rows(raw: &[u8], stride: usize, bpp: usize) -> Vec<u8> {
     let rows = raw.len() / stride.max(1);
     let mut out = Vec::with_capacity(rows * (stride + 1));
     let zero = vec![0u8; stride];
     let mut cand: [Vec<u8>; 5] = std::array::from_fn(|_| vec![0u8; stride]);
+    let bpp = bpp.min(stride);
     for r in 0..rows {
         let cur = &raw[r * stride..(r + 1) * stride];
         let prev = if r == 0 {
@@ -317,20 +328,40 @@ fn filter_rows(raw: &[u8], stride: usize, bpp: usize) -> Vec<u8> {
         } else {
             &raw[(r - 1) * stride..r * stride]
         };
-        for i in 0..stride {
-            let a = if i >= bpp { cur[i - bpp] } else { 0 };
-            let b = prev[i];
-            let c = if i >= bpp { prev[i - bpp] } else { 0 };
-            let x = cur[i];
-            cand[0][i] = x;
-            cand[1][i] = x.wrapping_sub(a);
-            cand[2][i] = x.wrapping_sub(b);
-            cand[3][i] = x.wrapping_sub(((u16::from(a) + u16::from(b)) / 2) as u8);
-            cand[4][i] = x.wrapping_sub(paeth(a, b, c));
+        let [none, sub, up, avg, pae] = &mut cand;
+        let mut sums = [0u64; 5];
+        let residual = |v: u8| u64::from((v as i8).unsigned_abs());
+        // The first pixel has no left neighbour (a = c = 0); then one pass computes every
+        // filter's residual and its sum together.
+        for i in 0..bpp {
+            let (x, b) = (cur[i], prev[i]);
+            let row = [
+                x,
+                x,
+                x.wrapping_sub(b),
+                x.wrapping_sub(b / 2),
+                x.wrapping_sub(b),
+            ];
+            for (k, v) in row.into_iter().enumerate() {
+                sums[k] += residual(v);
+            }
+            (none[i], sub[i], up[i], avg[i], pae[i]) = (row[0], row[1], row[2], row[3], row[4]);
         }
-        let score =
-            |v: &Vec<u8>| -> u64 { v.iter().map(|b| u64::from((*b as i8).unsigned_abs())).sum() };
-        let best = (0..5).min_by_key(|k| score(&cand[*k])).unwrap_or(0);
+        for i in bpp..stride {
+            let (x, a, b, c) = (cur[i], cur[i - bpp], prev[i], prev[i - bpp]);
+            let row = [
+                x,
+                x.wrapping_sub(a),
+                x.wrapping_sub(b),
+                x.wrapping_sub(((u16::from(a) + u16::from(b)) / 2) as u8),
+                x.wrapping_sub(paeth(a, b, c)),
+            ];
+            for (k, v) in row.into_iter().enumerate() {
+                sums[k] += residual(v);
+            }
+            (none[i], sub[i], up[i], avg[i], pae[i]) = (row[0], row[1], row[2], row[3], row[4]);
+        }
+        let best = (0..5).min_by_key(|k| sums[*k]).unwrap_or(0);
         out.push(best as u8);
         out.extend_from_slice(&cand[best]);
     }
@@ -567,5 +598,76 @@ mod tests {
         assert_eq!((a.values[0], a.valid[0]), (20.0, true));
         let n = t.reduce(Reduce::Nearest, PixelEncoding::Image8);
         assert_eq!(n.values[0], 10.0);
+    }
+
+    /// The row filters as the PNG specification states them, one candidate row at a time.
+    fn filter_rows_by_the_book(raw: &[u8], stride: usize, bpp: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for r in 0..raw.len() / stride {
+            let cur = &raw[r * stride..(r + 1) * stride];
+            let prev = |i: usize| if r == 0 { 0 } else { raw[(r - 1) * stride + i] };
+            let left = |i: usize| if i >= bpp { cur[i - bpp] } else { 0 };
+            let up_left = |i: usize| if i >= bpp { prev(i - bpp) } else { 0 };
+            let rows: Vec<Vec<u8>> = (0..5)
+                .map(|k| {
+                    (0..stride)
+                        .map(|i| {
+                            let (x, a, b, c) = (cur[i], left(i), prev(i), up_left(i));
+                            match k {
+                                0 => x,
+                                1 => x.wrapping_sub(a),
+                                2 => x.wrapping_sub(b),
+                                3 => x.wrapping_sub(((u16::from(a) + u16::from(b)) / 2) as u8),
+                                _ => x.wrapping_sub(paeth(a, b, c)),
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            let score = |v: &Vec<u8>| -> u64 {
+                v.iter().map(|b| u64::from((*b as i8).unsigned_abs())).sum()
+            };
+            let best = (0..5).min_by_key(|k| score(&rows[*k])).unwrap();
+            out.push(best as u8);
+            out.extend_from_slice(&rows[best]);
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_row_filters_are_the_specifications(
+            bpp in 1usize..=4,
+            width in 1usize..40,
+            rows in 1usize..6,
+            seed in proptest::prelude::any::<u64>(),
+            smooth in proptest::prelude::any::<bool>(),
+        ) {
+            let stride = width * bpp;
+            let mut state = seed | 1;
+            let raw: Vec<u8> = (0..stride * rows)
+                .map(|i| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    // Smooth rows choose the predicting filters; noise chooses None.
+                    if smooth { (i / 3 + (state % 3) as usize) as u8 } else { state as u8 }
+                })
+                .collect();
+            proptest::prop_assert_eq!(
+                filter_rows(&raw, stride, bpp),
+                filter_rows_by_the_book(&raw, stride, bpp)
+            );
+        }
+    }
+
+    #[test]
+    fn a_byte_rounds_half_away_from_zero_and_clamps() {
+        for v in [
+            -3.0f32, -0.5, -0.0, 0.0, 0.49999997, 0.5, 1.5, 2.5, 254.5, 254.49998, 255.0, 300.0,
+        ] {
+            assert_eq!(f32::from(byte(v)), v.round().clamp(0.0, 255.0), "{v}");
+        }
+        assert_eq!(byte(f32::NAN), 0);
     }
 }

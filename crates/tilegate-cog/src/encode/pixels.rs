@@ -8,6 +8,7 @@ use crate::dtype::Dtype;
 use crate::error::CogError;
 use crate::ffi::{self, Layout};
 use crate::semantics::BandSemantics;
+use crate::warp::Transformer;
 use gdal::DriverManager;
 use gdal::errors::GdalError;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ pub(super) fn read(
                 Some("NDVI"),
             )
         }
-        Operation::Warp(spec) => read_warp(src, req, spec),
+        Operation::Warp(spec) => read_warp(src, req, spec, Transformer::Exact),
         Operation::Pyramid(p) => {
             // The job's grid is the base zoom's, in the set's CRS (the scene's CRS).
             let spec = tilegate_core::recipe::WarpSpec {
@@ -46,7 +47,14 @@ pub(super) fn read(
                 origin: None,
                 resampling: p.resampling.clone(),
             };
-            read_warp(src, req, &spec)
+            // `near` tiles equal `gdalwarp -et 0` of each tile exactly; any other resampling
+            // is within GDAL's own tolerance of it, at less than half the warp's time.
+            let transformer = if p.resampling == "near" {
+                Transformer::Exact
+            } else {
+                Transformer::Approximate
+            };
+            read_warp(src, req, &spec, transformer)
         }
         Operation::Expr { expr, ot, nodata } => {
             let bad = |reason: String| {
@@ -448,6 +456,7 @@ fn read_warp(
     src: &CachedSource,
     req: &EncodeRequest,
     spec: &tilegate_core::recipe::WarpSpec,
+    transformer: Transformer,
 ) -> Result<Pixels, CogError> {
     let r = req.rect;
     let bands = u32::try_from(src.semantics.bands.len()).unwrap_or(u32::MAX);
@@ -497,6 +506,7 @@ fn read_warp(
         &src.ds,
         &mem,
         spec,
+        transformer,
         nodata.as_deref(),
         has_alpha,
         has_alpha || mask_band,
