@@ -28,6 +28,7 @@ mod semantics;
 mod stack;
 mod thumb;
 mod warp;
+mod warp_average;
 
 pub use drivers::SourceDrivers;
 pub use dtype::Dtype;

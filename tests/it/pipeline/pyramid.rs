@@ -602,13 +602,22 @@ fn scenes_across_the_antimeridian_near_the_pole_and_paletted_equal_their_referen
          d = None",
         &[image.to_str().unwrap(), paletted.to_str().unwrap()],
     );
-    for (name, src, zoom) in [
-        ("antimeridian", &antimeridian, None),
-        ("polar", &polar, Some("2..7")),
-        ("paletted", &paletted, None),
+    // Each also averaged (the base warped by the worker's own average kernel, not GDAL's).
+    for (name, src, zoom, resampling) in [
+        ("antimeridian", &antimeridian, None, "near"),
+        ("antimeridian", &antimeridian, None, "average"),
+        ("polar", &polar, Some("2..7"), "near"),
+        ("polar", &polar, Some("2..7"), "average"),
+        ("paletted", &paletted, None, "near"),
     ] {
-        let data = dir.path().join(format!("data-{name}"));
-        let mut extra = vec!["WebMercatorQuad", "--layout", "both"];
+        let data = dir.path().join(format!("data-{name}-{resampling}"));
+        let mut extra = vec![
+            "WebMercatorQuad",
+            "--layout",
+            "both",
+            "--warp-resampling",
+            resampling,
+        ];
         if let Some(z) = zoom {
             extra.extend(["--zoom", z]);
         }

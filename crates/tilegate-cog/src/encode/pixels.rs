@@ -473,21 +473,49 @@ fn read_warp(
         source: GdalSaid(source),
     };
     let mem_driver = DriverManager::get_driver_by_name("MEM").map_err(warp_err)?;
+    // The window's grid: its geotransform and CRS on a MEM dataset of `bands` bands.
+    let grid = |bands: u32| {
+        let mut mem = ffi::create(&mem_driver, "", r.width, r.height, bands, src.dtype, &[])?;
+        mem.set_geo_transform(&shifted_geotransform(&req.scene.geotransform, r))?;
+        mem.set_projection(&req.scene.crs_wkt)?;
+        Ok::<_, GdalError>(mem)
+    };
+    // An average through the approximate transformer of an integer source with nodata, or
+    // with every pixel valid, is the warper's arithmetic computed here, several times faster.
+    let all_valid = || {
+        (1..=bands as usize).all(|b| {
+            src.ds
+                .rasterband(b)
+                .and_then(|band| band.mask_flags())
+                .is_ok_and(|f| f.is_all_valid())
+        })
+    };
+    if transformer == Transformer::Approximate
+        && spec.resampling == "average"
+        && !has_alpha
+        && (nodata.is_some() || all_valid())
+        && let Some(avg) = crate::warp_average::average_window(
+            &src.ds,
+            &grid(0).map_err(warp_err)?,
+            r,
+            src.dtype,
+            bands,
+            nodata.as_deref(),
+        )
+        .map_err(warp_err)?
+    {
+        return Ok(Pixels {
+            dtype: src.dtype,
+            bands,
+            nodata: src.nodata.clone(),
+            semantics: src.semantics.bands.clone(),
+            metadata: src.semantics.metadata.clone(),
+            mask: mask_band.then(|| avg.valid.iter().map(|v| if *v { 255 } else { 0 }).collect()),
+            bytes: avg.bytes,
+        });
+    }
     let dst_bands = bands + u32::from(mask_band);
-    let mem = ffi::create(
-        &mem_driver,
-        "",
-        r.width,
-        r.height,
-        dst_bands,
-        src.dtype,
-        &[],
-    )
-    .map_err(warp_err)?;
-    let mut mem = mem;
-    mem.set_geo_transform(&shifted_geotransform(&req.scene.geotransform, r))
-        .map_err(warp_err)?;
-    mem.set_projection(&req.scene.crs_wkt).map_err(warp_err)?;
+    let mem = grid(dst_bands).map_err(warp_err)?;
     if let Some(values) = &nodata {
         for (i, v) in values.iter().enumerate() {
             // Filled, not only declared: the warper skips the chunks of the window that no

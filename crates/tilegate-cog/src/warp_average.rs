@@ -1,0 +1,616 @@
+//! `-r average` of one window computed here, for the cases where it is GDAL's warper's own
+//! arithmetic on pixels GDAL reads: an integer source, with nodata or with every pixel valid,
+//! warped through GDAL's approximate transformer.
+//!
+//! GDAL 3.6's warper spends ~350 ns a target pixel on an average (its general kernel fetches
+//! each source pixel through a per-type, per-band accessor); this spends a few tens. The
+//! arithmetic is the warper's (`GWKAverageOrMode`): each target pixel's top-left and
+//! bottom-right corners mapped to the source, the source pixels of that box weighted by the
+//! fraction of each that the box covers, per band over the pixels valid in that band (not its
+//! nodata), rounded half up. A box narrower than a pixel takes the one pixel it starts in, at
+//! the source's edge too. Corners come from GDAL's approximate transformer (within an eighth
+//! of a pixel, as `gdalwarp -et 0.125`), a row of corners at a time.
+//!
+//! Where the warper would do something this does not (a transform that fails, a box wider
+//! than [`MAX_BOX`] source pixels as near a pole or across a wrap, a float source, an alpha
+//! band or a mask), [`average_window`] returns `None` and the caller warps with GDAL.
+
+use crate::dtype::Dtype;
+use crate::ffi::{self, Layout};
+use gdal::Dataset;
+use gdal::errors::GdalError;
+use std::ffi::c_int;
+use std::ptr;
+use tilegate_core::WindowRect;
+
+/// The widest box (in source pixels, either side) computed here; wider ones go to GDAL.
+const MAX_BOX: f64 = 64.0;
+
+/// The most source pixels (all bands) one window may read here.
+const MAX_SOURCE_SAMPLES: usize = 256 << 20;
+
+thread_local! {
+    /// The source region of the thread's last window, kept for the next one (a window's
+    /// region is the same size as its neighbours'; allocating it afresh each time costs page
+    /// faults on every sample).
+    static REGION: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// One window averaged: its bands in the source's type, band after band, invalid pixels at the
+/// band's nodata (or 0), and where each pixel had a valid source pixel in some band.
+pub(crate) struct Averaged {
+    pub bytes: Vec<u8>,
+    pub valid: Vec<bool>,
+}
+
+/// GDAL's transformers from `dst`'s pixels to `src`'s: the exact one and its approximation.
+struct Transformer {
+    approx: *mut std::ffi::c_void,
+}
+
+impl Transformer {
+    fn new(src: &Dataset, dst: &Dataset) -> Result<Self, GdalError> {
+        ffi::reset_error();
+        // SAFETY: valid dataset handles; GDAL returns a new transformer or NULL.
+        let exact = unsafe {
+            gdal_sys::GDALCreateGenImgProjTransformer2(
+                src.c_dataset(),
+                dst.c_dataset(),
+                ptr::null_mut(),
+            )
+        };
+        if exact.is_null() {
+            return Err(ffi::last_error(gdal_sys::CPLErr::CE_Failure));
+        }
+        // SAFETY: `exact` is a GenImgProj transformer; the approximation takes ownership of
+        // it, so that destroying the approximation destroys both.
+        let approx = unsafe {
+            let a = gdal_sys::GDALCreateApproxTransformer(
+                Some(gdal_sys::GDALGenImgProjTransform),
+                exact,
+                0.125,
+            );
+            if a.is_null() {
+                gdal_sys::GDALDestroyGenImgProjTransformer(exact);
+            } else {
+                gdal_sys::GDALApproxTransformerOwnsSubtransformer(a, 1);
+            }
+            a
+        };
+        if approx.is_null() {
+            return Err(ffi::last_error(gdal_sys::CPLErr::CE_Failure));
+        }
+        Ok(Self { approx })
+    }
+
+    /// The source pixel/line of the target's corner points `(0..=width, row)`; `false` if any
+    /// point failed.
+    fn row(
+        &self,
+        row: u32,
+        xs: &mut [f64],
+        ys: &mut [f64],
+        zs: &mut [f64],
+        ok: &mut [c_int],
+    ) -> bool {
+        for (i, ((x, y), z)) in xs
+            .iter_mut()
+            .zip(ys.iter_mut())
+            .zip(zs.iter_mut())
+            .enumerate()
+        {
+            (*x, *y, *z) = (i as f64, f64::from(row), 0.0);
+        }
+        let n = c_int::try_from(xs.len()).unwrap_or(c_int::MAX);
+        // SAFETY: four arrays of `n` elements each; the transformer is alive.
+        let all = unsafe {
+            gdal_sys::GDALApproxTransform(
+                self.approx,
+                1,
+                n,
+                xs.as_mut_ptr(),
+                ys.as_mut_ptr(),
+                zs.as_mut_ptr(),
+                ok.as_mut_ptr(),
+            )
+        };
+        all != 0 && ok.iter().all(|s| *s != 0)
+    }
+}
+
+impl Drop for Transformer {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`; it owns the exact transformer.
+        unsafe { gdal_sys::GDALDestroyApproxTransformer(self.approx) };
+    }
+}
+
+/// `floor(v)` as an integer, without the `floor` call the baseline x86-64 target makes.
+#[inline]
+fn floor_i64(v: f64) -> i64 {
+    let t = v as i64;
+    if (t as f64) > v { t - 1 } else { t }
+}
+
+/// `ceil(v)` as an integer.
+#[inline]
+fn ceil_i64(v: f64) -> i64 {
+    let t = v as i64;
+    if (t as f64) < v { t + 1 } else { t }
+}
+
+/// A source sample type the kernel reads in place.
+trait Sample: Copy + Default + PartialEq + 'static {
+    fn value(self) -> f64;
+    /// `v` as this type, if it is one of its values (a nodata value the type can hold).
+    fn exactly(v: f64) -> Option<Self>;
+    /// `v` rounded half up and clamped to the type, as native-endian bytes into `out`.
+    fn store(v: f64, out: &mut [u8]);
+}
+
+macro_rules! sample {
+    ($t:ty) => {
+        impl Sample for $t {
+            #[inline]
+            fn value(self) -> f64 {
+                f64::from(self)
+            }
+            fn exactly(v: f64) -> Option<Self> {
+                let t = v as $t;
+                (f64::from(t) == v).then_some(t)
+            }
+            #[inline]
+            fn store(v: f64, out: &mut [u8]) {
+                let r = floor_i64(v + 0.5).clamp(i64::from(<$t>::MIN), i64::from(<$t>::MAX));
+                out.copy_from_slice(&(r as $t).to_ne_bytes());
+            }
+        }
+    };
+}
+sample!(u8);
+sample!(u16);
+sample!(i16);
+sample!(u32);
+sample!(i32);
+
+/// Average the window of `dst`'s grid (a MEM dataset with its geotransform and CRS) from
+/// `src`'s `bands`, or `None` where GDAL's warper must do it (see the module's notes).
+pub(crate) fn average_window(
+    src: &Dataset,
+    dst: &Dataset,
+    rect: WindowRect,
+    dtype: Dtype,
+    bands: u32,
+    nodata: Option<&[f64]>,
+) -> Result<Option<Averaged>, GdalError> {
+    match dtype {
+        Dtype::Byte => average::<u8>(src, dst, rect, dtype, bands, nodata),
+        Dtype::UInt16 => average::<u16>(src, dst, rect, dtype, bands, nodata),
+        Dtype::Int16 => average::<i16>(src, dst, rect, dtype, bands, nodata),
+        Dtype::UInt32 => average::<u32>(src, dst, rect, dtype, bands, nodata),
+        Dtype::Int32 => average::<i32>(src, dst, rect, dtype, bands, nodata),
+        Dtype::Float32 | Dtype::Float64 => Ok(None),
+    }
+}
+
+fn average<T: Sample>(
+    src: &Dataset,
+    dst: &Dataset,
+    rect: WindowRect,
+    dtype: Dtype,
+    bands: u32,
+    nodata: Option<&[f64]>,
+) -> Result<Option<Averaged>, GdalError> {
+    let (w, h) = (rect.width as usize, rect.height as usize);
+    let (sw, sh) = src.raster_size();
+    let (sw, sh) = (sw as f64, sh as f64);
+    let t = Transformer::new(src, dst)?;
+    let n = w + 1;
+    let row = |r: u32, xs: &mut Vec<f64>, ys: &mut Vec<f64>| {
+        let (mut zs, mut ok) = (vec![0.0; n], vec![0 as c_int; n]);
+        t.row(r, xs, ys, &mut zs, &mut ok)
+    };
+    // First pass: the source region every box lies in, and whether each box is one this
+    // kernel computes as the warper does.
+    let (mut x0, mut y0, mut x1, mut y1) = (f64::MAX, f64::MAX, f64::MIN, f64::MIN);
+    let (mut xs, mut ys) = (vec![0.0; n], vec![0.0; n]);
+    let (mut pxs, mut pys) = (vec![0.0; n], vec![0.0; n]);
+    for r in 0..=h as u32 {
+        if !row(r, &mut xs, &mut ys) {
+            return Ok(None);
+        }
+        for i in 0..n {
+            x0 = x0.min(xs[i]);
+            x1 = x1.max(xs[i]);
+            y0 = y0.min(ys[i]);
+            y1 = y1.max(ys[i]);
+            if r > 0 && i > 0 {
+                let bw = (xs[i] - pxs[i - 1]).abs();
+                let bh = (ys[i] - pys[i - 1]).abs();
+                if !(bw <= MAX_BOX && bh <= MAX_BOX) {
+                    return Ok(None);
+                }
+            }
+        }
+        std::mem::swap(&mut xs, &mut pxs);
+        std::mem::swap(&mut ys, &mut pys);
+    }
+    let clamp = |v: f64, hi: f64| v.clamp(0.0, hi);
+    let (rx0, ry0) = (clamp((x0 - 1.0).floor(), sw), clamp((y0 - 1.0).floor(), sh));
+    let (rx1, ry1) = (clamp((x1 + 1.0).ceil(), sw), clamp((y1 + 1.0).ceil(), sh));
+    let (rw, rh) = ((rx1 - rx0) as usize, (ry1 - ry0) as usize);
+    let size = dtype.size();
+    let mut out = vec![0u8; w * h * bands as usize * size];
+    let mut valid = vec![false; w * h];
+    let fill = |out: &mut [u8]| {
+        if let Some(values) = nodata {
+            for (b, v) in values.iter().enumerate().take(bands as usize) {
+                for p in 0..w * h {
+                    let o = (b * w * h + p) * size;
+                    T::store(*v, &mut out[o..o + size]);
+                }
+            }
+        }
+    };
+    fill(&mut out);
+    if rw == 0 || rh == 0 {
+        return Ok(Some(Averaged { bytes: out, valid }));
+    }
+    if rw * rh * bands as usize > MAX_SOURCE_SAMPLES {
+        return Ok(None);
+    }
+    let plane = rw * rh;
+    let nb = bands as usize;
+    // The region's samples, in a buffer each thread keeps between windows (8-aligned, so
+    // that it can be viewed as any sample type), filled by GDAL.
+    let mut region_buf = REGION.take();
+    let words = (plane * nb * size).div_ceil(8);
+    region_buf.resize(words, 0);
+    let result = (|| {
+        // SAFETY: the buffer is 8-aligned and holds at least `plane × bands` samples of `T`
+        // (at most 8 bytes each); every bit pattern is a valid integer.
+        let data: &mut [T] = unsafe {
+            std::slice::from_raw_parts_mut(region_buf.as_mut_ptr().cast::<T>(), plane * nb)
+        };
+        {
+            // SAFETY: the same samples viewed as bytes (alignment 1) for GDAL to fill.
+            let raw = unsafe {
+                std::slice::from_raw_parts_mut(data.as_mut_ptr().cast::<u8>(), data.len() * size)
+            };
+            let region = WindowRect {
+                x: rx0 as u32,
+                y: ry0 as u32,
+                width: rw as u32,
+                height: rh as u32,
+            };
+            let all: Vec<u32> = (1..=bands).collect();
+            ffi::raster_io(src, false, region, &all, dtype, Layout::BandSequential, raw)?;
+        }
+        let data: &[T] = data;
+        // A nodata value the type cannot hold marks no pixel.
+        let nodata: Vec<Option<T>> = (0..nb)
+            .map(|b| nodata.and_then(|v| v.get(b).copied()).and_then(T::exactly))
+            .collect();
+        let (ox, oy) = (rx0 as i64, ry0 as i64);
+        let (isw, ish) = (sw as i64, sh as i64);
+        let mut wx = Vec::with_capacity(MAX_BOX as usize + 2);
+        let mut wy = Vec::with_capacity(MAX_BOX as usize + 2);
+        let span = |a: f64, b: f64, n: i64| -> (i64, i64) {
+            let lo = floor_i64(a + 1e-10).max(0);
+            let mut hi = ceil_i64(b - 1e-10).min(n);
+            if lo == hi && hi < n {
+                hi += 1;
+            }
+            (lo, hi)
+        };
+        let weigh = |lo: i64, hi: i64, a: f64, b: f64, out: &mut Vec<f64>| {
+            out.clear();
+            if hi - lo == 1 {
+                out.push(1.0);
+            } else {
+                out.extend((lo..hi).map(|k| {
+                    let k = k as f64;
+                    (k + 1.0).min(b) - k.max(a)
+                }));
+            }
+        };
+        // Second pass: rows of corners again (the first row into `p…`), a target row at a time.
+        if !row(0, &mut pxs, &mut pys) {
+            return Ok(false);
+        }
+        for r in 0..h {
+            if !row(r as u32 + 1, &mut xs, &mut ys) {
+                return Ok(false);
+            }
+            for i in 0..w {
+                // The box between the pixel's top-left and bottom-right corners, in source
+                // pixels.
+                let (ax, bx) = (pxs[i].min(xs[i + 1]), pxs[i].max(xs[i + 1]));
+                let (ay, by) = (pys[i].min(ys[i + 1]), pys[i].max(ys[i + 1]));
+                let (sx0, sx1) = span(ax, bx, isw);
+                let (sy0, sy1) = span(ay, by, ish);
+                if sx1 <= sx0 || sy1 <= sy0 {
+                    continue;
+                }
+                weigh(sx0, sx1, ax, bx, &mut wx);
+                weigh(sy0, sy1, ay, by, &mut wy);
+                let p = r * w + i;
+                let (cols, first) = ((sx1 - sx0) as usize, (sx0 - ox) as usize);
+                // GDAL weighs each source pixel by (x coverage × y coverage); here a row's
+                // x-weighted sum is taken first, then weighted by its y coverage.
+                let whole_row: f64 = wx.iter().sum();
+                for b in 0..nb {
+                    let band = &data[b * plane..(b + 1) * plane];
+                    let (mut sum, mut weight) = (0.0f64, 0.0f64);
+                    for (sy, wyv) in (sy0..sy1).zip(&wy) {
+                        let at = (sy - oy) as usize * rw + first;
+                        let line = &band[at..at + cols];
+                        match nodata[b] {
+                            None => {
+                                let mut acc = 0.0;
+                                for (v, wxv) in line.iter().zip(&wx) {
+                                    acc += v.value() * wxv;
+                                }
+                                sum += acc * wyv;
+                                weight += whole_row * wyv;
+                            }
+                            Some(nd) => {
+                                let (mut acc, mut accw) = (0.0, 0.0);
+                                for (v, wxv) in line.iter().zip(&wx) {
+                                    if *v != nd {
+                                        acc += v.value() * wxv;
+                                        accw += wxv;
+                                    }
+                                }
+                                sum += acc * wyv;
+                                weight += accw * wyv;
+                            }
+                        }
+                    }
+                    if weight > 0.0 {
+                        valid[p] = true;
+                        let o = (b * w * h + p) * size;
+                        T::store(sum / weight, &mut out[o..o + size]);
+                    }
+                }
+            }
+            std::mem::swap(&mut xs, &mut pxs);
+            std::mem::swap(&mut ys, &mut pys);
+        }
+        Ok::<_, GdalError>(true)
+    })();
+    REGION.set(region_buf);
+    if !result? {
+        return Ok(None);
+    }
+    Ok(Some(Averaged { bytes: out, valid }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::warp::{Transformer as Warper, warp_window};
+    use gdal::DriverManager;
+    use gdal::spatial_ref::{AxisMappingStrategy, CoordTransform, SpatialRef as SpatialReference};
+    use tilegate_core::recipe::WarpSpec;
+
+    const SRC: (usize, usize) = (400, 300);
+    const DST: u32 = 192;
+
+    /// A UTM 33N scene of three Byte bands: texture and noise, a corner of nodata (0) in every
+    /// band and single-band holes, or (`nodata` false) no nodata at all.
+    fn source(nodata: bool) -> Dataset {
+        let mem = DriverManager::get_driver_by_name("MEM").unwrap();
+        let (w, h) = SRC;
+        let mut ds = ffi::create(&mem, "", w as u32, h as u32, 3, Dtype::Byte, &[]).unwrap();
+        ds.set_geo_transform(&[500_000.0, 10.0, 0.0, 5_000_000.0, 0.0, -10.0])
+            .unwrap();
+        ds.set_projection(
+            &SpatialReference::from_epsg(32633)
+                .unwrap()
+                .to_wkt()
+                .unwrap(),
+        )
+        .unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut bytes = vec![0u8; w * h * 3];
+        for b in 0..3 {
+            for y in 0..h {
+                for x in 0..w {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let smooth = ((x / 7 + y / 5) * (b + 3)) % 200;
+                    let mut v = (1 + smooth + (state % 50) as usize) as u8;
+                    if nodata && ((x < 60 && y < 60) || (b == 1 && state.is_multiple_of(31))) {
+                        v = 0;
+                    }
+                    bytes[(b * h + y) * w + x] = v;
+                }
+            }
+        }
+        let rect = WindowRect {
+            x: 0,
+            y: 0,
+            width: w as u32,
+            height: h as u32,
+        };
+        ffi::raster_io(
+            &ds,
+            true,
+            rect,
+            &[1, 2, 3],
+            Dtype::Byte,
+            Layout::BandSequential,
+            &mut bytes,
+        )
+        .unwrap();
+        if nodata {
+            for b in 1..=3 {
+                ds.rasterband(b)
+                    .unwrap()
+                    .set_no_data_value(Some(0.0))
+                    .unwrap();
+            }
+        }
+        ds
+    }
+
+    /// A Web Mercator grid of 25 m pixels whose top-left lies outside the scene, so that its
+    /// windows meet the scene's edges and its nodata corner.
+    fn target(bands: u32) -> Dataset {
+        let mem = DriverManager::get_driver_by_name("MEM").unwrap();
+        let mut ds = ffi::create(&mem, "", DST, DST, bands, Dtype::Byte, &[]).unwrap();
+        let mut utm = SpatialReference::from_epsg(32633).unwrap();
+        let mut merc = SpatialReference::from_epsg(3857).unwrap();
+        utm.set_axis_mapping_strategy(AxisMappingStrategy::TraditionalGisOrder);
+        merc.set_axis_mapping_strategy(AxisMappingStrategy::TraditionalGisOrder);
+        let t = CoordTransform::new(&utm, &merc).unwrap();
+        let (mut x, mut y) = ([500_000.0], [5_000_000.0]);
+        t.transform_coords(&mut x, &mut y, &mut []).unwrap();
+        ds.set_geo_transform(&[x[0] - 300.0, 25.0, 0.0, y[0] + 200.0, 0.0, -25.0])
+            .unwrap();
+        ds.set_projection(&merc.to_wkt().unwrap()).unwrap();
+        ds
+    }
+
+    /// Pixels whose 3×3 neighbourhood holds both valid and invalid pixels.
+    fn edge(valid: &[bool], n: usize) -> Vec<bool> {
+        (0..n * n)
+            .map(|p| {
+                let (x, y) = ((p % n) as i64, (p / n) as i64);
+                let near: Vec<bool> = (-1..=1)
+                    .flat_map(|dy| (-1..=1).map(move |dx| (x + dx, y + dy)))
+                    .filter(|(x, y)| (0..n as i64).contains(x) && (0..n as i64).contains(y))
+                    .map(|(x, y)| valid[(y as usize) * n + x as usize])
+                    .collect();
+                near.iter().any(|v| *v) && !near.iter().all(|v| *v)
+            })
+            .collect()
+    }
+
+    fn read(ds: &Dataset, bands: &[u32]) -> Vec<u8> {
+        let rect = WindowRect {
+            x: 0,
+            y: 0,
+            width: DST,
+            height: DST,
+        };
+        let mut out = vec![0u8; (DST * DST) as usize * bands.len()];
+        ffi::raster_io(
+            ds,
+            false,
+            rect,
+            bands,
+            Dtype::Byte,
+            Layout::BandSequential,
+            &mut out,
+        )
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn an_average_equals_the_warpers_within_its_own_tolerance() {
+        let n = DST as usize;
+        let rect = WindowRect {
+            x: 0,
+            y: 0,
+            width: DST,
+            height: DST,
+        };
+        for nodata in [true, false] {
+            let src = source(nodata);
+            let values = [0.0; 3];
+            let dst = target(3);
+            let ours = average_window(
+                &src,
+                &dst,
+                rect,
+                Dtype::Byte,
+                3,
+                nodata.then_some(&values[..]),
+            )
+            .unwrap()
+            .expect("computed here");
+            // The warper's exact result: with nodata, each band at its nodata where invalid;
+            // without, an alpha band of where it found source pixels.
+            let reference = target(if nodata { 3 } else { 4 });
+            if nodata {
+                for b in 1..=3 {
+                    let mut band = reference.rasterband(b).unwrap();
+                    band.set_no_data_value(Some(0.0)).unwrap();
+                }
+            }
+            let spec = WarpSpec {
+                t_srs: reference.projection(),
+                tr: None,
+                tap: false,
+                origin: None,
+                resampling: "average".into(),
+            };
+            let nd = nodata.then_some(&values[..]);
+            warp_window(&src, &reference, &spec, Warper::Exact, nd, false, !nodata).unwrap();
+            let want = read(&reference, &[1, 2, 3]);
+            // GDAL's own tolerance: how far its approximate warp strays from its exact one.
+            let approx = target(if nodata { 3 } else { 4 });
+            if nodata {
+                for b in 1..=3 {
+                    let mut band = approx.rasterband(b).unwrap();
+                    band.set_no_data_value(Some(0.0)).unwrap();
+                }
+            }
+            warp_window(
+                &src,
+                &approx,
+                &spec,
+                Warper::Approximate,
+                nd,
+                false,
+                !nodata,
+            )
+            .unwrap();
+            let gdal_own = read(&approx, &[1, 2, 3])
+                .iter()
+                .zip(&want)
+                .filter(|(a, b)| **a != 0 && **b != 0)
+                .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
+                .max()
+                .unwrap_or(0);
+            let alpha = (!nodata).then(|| read(&reference, &[4]));
+            let (mut compared, mut largest) = (0usize, 0i32);
+            for b in 0..3 {
+                let plane = |v: &[u8]| v[b * n * n..(b + 1) * n * n].to_vec();
+                let (got, want) = (plane(&ours.bytes), plane(&want));
+                let want_valid: Vec<bool> = match &alpha {
+                    Some(a) => a.iter().map(|v| *v != 0).collect(),
+                    None => want.iter().map(|v| *v != 0).collect(),
+                };
+                let got_valid: Vec<bool> = if nodata {
+                    got.iter().map(|v| *v != 0).collect()
+                } else {
+                    ours.valid.clone()
+                };
+                let edge = edge(&want_valid, n);
+                for p in 0..n * n {
+                    assert!(
+                        got_valid[p] == want_valid[p] || edge[p],
+                        "nodata {nodata}, band {b}, pixel {p}: validity {} against {}",
+                        got_valid[p],
+                        want_valid[p]
+                    );
+                    if got_valid[p] && want_valid[p] {
+                        compared += 1;
+                        largest = largest.max((i32::from(got[p]) - i32::from(want[p])).abs());
+                    }
+                }
+            }
+            // Most of the grid lies on the scene; the approximation strays as GDAL's does.
+            assert!(compared > n * n * 3 / 2, "{compared}");
+            assert!(
+                largest <= gdal_own.max(1),
+                "nodata {nodata}: largest difference {largest}, GDAL's own {gdal_own}"
+            );
+        }
+    }
+}
