@@ -2,8 +2,9 @@
 //! arithmetic on pixels GDAL reads: an integer source, with nodata or with every pixel valid,
 //! warped through GDAL's approximate transformer.
 //!
-//! GDAL 3.6's warper spends ~350 ns a target pixel on an average (its general kernel fetches
-//! each source pixel through a per-type, per-band accessor); this spends a few tens. The
+//! GDAL 3.6's warper spends ~350 ns a target pixel of three bands on an average (its general
+//! kernel fetches each source pixel through a per-type, per-band accessor); this spends ~110,
+//! every band in one pass over the pixel's box. The
 //! arithmetic is the warper's (`GWKAverageOrMode`): each target pixel's top-left and
 //! bottom-right corners mapped to the source, the source pixels of that box weighted by the
 //! fraction of each that the box covers, per band over the pixels valid in that band (not its
@@ -26,14 +27,26 @@ use tilegate_core::WindowRect;
 /// The widest box (in source pixels, either side) computed here; wider ones go to GDAL.
 const MAX_BOX: f64 = 64.0;
 
-/// The most source pixels (all bands) one window may read here.
-const MAX_SOURCE_SAMPLES: usize = 256 << 20;
+/// The most bands averaged here (gray, gray + alpha, RGB, RGBA: what a tile holds).
+const MAX_BANDS: usize = 4;
+
+/// The most bytes of source (all bands) one window may read here; GDAL's warper, which reads
+/// in chunks, takes larger regions (a base zoom far coarser than the source).
+const MAX_SOURCE_BYTES: usize = 512 << 20;
+
+/// The largest source region a thread keeps for its next window.
+const KEPT_SOURCE_BYTES: usize = 128 << 20;
 
 thread_local! {
     /// The source region of the thread's last window, kept for the next one (a window's
-    /// region is the same size as its neighbours'; allocating it afresh each time costs page
-    /// faults on every sample).
+    /// region is the same size as its neighbours'; allocating it afresh each time costs a page
+    /// fault every 4 KiB), unless larger than [`KEPT_SOURCE_BYTES`].
     static REGION: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Free the calling thread's kept source region.
+pub(crate) fn release() {
+    REGION.take();
 }
 
 /// One window averaged: its bands in the source's type, band after band, invalid pixels at the
@@ -183,6 +196,9 @@ pub(crate) fn average_window(
     bands: u32,
     nodata: Option<&[f64]>,
 ) -> Result<Option<Averaged>, GdalError> {
+    if bands as usize > MAX_BANDS {
+        return Ok(None);
+    }
     match dtype {
         Dtype::Byte => average::<u8>(src, dst, rect, dtype, bands, nodata),
         Dtype::UInt16 => average::<u16>(src, dst, rect, dtype, bands, nodata),
@@ -256,7 +272,7 @@ fn average<T: Sample>(
     if rw == 0 || rh == 0 {
         return Ok(Some(Averaged { bytes: out, valid }));
     }
-    if rw * rh * bands as usize > MAX_SOURCE_SAMPLES {
+    if rw * rh * bands as usize * dtype.size() > MAX_SOURCE_BYTES {
         return Ok(None);
     }
     let plane = rw * rh;
@@ -337,40 +353,32 @@ fn average<T: Sample>(
                 let p = r * w + i;
                 let (cols, first) = ((sx1 - sx0) as usize, (sx0 - ox) as usize);
                 // GDAL weighs each source pixel by (x coverage × y coverage); here a row's
-                // x-weighted sum is taken first, then weighted by its y coverage.
-                let whole_row: f64 = wx.iter().sum();
-                for b in 0..nb {
-                    let band = &data[b * plane..(b + 1) * plane];
-                    let (mut sum, mut weight) = (0.0f64, 0.0f64);
-                    for (sy, wyv) in (sy0..sy1).zip(&wy) {
-                        let at = (sy - oy) as usize * rw + first;
-                        let line = &band[at..at + cols];
-                        match nodata[b] {
-                            None => {
-                                let mut acc = 0.0;
-                                for (v, wxv) in line.iter().zip(&wx) {
-                                    acc += v.value() * wxv;
-                                }
-                                sum += acc * wyv;
-                                weight += whole_row * wyv;
-                            }
-                            Some(nd) => {
-                                let (mut acc, mut accw) = (0.0, 0.0);
-                                for (v, wxv) in line.iter().zip(&wx) {
-                                    if *v != nd {
-                                        acc += v.value() * wxv;
-                                        accw += wxv;
-                                    }
-                                }
-                                sum += acc * wyv;
-                                weight += accw * wyv;
+                // x-weighted sum is taken first, then weighted by its y coverage, every band
+                // in the same pass over the box.
+                let (mut sum, mut weight) = ([0.0f64; MAX_BANDS], [0.0f64; MAX_BANDS]);
+                for (sy, wyv) in (sy0..sy1).zip(&wy) {
+                    let at = (sy - oy) as usize * rw + first;
+                    let (mut acc, mut accw) = ([0.0f64; MAX_BANDS], [0.0f64; MAX_BANDS]);
+                    for (j, wxv) in wx.iter().enumerate() {
+                        for b in 0..nb {
+                            let v = data[b * plane + at + j];
+                            if nodata[b] != Some(v) {
+                                acc[b] += v.value() * wxv;
+                                accw[b] += wxv;
                             }
                         }
                     }
-                    if weight > 0.0 {
+                    for b in 0..nb {
+                        sum[b] += acc[b] * wyv;
+                        weight[b] += accw[b] * wyv;
+                    }
+                }
+                debug_assert!(cols == wx.len());
+                for b in 0..nb {
+                    if weight[b] > 0.0 {
                         valid[p] = true;
                         let o = (b * w * h + p) * size;
-                        T::store(sum / weight, &mut out[o..o + size]);
+                        T::store(sum[b] / weight[b], &mut out[o..o + size]);
                     }
                 }
             }
@@ -379,7 +387,9 @@ fn average<T: Sample>(
         }
         Ok::<_, GdalError>(true)
     })();
-    REGION.set(region_buf);
+    if region_buf.capacity() * 8 <= KEPT_SOURCE_BYTES {
+        REGION.set(region_buf);
+    }
     if !result? {
         return Ok(None);
     }

@@ -188,10 +188,11 @@ pub fn encode_windows_parallel(reqs: &[EncodeRequest]) -> Vec<Result<Vec<u8>, Co
 }
 
 /// Close every source the calling thread holds open, and the process's shared handles of
-/// strip-organised sources.
+/// strip-organised sources; free the thread's kept warp buffers.
 pub fn clear_thread_cache() {
     cache::clear();
     write::clear();
+    crate::warp_average::release();
 }
 
 fn check_window(req: &EncodeRequest) -> Result<(), CogError> {
