@@ -36,27 +36,24 @@ pub(crate) enum Transformer {
 }
 
 impl Transformer {
-    fn error_threshold(self) -> &'static str {
+    /// The largest error GDAL's approximation allows, in target pixels (`gdalwarp`'s default).
+    pub(crate) const APPROXIMATE_ERROR: f64 = 0.125;
+
+    pub(crate) fn error_threshold(self) -> f64 {
         match self {
-            Self::Exact => "0",
-            Self::Approximate => "0.125",
+            Self::Exact => 0.0,
+            Self::Approximate => Self::APPROXIMATE_ERROR,
         }
     }
 }
 
 /// The warper's options shared by planning and per-window warps.
 fn common_args(spec: &WarpSpec, transformer: Transformer) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "-t_srs",
-        &spec.t_srs,
-        "-r",
-        &spec.resampling,
-        "-et",
-        transformer.error_threshold(),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    let mut args: Vec<String> = ["-t_srs", &spec.t_srs, "-r", &spec.resampling, "-et"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    args.push(transformer.error_threshold().to_string());
     // One thread per warp: the workers already run one window per core.
     args.extend(["-wo", "NUM_THREADS=1"].map(str::to_owned));
     args

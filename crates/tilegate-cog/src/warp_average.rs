@@ -56,13 +56,20 @@ pub(crate) struct Averaged {
     pub valid: Vec<bool>,
 }
 
-/// GDAL's transformers from `dst`'s pixels to `src`'s: the exact one and its approximation.
-struct Transformer {
+/// The source pixel/line of a target grid's corner points, a row at a time: GDAL's exact
+/// transformer from `dst`'s pixels to `src`'s under its approximation, with the row buffers.
+struct Corners {
     approx: *mut std::ffi::c_void,
+    /// The row's corners: x and y (source pixel/line after [`Corners::row`]), z, success.
+    xs: Vec<f64>,
+    ys: Vec<f64>,
+    zs: Vec<f64>,
+    ok: Vec<c_int>,
 }
 
-impl Transformer {
-    fn new(src: &Dataset, dst: &Dataset) -> Result<Self, GdalError> {
+impl Corners {
+    /// Corners of a grid `width` pixels wide (`width + 1` points a row).
+    fn new(src: &Dataset, dst: &Dataset, width: usize) -> Result<Self, GdalError> {
         ffi::reset_error();
         // SAFETY: valid dataset handles; GDAL returns a new transformer or NULL.
         let exact = unsafe {
@@ -81,7 +88,7 @@ impl Transformer {
             let a = gdal_sys::GDALCreateApproxTransformer(
                 Some(gdal_sys::GDALGenImgProjTransform),
                 exact,
-                0.125,
+                crate::warp::Transformer::APPROXIMATE_ERROR,
             );
             if a.is_null() {
                 gdal_sys::GDALDestroyGenImgProjTransformer(exact);
@@ -93,45 +100,46 @@ impl Transformer {
         if approx.is_null() {
             return Err(ffi::last_error(gdal_sys::CPLErr::CE_Failure));
         }
-        Ok(Self { approx })
+        let n = width + 1;
+        Ok(Self {
+            approx,
+            xs: vec![0.0; n],
+            ys: vec![0.0; n],
+            zs: vec![0.0; n],
+            ok: vec![0; n],
+        })
     }
 
-    /// The source pixel/line of the target's corner points `(0..=width, row)`; `false` if any
-    /// point failed.
-    fn row(
-        &self,
-        row: u32,
-        xs: &mut [f64],
-        ys: &mut [f64],
-        zs: &mut [f64],
-        ok: &mut [c_int],
-    ) -> bool {
-        for (i, ((x, y), z)) in xs
+    /// The source pixel/line of the target's corner points `(0..=width, row)` into `xs` and
+    /// `ys`; `false` if any point failed.
+    fn row(&mut self, row: u32) -> bool {
+        for (i, ((x, y), z)) in self
+            .xs
             .iter_mut()
-            .zip(ys.iter_mut())
-            .zip(zs.iter_mut())
+            .zip(self.ys.iter_mut())
+            .zip(self.zs.iter_mut())
             .enumerate()
         {
             (*x, *y, *z) = (i as f64, f64::from(row), 0.0);
         }
-        let n = c_int::try_from(xs.len()).unwrap_or(c_int::MAX);
+        let n = c_int::try_from(self.xs.len()).unwrap_or(c_int::MAX);
         // SAFETY: four arrays of `n` elements each; the transformer is alive.
         let all = unsafe {
             gdal_sys::GDALApproxTransform(
                 self.approx,
                 1,
                 n,
-                xs.as_mut_ptr(),
-                ys.as_mut_ptr(),
-                zs.as_mut_ptr(),
-                ok.as_mut_ptr(),
+                self.xs.as_mut_ptr(),
+                self.ys.as_mut_ptr(),
+                self.zs.as_mut_ptr(),
+                self.ok.as_mut_ptr(),
             )
         };
-        all != 0 && ok.iter().all(|s| *s != 0)
+        all != 0 && self.ok.iter().all(|s| *s != 0)
     }
 }
 
-impl Drop for Transformer {
+impl Drop for Corners {
     fn drop(&mut self) {
         // SAFETY: created in `new`; it owns the exact transformer.
         unsafe { gdal_sys::GDALDestroyApproxTransformer(self.approx) };
@@ -155,8 +163,8 @@ fn ceil_i64(v: f64) -> i64 {
 /// A source sample type the kernel reads in place.
 trait Sample: Copy + Default + PartialEq + 'static {
     fn value(self) -> f64;
-    /// `v` as this type, if it is one of its values (a nodata value the type can hold).
-    fn exactly(v: f64) -> Option<Self>;
+    /// `v`, one of the type's values ([`Dtype::represents`]), as this type.
+    fn from_value(v: f64) -> Self;
     /// `v` rounded half up and clamped to the type, as native-endian bytes into `out`.
     fn store(v: f64, out: &mut [u8]);
 }
@@ -168,9 +176,8 @@ macro_rules! sample {
             fn value(self) -> f64 {
                 f64::from(self)
             }
-            fn exactly(v: f64) -> Option<Self> {
-                let t = v as $t;
-                (f64::from(t) == v).then_some(t)
+            fn from_value(v: f64) -> Self {
+                v as $t
             }
             #[inline]
             fn store(v: f64, out: &mut [u8]) {
@@ -220,21 +227,17 @@ fn average<T: Sample>(
     let (w, h) = (rect.width as usize, rect.height as usize);
     let (sw, sh) = src.raster_size();
     let (sw, sh) = (sw as f64, sh as f64);
-    let t = Transformer::new(src, dst)?;
+    let mut c = Corners::new(src, dst, w)?;
     let n = w + 1;
-    let row = |r: u32, xs: &mut Vec<f64>, ys: &mut Vec<f64>| {
-        let (mut zs, mut ok) = (vec![0.0; n], vec![0 as c_int; n]);
-        t.row(r, xs, ys, &mut zs, &mut ok)
-    };
     // First pass: the source region every box lies in, and whether each box is one this
-    // kernel computes as the warper does.
+    // kernel computes as the warper does. `p…`: the row of corners above.
     let (mut x0, mut y0, mut x1, mut y1) = (f64::MAX, f64::MAX, f64::MIN, f64::MIN);
-    let (mut xs, mut ys) = (vec![0.0; n], vec![0.0; n]);
     let (mut pxs, mut pys) = (vec![0.0; n], vec![0.0; n]);
     for r in 0..=h as u32 {
-        if !row(r, &mut xs, &mut ys) {
+        if !c.row(r) {
             return Ok(None);
         }
+        let (xs, ys) = (&c.xs, &c.ys);
         for i in 0..n {
             x0 = x0.min(xs[i]);
             x1 = x1.max(xs[i]);
@@ -248,8 +251,8 @@ fn average<T: Sample>(
                 }
             }
         }
-        std::mem::swap(&mut xs, &mut pxs);
-        std::mem::swap(&mut ys, &mut pys);
+        std::mem::swap(&mut c.xs, &mut pxs);
+        std::mem::swap(&mut c.ys, &mut pys);
     }
     let clamp = |v: f64, hi: f64| v.clamp(0.0, hi);
     let (rx0, ry0) = (clamp((x0 - 1.0).floor(), sw), clamp((y0 - 1.0).floor(), sh));
@@ -258,21 +261,17 @@ fn average<T: Sample>(
     let size = dtype.size();
     let mut out = vec![0u8; w * h * bands as usize * size];
     let mut valid = vec![false; w * h];
-    let fill = |out: &mut [u8]| {
-        if let Some(values) = nodata {
-            for (b, v) in values.iter().enumerate().take(bands as usize) {
-                for p in 0..w * h {
-                    let o = (b * w * h + p) * size;
-                    T::store(*v, &mut out[o..o + size]);
-                }
+    if let Some(values) = nodata {
+        for (b, v) in values.iter().enumerate().take(bands as usize) {
+            for o in out[b * w * h * size..(b + 1) * w * h * size].chunks_exact_mut(size) {
+                T::store(*v, o);
             }
         }
-    };
-    fill(&mut out);
+    }
     if rw == 0 || rh == 0 {
         return Ok(Some(Averaged { bytes: out, valid }));
     }
-    if rw * rh * bands as usize * dtype.size() > MAX_SOURCE_BYTES {
+    if rw * rh * bands as usize * size > MAX_SOURCE_BYTES {
         return Ok(None);
     }
     let plane = rw * rh;
@@ -305,7 +304,12 @@ fn average<T: Sample>(
         let data: &[T] = data;
         // A nodata value the type cannot hold marks no pixel.
         let nodata: Vec<Option<T>> = (0..nb)
-            .map(|b| nodata.and_then(|v| v.get(b).copied()).and_then(T::exactly))
+            .map(|b| {
+                nodata
+                    .and_then(|v| v.get(b).copied())
+                    .filter(|v| dtype.represents(*v))
+                    .map(T::from_value)
+            })
             .collect();
         let (ox, oy) = (rx0 as i64, ry0 as i64);
         let (isw, ish) = (sw as i64, sh as i64);
@@ -331,13 +335,16 @@ fn average<T: Sample>(
             }
         };
         // Second pass: rows of corners again (the first row into `p…`), a target row at a time.
-        if !row(0, &mut pxs, &mut pys) {
+        if !c.row(0) {
             return Ok(false);
         }
+        std::mem::swap(&mut c.xs, &mut pxs);
+        std::mem::swap(&mut c.ys, &mut pys);
         for r in 0..h {
-            if !row(r as u32 + 1, &mut xs, &mut ys) {
+            if !c.row(r as u32 + 1) {
                 return Ok(false);
             }
+            let (xs, ys) = (&c.xs, &c.ys);
             for i in 0..w {
                 // The box between the pixel's top-left and bottom-right corners, in source
                 // pixels.
@@ -382,8 +389,8 @@ fn average<T: Sample>(
                     }
                 }
             }
-            std::mem::swap(&mut xs, &mut pxs);
-            std::mem::swap(&mut ys, &mut pys);
+            std::mem::swap(&mut c.xs, &mut pxs);
+            std::mem::swap(&mut c.ys, &mut pys);
         }
         Ok::<_, GdalError>(true)
     })();
@@ -399,7 +406,7 @@ fn average<T: Sample>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::warp::{Transformer as Warper, warp_window};
+    use crate::warp::{Transformer, warp_window};
     use gdal::DriverManager;
     use gdal::spatial_ref::{AxisMappingStrategy, CoordTransform, SpatialRef as SpatialReference};
     use tilegate_core::recipe::WarpSpec;
@@ -560,7 +567,16 @@ mod tests {
                 resampling: "average".into(),
             };
             let nd = nodata.then_some(&values[..]);
-            warp_window(&src, &reference, &spec, Warper::Exact, nd, false, !nodata).unwrap();
+            warp_window(
+                &src,
+                &reference,
+                &spec,
+                Transformer::Exact,
+                nd,
+                false,
+                !nodata,
+            )
+            .unwrap();
             let want = read(&reference, &[1, 2, 3]);
             // GDAL's own tolerance: how far its approximate warp strays from its exact one.
             let approx = target(if nodata { 3 } else { 4 });
@@ -574,7 +590,7 @@ mod tests {
                 &src,
                 &approx,
                 &spec,
-                Warper::Approximate,
+                Transformer::Approximate,
                 nd,
                 false,
                 !nodata,
