@@ -203,7 +203,7 @@ pub(crate) fn average_window(
     bands: u32,
     nodata: Option<&[f64]>,
 ) -> Result<Option<Averaged>, GdalError> {
-    if bands as usize > MAX_BANDS {
+    if bands == 0 || bands as usize > MAX_BANDS {
         return Ok(None);
     }
     match dtype {
@@ -311,28 +311,12 @@ fn average<T: Sample>(
                     .map(T::from_value)
             })
             .collect();
-        let (ox, oy) = (rx0 as i64, ry0 as i64);
-        let (isw, ish) = (sw as i64, sh as i64);
-        let mut wx = Vec::with_capacity(MAX_BOX as usize + 2);
-        let mut wy = Vec::with_capacity(MAX_BOX as usize + 2);
-        let span = |a: f64, b: f64, n: i64| -> (i64, i64) {
-            let lo = floor_i64(a + 1e-10).max(0);
-            let mut hi = ceil_i64(b - 1e-10).min(n);
-            if lo == hi && hi < n {
-                hi += 1;
-            }
-            (lo, hi)
-        };
-        let weigh = |lo: i64, hi: i64, a: f64, b: f64, out: &mut Vec<f64>| {
-            out.clear();
-            if hi - lo == 1 {
-                out.push(1.0);
-            } else {
-                out.extend((lo..hi).map(|k| {
-                    let k = k as f64;
-                    (k + 1.0).min(b) - k.max(a)
-                }));
-            }
+        let region = Region {
+            data,
+            plane,
+            width: rw,
+            origin: (rx0 as i64, ry0 as i64),
+            source: (sw as i64, sh as i64),
         };
         // Second pass: rows of corners again (the first row into `p…`), a target row at a time.
         if !c.row(0) {
@@ -340,11 +324,83 @@ fn average<T: Sample>(
         }
         std::mem::swap(&mut c.xs, &mut pxs);
         std::mem::swap(&mut c.ys, &mut pys);
+        let mut rows = Rows {
+            corners: &mut c,
+            above: (&mut pxs, &mut pys),
+            width: w,
+            height: h,
+            out: &mut out,
+            valid: &mut valid,
+        };
+        let any_nodata = nodata.iter().any(Option::is_some);
+        macro_rules! rows {
+            ($nb:literal) => {
+                if any_nodata {
+                    rows.average::<T, $nb, true>(&region, &nodata)
+                } else {
+                    rows.average::<T, $nb, false>(&region, &nodata)
+                }
+            };
+        }
+        Ok::<_, GdalError>(match nb {
+            1 => rows!(1),
+            2 => rows!(2),
+            3 => rows!(3),
+            _ => rows!(4),
+        })
+    })();
+    if region_buf.capacity() * 8 <= KEPT_SOURCE_BYTES {
+        REGION.set(region_buf);
+    }
+    if !result? {
+        return Ok(None);
+    }
+    Ok(Some(Averaged { bytes: out, valid }))
+}
+
+/// A window's source region: its samples band after band, where it lies in the source, and
+/// the source's size.
+struct Region<'a, T> {
+    data: &'a [T],
+    plane: usize,
+    width: usize,
+    origin: (i64, i64),
+    source: (i64, i64),
+}
+
+/// The second pass over a window: corners a row at a time, the row above kept, and the
+/// window's output.
+struct Rows<'a> {
+    corners: &'a mut Corners,
+    above: (&'a mut Vec<f64>, &'a mut Vec<f64>),
+    width: usize,
+    height: usize,
+    out: &'a mut [u8],
+    valid: &'a mut [bool],
+}
+
+impl Rows<'_> {
+    /// Every target pixel averaged from `region`: `NB` bands, `NODATA` whether some band has
+    /// a nodata value (without one, every pixel of a box counts and its weight is the box's).
+    /// `false` if a row of corners failed to transform.
+    fn average<T: Sample, const NB: usize, const NODATA: bool>(
+        &mut self,
+        region: &Region<T>,
+        nodata: &[Option<T>],
+    ) -> bool {
+        let (w, h) = (self.width, self.height);
+        let size = size_of::<T>();
+        let nd: [Option<T>; NB] = std::array::from_fn(|b| nodata[b]);
+        let (ox, oy) = region.origin;
+        let (isw, ish) = region.source;
+        let mut wx = Vec::with_capacity(MAX_BOX as usize + 2);
+        let mut wy = Vec::with_capacity(MAX_BOX as usize + 2);
         for r in 0..h {
-            if !c.row(r as u32 + 1) {
-                return Ok(false);
+            if !self.corners.row(r as u32 + 1) {
+                return false;
             }
-            let (xs, ys) = (&c.xs, &c.ys);
+            let (pxs, pys) = (&*self.above.0, &*self.above.1);
+            let (xs, ys) = (&self.corners.xs, &self.corners.ys);
             for i in 0..w {
                 // The box between the pixel's top-left and bottom-right corners, in source
                 // pixels.
@@ -357,50 +413,75 @@ fn average<T: Sample>(
                 }
                 weigh(sx0, sx1, ax, bx, &mut wx);
                 weigh(sy0, sy1, ay, by, &mut wy);
-                let p = r * w + i;
-                let (cols, first) = ((sx1 - sx0) as usize, (sx0 - ox) as usize);
+                let first = (sx0 - ox) as usize;
+                let cols = wx.len();
+                // Without nodata every pixel counts: a row's weight is the x weights' sum.
+                let row_weight = if NODATA {
+                    0.0
+                } else {
+                    wx.iter().fold(0.0, |a, v| a + v)
+                };
                 // GDAL weighs each source pixel by (x coverage × y coverage); here a row's
-                // x-weighted sum is taken first, then weighted by its y coverage, every band
-                // in the same pass over the box.
-                let (mut sum, mut weight) = ([0.0f64; MAX_BANDS], [0.0f64; MAX_BANDS]);
+                // x-weighted sum is taken first, then weighted by its y coverage.
+                let (mut sum, mut weight) = ([0.0f64; NB], [0.0f64; NB]);
                 for (sy, wyv) in (sy0..sy1).zip(&wy) {
-                    let at = (sy - oy) as usize * rw + first;
-                    let (mut acc, mut accw) = ([0.0f64; MAX_BANDS], [0.0f64; MAX_BANDS]);
-                    for (j, wxv) in wx.iter().enumerate() {
-                        for b in 0..nb {
-                            let v = data[b * plane + at + j];
-                            if nodata[b] != Some(v) {
-                                acc[b] += v.value() * wxv;
-                                accw[b] += wxv;
+                    let at = (sy - oy) as usize * region.width + first;
+                    for b in 0..NB {
+                        let start = b * region.plane + at;
+                        let row = &region.data[start..start + cols];
+                        let (mut acc, mut accw) = (0.0f64, 0.0f64);
+                        for (v, wxv) in row.iter().zip(&wx) {
+                            if !NODATA || nd[b] != Some(*v) {
+                                acc += v.value() * wxv;
+                                if NODATA {
+                                    accw += wxv;
+                                }
                             }
                         }
-                    }
-                    for b in 0..nb {
-                        sum[b] += acc[b] * wyv;
-                        weight[b] += accw[b] * wyv;
+                        sum[b] += acc * wyv;
+                        weight[b] += if NODATA { accw } else { row_weight } * wyv;
                     }
                 }
-                debug_assert!(cols == wx.len());
-                for b in 0..nb {
+                let p = r * w + i;
+                for b in 0..NB {
                     if weight[b] > 0.0 {
-                        valid[p] = true;
+                        self.valid[p] = true;
                         let o = (b * w * h + p) * size;
-                        T::store(sum[b] / weight[b], &mut out[o..o + size]);
+                        T::store(sum[b] / weight[b], &mut self.out[o..o + size]);
                     }
                 }
             }
-            std::mem::swap(&mut c.xs, &mut pxs);
-            std::mem::swap(&mut c.ys, &mut pys);
+            std::mem::swap(&mut self.corners.xs, self.above.0);
+            std::mem::swap(&mut self.corners.ys, self.above.1);
         }
-        Ok::<_, GdalError>(true)
-    })();
-    if region_buf.capacity() * 8 <= KEPT_SOURCE_BYTES {
-        REGION.set(region_buf);
+        true
     }
-    if !result? {
-        return Ok(None);
+}
+
+/// The source pixels `[lo, hi)` a box edge-to-edge from `a` to `b` touches on an axis of `n`
+/// pixels; a box narrower than a pixel takes the one it starts in.
+#[inline]
+fn span(a: f64, b: f64, n: i64) -> (i64, i64) {
+    let lo = floor_i64(a + 1e-10).max(0);
+    let mut hi = ceil_i64(b - 1e-10).min(n);
+    if lo == hi && hi < n {
+        hi += 1;
     }
-    Ok(Some(Averaged { bytes: out, valid }))
+    (lo, hi)
+}
+
+/// How much of each pixel of `[lo, hi)` the box from `a` to `b` covers (1 for a lone pixel).
+#[inline]
+fn weigh(lo: i64, hi: i64, a: f64, b: f64, out: &mut Vec<f64>) {
+    out.clear();
+    if hi - lo == 1 {
+        out.push(1.0);
+    } else {
+        out.extend((lo..hi).map(|k| {
+            let k = k as f64;
+            (k + 1.0).min(b) - k.max(a)
+        }));
+    }
 }
 
 #[cfg(test)]
