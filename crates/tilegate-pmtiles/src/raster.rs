@@ -163,15 +163,28 @@ impl TileData {
                         if n > 0 {
                             out.valid[o] = true;
                             for (d, s) in out.values[o * b..(o + 1) * b].iter_mut().zip(&sum) {
-                                *d = (s / f64::from(n)) as f32;
+                                *d = quantized((s / f64::from(n)) as f32, encoding);
                             }
                         }
                     }
                 }
             }
         }
-        out.quantize(encoding);
+        if how == Reduce::Nearest {
+            out.quantize(encoding);
+        }
         out
+    }
+
+    /// Invalid pixels' values set to 0: what [`TileData::quantize`] does to values that are
+    /// already as the tile stores them (8-bit samples as 8-bit imagery).
+    pub fn clear_invalid(&mut self) {
+        let b = self.bands;
+        for (i, valid) in self.valid.iter().enumerate() {
+            if !*valid {
+                self.values[i * b..(i + 1) * b].fill(0.0);
+            }
+        }
     }
 
     /// Each valid value as the tile will store it; invalid pixels' values become 0.

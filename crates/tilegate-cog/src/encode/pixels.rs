@@ -91,12 +91,16 @@ impl Pixels {
             .semantics
             .last()
             .is_some_and(|s| s.color == gdal_sys::GDALColorInterp::GCI_AlphaBand);
+        // A few thousand samples decoded at a time: a band's worth of `f64` is 32 MiB for a
+        // 2048² window, fresh pages each time.
+        const CHUNK: usize = 4096;
         for band in 0..b {
-            let values = self
-                .dtype
-                .decode_f64(&self.bytes[band * n * size..(band + 1) * n * size]);
-            for (i, v) in values.into_iter().enumerate() {
-                out.values[i * b + band] = v as f32;
+            let plane = &self.bytes[band * n * size..(band + 1) * n * size];
+            for (c, chunk) in plane.chunks(CHUNK * size).enumerate() {
+                let values = self.dtype.decode_f64(chunk);
+                for (i, v) in values.into_iter().enumerate() {
+                    out.values[(c * CHUNK + i) * b + band] = v as f32;
+                }
             }
         }
         for i in 0..n {
@@ -115,7 +119,12 @@ impl Pixels {
         {
             out = expand_palette(&out, entries);
         }
-        out.quantize(encoding);
+        if self.dtype == Dtype::Byte && encoding == tilegate_pmtiles::PixelEncoding::Image8 {
+            // Already what 8-bit imagery stores (palette colours too).
+            out.clear_invalid();
+        } else {
+            out.quantize(encoding);
+        }
         out
     }
 }
