@@ -4,6 +4,7 @@
 
 use crate::encode::{EncodeRequest, pyramid_pixels};
 use crate::error::CogError;
+use rayon::prelude::*;
 use tilegate_core::recipe::{Operation, PYRAMID_WINDOW_TILES, PyramidSpec, WarpSpec};
 use tilegate_core::source::SceneMeta;
 use tilegate_pmtiles::tms::{CornerOfOrigin, Crs};
@@ -49,19 +50,22 @@ pub fn encode_pyramid_window(req: &EncodeRequest) -> Result<Vec<PyramidTile>, Co
     loop {
         let cols = level.width.div_ceil(size);
         let rows = level.height.div_ceil(size);
-        for row in 0..rows {
-            for col in 0..cols {
+        let inside: Vec<(u32, u32)> = (0..rows)
+            .flat_map(|row| (0..cols).map(move |col| (col, row)))
+            .filter(|(col, row)| {
                 let (x, y) = (x0 + col, y0 + row);
-                if x < lo_x || x > hi_x || y < lo_y || y > hi_y {
-                    continue;
-                }
-                let tile = level.crop(col * size, row * size, size, size);
-                out.push(PyramidTile {
-                    tile: Tile::new(z, x % width_at(z), y),
-                    image: encode_png(&tile, encoding),
-                });
+                (lo_x..=hi_x).contains(&x) && (lo_y..=hi_y).contains(&y)
+            })
+            .collect();
+        // Each tile cut and encoded on rayon's pool: the last window of a job (when the other
+        // workers have none left) still encodes on every core.
+        out.par_extend(inside.par_iter().map(|&(col, row)| {
+            let tile = level.crop(col * size, row * size, size, size);
+            PyramidTile {
+                tile: Tile::new(z, (x0 + col) % width_at(z), y0 + row),
+                image: encode_png(&tile, encoding),
             }
-        }
+        }));
         // The level above is this window's alone while its tiles' children all lie here: the
         // window starts on an even tile and spans more than one (or is the pyramid's edge).
         if z == spec.min_zoom || cols * rows <= 1 || x0 % 2 != 0 || y0 % 2 != 0 {
