@@ -133,47 +133,62 @@ impl TileData {
         let (w, h) = (self.width.div_ceil(2), self.height.div_ceil(2));
         let b = self.bands;
         let mut out = TileData::empty(w, h, b);
-        let mut sum = vec![0f64; b];
-        for y in 0..h {
-            for x in 0..w {
-                let o = (y * w + x) as usize;
-                match how {
-                    Reduce::Nearest => {
+        match how {
+            Reduce::Nearest => {
+                for y in 0..h {
+                    for x in 0..w {
+                        let o = (y * w + x) as usize;
                         let i = ((2 * y) * self.width + 2 * x) as usize;
                         out.valid[o] = self.valid[i];
                         out.values[o * b..(o + 1) * b]
                             .copy_from_slice(&self.values[i * b..(i + 1) * b]);
                     }
-                    Reduce::Average => {
-                        sum.iter_mut().for_each(|s| *s = 0.0);
-                        let mut n = 0u32;
-                        for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
-                            let (sx, sy) = (2 * x + dx, 2 * y + dy);
-                            if sx >= self.width || sy >= self.height {
-                                continue;
-                            }
-                            let i = (sy * self.width + sx) as usize;
-                            if self.valid[i] {
-                                n += 1;
-                                for (s, v) in sum.iter_mut().zip(&self.values[i * b..(i + 1) * b]) {
-                                    *s += f64::from(*v);
-                                }
-                            }
+                }
+                out.quantize(encoding);
+            }
+            // The common band counts with their count known to the compiler.
+            Reduce::Average => match b {
+                1 => self.average_into::<1>(&mut out, encoding),
+                3 => self.average_into::<3>(&mut out, encoding),
+                4 => self.average_into::<4>(&mut out, encoding),
+                _ => self.average_into::<0>(&mut out, encoding),
+            },
+        }
+        out
+    }
+
+    /// `out` (half this size) as the mean of the valid pixels of each 2×2, quantized; `B`
+    /// bands, or (0) as many as the tile has.
+    fn average_into<const B: usize>(&self, out: &mut TileData, encoding: PixelEncoding) {
+        let b = if B == 0 { self.bands } else { B };
+        let mut sum_buf = vec![0f64; b];
+        for y in 0..out.height {
+            for x in 0..out.width {
+                let o = (y * out.width + x) as usize;
+                let sum = &mut sum_buf[..b];
+                sum.fill(0.0);
+                let mut n = 0u32;
+                for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+                    let (sx, sy) = (2 * x + dx, 2 * y + dy);
+                    if sx >= self.width || sy >= self.height {
+                        continue;
+                    }
+                    let i = (sy * self.width + sx) as usize;
+                    if self.valid[i] {
+                        n += 1;
+                        for (s, v) in sum.iter_mut().zip(&self.values[i * b..(i + 1) * b]) {
+                            *s += f64::from(*v);
                         }
-                        if n > 0 {
-                            out.valid[o] = true;
-                            for (d, s) in out.values[o * b..(o + 1) * b].iter_mut().zip(&sum) {
-                                *d = quantized((s / f64::from(n)) as f32, encoding);
-                            }
-                        }
+                    }
+                }
+                if n > 0 {
+                    out.valid[o] = true;
+                    for (d, s) in out.values[o * b..(o + 1) * b].iter_mut().zip(&*sum) {
+                        *d = quantized((s / f64::from(n)) as f32, encoding);
                     }
                 }
             }
         }
-        if how == Reduce::Nearest {
-            out.quantize(encoding);
-        }
-        out
     }
 
     /// Invalid pixels' values set to 0: what [`TileData::quantize`] does to values that are
@@ -274,25 +289,30 @@ pub fn encode_png(tile: &TileData, encoding: PixelEncoding) -> Option<Vec<u8>> {
     let (w, h) = (tile.width as usize, tile.height as usize);
     let stride = w * channels;
     let mut raw = vec![0u8; h * stride];
-    for y in 0..h {
-        for x in 0..w {
-            let i = y * w + x;
-            let o = y * stride + x * channels;
-            let px = &mut raw[o..o + channels];
-            if !tile.valid[i] {
-                continue; // all zeros: transparent
-            }
-            let vals = &tile.values[i * tile.bands..(i + 1) * tile.bands];
-            match encoding {
-                PixelEncoding::Image8 => {
-                    for (c, v) in px.iter_mut().zip(vals).take(color) {
-                        *c = byte(*v);
-                    }
+    // Invalid pixels stay all zeros: transparent.
+    let pixels = raw
+        .chunks_exact_mut(channels)
+        .zip(tile.values.chunks_exact(tile.bands))
+        .zip(&tile.valid)
+        .filter(|(_, valid)| **valid)
+        .map(|(pv, _)| pv);
+    match encoding {
+        PixelEncoding::Image8 => {
+            for (px, vals) in pixels {
+                for (c, v) in px.iter_mut().zip(vals).take(color) {
+                    *c = byte(*v);
                 }
-                _ => px[..3].copy_from_slice(&to_rgb24(vals[0], encoding)),
+                if channels > color {
+                    px[color] = 255;
+                }
             }
-            if channels > color {
-                px[color] = 255;
+        }
+        _ => {
+            for (px, vals) in pixels {
+                px[..3].copy_from_slice(&to_rgb24(vals[0], encoding));
+                if channels > color {
+                    px[color] = 255;
+                }
             }
         }
     }
@@ -342,8 +362,10 @@ fn filter_rows(raw: &[u8], stride: usize, bpp: usize) -> Vec<u8> {
             &raw[(r - 1) * stride..r * stride]
         };
         let [none, sub, up, avg, pae] = &mut cand;
-        let mut sums = [0u64; 5];
-        let residual = |v: u8| u64::from((v as i8).unsigned_abs());
+        // A row's sum fits 32 bits (at most 128 a byte); 64-bit lanes would halve the
+        // vectorised loop's width.
+        let mut sums = [0u32; 5];
+        let residual = |v: u8| u32::from((v as i8).unsigned_abs());
         // The first pixel has no left neighbour (a = c = 0); then one pass computes every
         // filter's residual and its sum together.
         for i in 0..bpp {
