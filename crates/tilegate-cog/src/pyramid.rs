@@ -58,7 +58,9 @@ pub fn encode_pyramid_window(req: &EncodeRequest) -> Result<Vec<PyramidTile>, Co
             })
             .collect();
         // Each tile cut and encoded on rayon's pool: the last window of a job (when the other
-        // workers have none left) still encodes on every core.
+        // workers have none left) still encodes on every core. While it waits, this thread
+        // may run another window's job from the pool (rayon's work stealing): nothing is held
+        // across this — the thread's source cache and kept region were let go above.
         out.par_extend(inside.par_iter().map(|&(col, row)| {
             let tile = level.crop(col * size, row * size, size, size);
             PyramidTile {
