@@ -753,25 +753,7 @@ fn a_pyramid_under_kills_duplicates_and_racing_assemblers(target: Target) {
     let asm = target.json(&data, &["assemble", &job]);
     assert_eq!(asm["outcome"], "already_done", "{asm}");
     // The pyramid as the stores hold it, checked against its references.
-    let local = match &target {
-        Target::Embedded => data.clone(),
-        _ => {
-            let mirror = dir.path().join("mirror");
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async {
-                use tilegate_core::object::ObjectStoreExt as _;
-                let b = target.backends(&data).await;
-                let prefix = format!("tilegate/pyramids/{job}");
-                for meta in b.objects.list(&prefix).await.unwrap() {
-                    let got = b.objects.get_bytes(&object_key(&meta.key)).await.unwrap();
-                    let path = mirror.join("objects").join(&meta.key);
-                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                    std::fs::write(path, &got.bytes).unwrap();
-                }
-            });
-            mirror
-        }
-    };
+    let local = stored_pyramid(&target, &data, dir.path(), &job);
     check_pyramid(&local, &job, &src, "WebMercatorQuad", "image", true);
     let objects = xyz_objects(&pyramid_dir(&local, &job)).len();
     // Written once: one version per key on S3.
@@ -797,6 +779,109 @@ fn a_pyramid_under_kills_duplicates_and_racing_assemblers(target: Target) {
         "seed {seed}: {objects} tiles, {killed} workers killed, {written} Creates counted, {} \
          refused",
         c["conditional_write_precondition_failed_total"]
+    );
+}
+
+/// The job's pyramid as its store holds it: the data directory itself on the embedded store,
+/// elsewhere a copy of its objects under `dir/mirror`.
+fn stored_pyramid(target: &Target, data: &Path, dir: &Path, job: &str) -> PathBuf {
+    if let Target::Embedded = target {
+        return data.to_path_buf();
+    }
+    let mirror = dir.join("mirror");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use tilegate_core::object::ObjectStoreExt as _;
+        let b = target.backends(data).await;
+        let prefix = format!("tilegate/pyramids/{job}");
+        for meta in b.objects.list(&prefix).await.unwrap() {
+            let got = b.objects.get_bytes(&object_key(&meta.key)).await.unwrap();
+            let path = mirror.join("objects").join(&meta.key);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, &got.bytes).unwrap();
+        }
+    });
+    mirror
+}
+
+/// The Lambda function with assembly on completion (`TILEGATE_ASSEMBLE=1`) on a pyramid job,
+/// against the AWS emulator: two SQS batches of its windows, one window delivered twice. The
+/// invocation that records the last window builds the zooms above and publishes the archive
+/// — nobody runs `assemble`; every tile equals its reference and every key has one version.
+#[test]
+fn the_lambda_function_builds_and_publishes_a_pyramid() {
+    use super::lambda::{event, receive_all};
+    let Some(aws) = Aws::for_test("the_lambda_function_builds_and_publishes_a_pyramid") else {
+        return;
+    };
+    let target = Target::Aws(aws.clone());
+    let dir = tempdir();
+    let src = utm_image(dir.path(), "utm", 1024);
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    target.json(&data, &["init", "--create-bucket"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(crate::faults::chaos::enable_versioning(&aws));
+    let b = rt.block_on(target.backends(&data));
+    let plan = target.json(
+        &data,
+        &[
+            "plan",
+            src.to_str().unwrap(),
+            "--pyramid",
+            "WebMercatorQuad",
+            "--layout",
+            "both",
+            "--zoom",
+            "11..15",
+        ],
+    );
+    let job = plan["job_id"].as_str().unwrap().to_owned();
+    let windows = plan["windows"].as_u64().unwrap() as usize;
+    assert!((2..=18).contains(&windows), "{plan}");
+    let planned = rt.block_on(receive_all(&b, windows));
+    assert_eq!(planned.len(), windows);
+    let opts = tilegate_assembler::AssembleOptions::new("lambda-test".into());
+    let handler = tilegate_lambda::Handler::new(
+        b.clone(),
+        tilegate_lambda::HandlerConfig {
+            visibility: std::time::Duration::from_secs(60),
+            on_complete: Some(std::sync::Arc::new(
+                tilegate_pipeline::complete::AssembleOnComplete::new(b.clone(), opts),
+            )),
+            ..tilegate_lambda::HandlerConfig::default()
+        },
+    );
+    let half = windows / 2;
+    let first = rt.block_on(handler.handle(event(&planned[..half])));
+    assert!(
+        first.response.batch_item_failures.is_empty(),
+        "{:?}",
+        first.outcomes
+    );
+    let mut second = planned[half..].to_vec();
+    second.push(planned[0].clone());
+    let result = rt.block_on(handler.handle(event(&second)));
+    assert!(
+        result.response.batch_item_failures.is_empty(),
+        "{:?}",
+        result.outcomes
+    );
+    let status = target.json(&data, &["status", &job]);
+    assert_eq!(status["lifecycle"], "published", "{status}");
+    assert_eq!(status["counters"]["claims_won_total"], 1, "{status}");
+    let local = stored_pyramid(&target, &data, dir.path(), &job);
+    check_pyramid(&local, &job, &src, "WebMercatorQuad", "image", true);
+    let log = rt.block_on(crate::faults::chaos::versions(
+        &aws,
+        &[format!("tilegate/pyramids/{job}")],
+    ));
+    let twice: Vec<_> = log.iter().filter(|(_, v)| v.len() != 1).collect();
+    assert!(twice.is_empty(), "written more than once: {twice:?}");
+    let tiles = xyz_objects(&pyramid_dir(&local, &job)).len();
+    assert!(
+        tiles > windows && log.len() > tiles,
+        "{tiles} tiles, {log:?}"
     );
 }
 
