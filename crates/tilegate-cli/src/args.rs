@@ -905,3 +905,69 @@ mod tests {
         }
     }
 }
+
+/// `product`: many scenes made into one raster per tile of a grid.
+#[derive(Debug, Subcommand)]
+pub enum ProductCommand {
+    /// Add scenes to a product and plan every tile they touch over all of its scenes: one job
+    /// per tile (a COG per tile, worked by `work` like any job), whose identity is the tile,
+    /// the recipe and its input scenes — a tile whose scenes did not change plans nothing new,
+    /// and one that gained a scene gets a new job (a new, immutable output). The first plan of
+    /// a product fixes its grid, recipe and resampling; later plans must say the same.
+    ///
+    ///   tilegate product plan alps --grid utm:100km@10m --recipe composite --stat median \
+    ///       --from scenes.txt
+    ///   tilegate product plan alps --grid utm:100km@10m --recipe composite --stat median \
+    ///       new-scene.tif                   # one more: only the tiles it touches change
+    ///   tilegate work --assemble --until-empty
+    #[command(verbatim_doc_comment)]
+    Plan(ProductPlanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProductPlanArgs {
+    /// The product's name: 1 to 64 of a-z, 0-9, `-` and `_`.
+    pub name: String,
+    /// Scenes to add: paths, URIs or STAC Items.
+    #[arg(value_name = "SCENE", required_unless_present = "from")]
+    pub scenes: Vec<String>,
+    /// More scenes to add: a file listing one per line (paths, URIs or STAC Items; blank lines
+    /// and `#` comments skipped), a STAC ItemCollection (.json), or a directory (its
+    /// .tif/.tiff files); `-` reads a list from stdin.
+    #[arg(long, value_name = "LIST|DIR|ITEMS.json")]
+    pub from: Option<String>,
+    /// The tile grid: `utm:SIZE@RES` — square tiles of SIZE at RES per pixel (m or km), each in
+    /// its UTM zone's CRS (EPSG:326zz/327zz), on multiples of SIZE. E.g. `utm:100km@10m`.
+    #[arg(long, value_name = "GRID")]
+    pub grid: String,
+    /// `mosaic` (the first valid pixel, in --order) or `composite` (a per-pixel --stat over
+    /// every valid observation).
+    #[arg(long, value_name = "RECIPE")]
+    pub recipe: String,
+    /// `mosaic`: which scene's pixel wins — `newest`, `oldest` or `least-cloud` (a scene's
+    /// `eo:cloud_cover`, `CLOUD_COVER` or `CLOUDY_PIXEL_PERCENTAGE` metadata). Ties, and scenes
+    /// without the value, go by scene identity, after those with it.
+    #[arg(long, default_value = "newest", value_name = "ORDER")]
+    pub order: String,
+    /// `composite`: `median`, `mean`, `min`, `max`, `count` (valid observations, UInt16) or a
+    /// percentile `p10`…`p90` (NumPy's linear interpolation). Every statistic but `count` is
+    /// Float32, NaN where no scene observed the pixel.
+    #[arg(long, default_value = "median", value_name = "STAT")]
+    pub stat: String,
+    /// GDAL resampling onto the tile's grid. `near` (the default) is exact: every pixel a
+    /// source pixel, a scene's mask (nodata, per-dataset mask, alpha) honoured pixel by pixel.
+    #[arg(long, default_value = "near", value_name = "METHOD")]
+    pub resampling: String,
+    /// Tile compression: deflate, zstd or lzw.
+    #[arg(long, default_value = "deflate")]
+    pub compress: String,
+    /// Window and COG block size in pixels (a multiple of 16, at most 8192).
+    #[arg(long, default_value_t = 512)]
+    pub window: u32,
+    /// Output key prefix: segments of [A-Za-z0-9._-] joined by `/`.
+    #[arg(long, default_value = "tilegate")]
+    pub prefix: String,
+    /// Whose product it is (see `plan --tenant`).
+    #[arg(long, default_value = "default", env = "TILEGATE_TENANT")]
+    pub tenant: String,
+}

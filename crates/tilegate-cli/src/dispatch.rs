@@ -54,6 +54,10 @@ commands! {
     /// Plan a job and enqueue its windows (planning it again enqueues only the windows not yet
     /// recorded; `--all-windows` enqueues them all).
     Plan(PlanArgs),
+    /// Many scenes, one product: mosaics and composites on a tile grid, one job per tile,
+    /// updated as scenes are added (`product plan`).
+    #[command(subcommand)]
+    Product(ProductCommand),
     /// Work on queued windows until stopped (Ctrl-C / SIGTERM finishes in-flight work).
     Work(WorkArgs),
     /// Plan, then work in this process until every window of the job is in the manifest.

@@ -27,25 +27,28 @@ mod sample;
 mod semantics;
 mod stack;
 mod thumb;
+mod touch;
 mod warp;
 mod warp_average;
 
 pub use drivers::SourceDrivers;
 pub use dtype::Dtype;
 pub use encode::{
-    EncodeRequest, NDVI_NODATA, StepTimes, clear_thread_cache, encode_window,
-    encode_window_reducing, encode_window_with_gdal, encode_windows_parallel, last_step_times,
-    ndvi, shifted_geotransform, source_opens, vsimem_leftovers,
+    EncodeRequest, NDVI_NODATA, ProductSource, StepTimes, clear_thread_cache,
+    encode_product_window, encode_window, encode_window_reducing, encode_window_with_gdal,
+    encode_windows_parallel, last_step_times, ndvi, shifted_geotransform, source_opens,
+    vsimem_leftovers,
 };
 pub use error::{CogError, GdalSaid, RectDisplay};
 pub use place::{placement, tiff_datetime_rfc3339};
-pub use probe::probe;
+pub use probe::{cloud_cover, probe};
 pub use pyramid::{PyramidTile, encode_pyramid_window, pyramid_grid};
 pub use read::{RasterData, TiffLayout, read_raster, tiff_layout};
 pub use sample::{SAMPLE_BLOCK, SAMPLE_EPSG, SAMPLE_GEOTRANSFORM, SampleOptions, sample_scene};
 pub use stack::stack_vrt;
 pub use thumb::thumbnail_png;
 pub use tilegate_cogwrite::{ReducedWindow, ReducedWindows, Resampling};
+pub use touch::{tile_scene, tiles_touched};
 pub use warp::warp_grid;
 
 /// The most GDAL's block cache holds, in bytes: GDAL's default (5 % of RAM) or `GDAL_CACHEMAX`

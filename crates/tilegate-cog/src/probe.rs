@@ -30,6 +30,21 @@ pub fn probe(path: &str) -> Result<SceneMeta, CogError> {
     Ok(meta)
 }
 
+/// Metadata items a scene's cloud cover is found under, in percent: STAC's name, Landsat's
+/// and Sentinel-2's.
+const CLOUD_COVER_ITEMS: [&str; 3] = ["eo:cloud_cover", "CLOUD_COVER", "CLOUDY_PIXEL_PERCENTAGE"];
+
+/// The scene's cloud cover in percent (0–100), from its dataset metadata (default domain),
+/// or `None` where it says none or nothing sensible.
+pub fn cloud_cover(path: &str) -> Option<f64> {
+    let _gdal_log = ffi::ErrorScope::new();
+    let ds = ffi::open_raster(path).ok()?;
+    CLOUD_COVER_ITEMS.iter().find_map(|name| {
+        let v: f64 = ds.metadata_item(name, "")?.trim().parse().ok()?;
+        (0.0..=100.0).contains(&v).then_some(v)
+    })
+}
+
 /// The facts of an open dataset, checked.
 pub(crate) fn scene_meta(ds: &Dataset, path: &str) -> Result<SceneMeta, CogError> {
     scene_meta_for(ds, path, false)

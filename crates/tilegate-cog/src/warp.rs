@@ -207,6 +207,30 @@ pub(crate) fn warp_window(
     gdal_warp("", Some(dst), src, &args).map(|_| ())
 }
 
+/// Warp every band of `src` (but an alpha band, with `src_alpha`) into the first bands of
+/// `dst` and the warper's validity into its last band (0 where no valid source pixel reached):
+/// a product input's pixels. With `ignore_nodata` the source's nodata values are not the
+/// warper's (`-srcnodata None`), so that its mask decides validity; the caller then tests
+/// the values against nodata itself.
+pub(crate) fn warp_validity(
+    src: &Dataset,
+    dst: &Dataset,
+    spec: &WarpSpec,
+    transformer: Transformer,
+    src_alpha: bool,
+    ignore_nodata: bool,
+) -> Result<(), GdalError> {
+    let mut args = common_args(spec, transformer);
+    args.extend(["-wo", "INIT_DEST=0", "-dstalpha"].map(str::to_owned));
+    if ignore_nodata {
+        args.extend(["-srcnodata", "None"].map(str::to_owned));
+    }
+    if src_alpha {
+        args.push("-srcalpha".to_owned());
+    }
+    gdal_warp("", Some(dst), src, &args).map(|_| ())
+}
+
 /// A nodata value as `gdalwarp` reads it (`nan` for NaN).
 fn nodata_arg(v: f64) -> String {
     if v.is_nan() {

@@ -168,6 +168,42 @@ impl Prefix {
         ObjectKey::built(format!("{}/pyramids/{job}/tiles.json", self.0))
     }
 
+    /// `{prefix}/products/{name}/product.json`: a product's definition (grid, method,
+    /// resampling), written once.
+    pub fn product_key(&self, product: &str) -> ObjectKey {
+        debug_assert!(crate::product::check_name(product).is_ok());
+        ObjectKey::built(format!("{}/products/{product}/product.json", self.0))
+    }
+
+    /// `{prefix}/products/{name}/tiles/{tile}/scenes/` — the input scenes of a product tile,
+    /// one object each: listed to plan the tile (its cost follows the tile's inputs).
+    pub fn product_scenes_dir(&self, product: &str, tile: &str) -> String {
+        format!("{}/products/{product}/tiles/{tile}/scenes/", self.0)
+    }
+
+    /// `{prefix}/products/{name}/tiles/{tile}/scenes/{scene_id}.json`: one input of a tile,
+    /// written create-if-absent (a scene delivered again writes nothing).
+    pub fn product_scene_key(&self, product: &str, tile: &str, scene: &str) -> ObjectKey {
+        debug_assert!(crate::product::check_name(product).is_ok());
+        debug_assert!(crate::product::GridTile::parse(tile).is_ok());
+        debug_assert!(scene.bytes().all(|b| b.is_ascii_hexdigit()));
+        ObjectKey::built(format!(
+            "{}{scene}.json",
+            self.product_scenes_dir(product, tile)
+        ))
+    }
+
+    /// `{prefix}/products/{name}/tiles/{tile}/current.json`: the tile's pointer — the job
+    /// whose COG is the tile now, moved only to a larger input set.
+    pub fn product_pointer_key(&self, product: &str, tile: &str) -> ObjectKey {
+        debug_assert!(crate::product::check_name(product).is_ok());
+        debug_assert!(crate::product::GridTile::parse(tile).is_ok());
+        ObjectKey::built(format!(
+            "{}/products/{product}/tiles/{tile}/current.json",
+            self.0
+        ))
+    }
+
     /// `{prefix}/attempts/{job_id}/` — every attempt key of a job is under it.
     pub fn attempts_dir(&self, job: &JobId) -> String {
         format!("{}/attempts/{job}/", self.0)

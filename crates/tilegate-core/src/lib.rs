@@ -17,6 +17,7 @@ pub mod lifecycle;
 pub mod message;
 pub mod metrics;
 pub mod object;
+pub mod product;
 pub mod pyramid;
 pub mod queue;
 pub mod reason;

@@ -50,6 +50,9 @@ pub enum Operation {
     /// A web pyramid: the source warped onto a tile matrix set's base zoom, each window a block
     /// of base tiles cut into image tiles, every parent built from its stored children.
     Pyramid(PyramidSpec),
+    /// One tile of a product: its input scenes warped onto the tile's grid and combined (see
+    /// [`crate::product`]).
+    Product(Box<crate::product::ProductSpec>),
     /// Read nothing, encode nothing: each window commits a few placeholder bytes. Measures the
     /// orchestration alone (queue, source check, commit, manifest); its "tiles" are not
     /// TIFFs, so such a job cannot be assembled.
@@ -424,6 +427,7 @@ impl Recipe {
                     let _ = write!(s, ";encoding={}", e.name());
                 }
             }
+            Operation::Product(p) => s.push_str(&p.fingerprint()),
             Operation::Noop => s.push_str("op=noop"),
         }
         let _ = write!(
@@ -449,9 +453,11 @@ impl Recipe {
                 nodata: Some(NDVI_NODATA),
             },
             Operation::Copy { bands: Some(b) } => same(u32::try_from(b.len()).unwrap_or(u32::MAX)),
-            Operation::Copy { bands: None } | Operation::Warp(_) | Operation::Noop => {
-                same(scene.bands)
-            }
+            // A product tile's scene is the tile's output already.
+            Operation::Copy { bands: None }
+            | Operation::Warp(_)
+            | Operation::Product(_)
+            | Operation::Noop => same(scene.bands),
             // Image tiles: 8-bit samples, nodata as transparency.
             Operation::Pyramid(p) => OutputSpec {
                 bands: if p.encoding.is_some() || p.paletted {
@@ -492,9 +498,10 @@ impl Recipe {
             Operation::Ndvi { red, nir } => Ok(vec![check(*red)?, check(*nir)?]),
             // Every band is warped; an expression's bands are checked when it is parsed (the
             // worker reads what the program names); a custom recipe reads every band.
-            Operation::Warp(_) | Operation::Custom { .. } | Operation::Pyramid(_) => {
-                Ok((1..=scene_bands).collect())
-            }
+            Operation::Warp(_)
+            | Operation::Custom { .. }
+            | Operation::Pyramid(_)
+            | Operation::Product(_) => Ok((1..=scene_bands).collect()),
             Operation::Expr { .. } => Ok(Vec::new()),
             Operation::Noop => Ok(Vec::new()),
         }

@@ -89,6 +89,15 @@ impl JobRecord {
         !self.settled
     }
 
+    /// What the job reads: its source, or a product tile's input scenes (its source is the
+    /// tile itself, pinned by them). Every one is admitted and verified as a source is.
+    pub fn sources(&self) -> Vec<&SourceInfo> {
+        match &self.recipe.operation {
+            crate::recipe::Operation::Product(p) => p.inputs.iter().map(|i| &i.source).collect(),
+            _ => vec![&self.source],
+        }
+    }
+
     /// The job's published output: its scene COG, or a pyramid job's PMTiles archive — or,
     /// when its tiles go out as `z/x/y` objects alone, its TileJSON document.
     pub fn output_key(&self) -> crate::ObjectKey {

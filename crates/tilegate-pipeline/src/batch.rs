@@ -43,8 +43,12 @@ impl BatchError {
 }
 
 /// The sources listed in `list` (a path, or `-` for stdin). An ItemCollection's items are
-/// named `COLLECTION#ITEM_ID`, which the planner reads back out of the collection.
+/// named `COLLECTION#ITEM_ID`, which the planner reads back out of the collection; a
+/// directory lists its `.tif` and `.tiff` files (not its subdirectories'), sorted.
 pub fn sources(list: &str) -> Result<Vec<String>, BatchError> {
+    if list != "-" && std::path::Path::new(list).is_dir() {
+        return rasters_in(list);
+    }
     let text = if list == "-" {
         let mut s = String::new();
         std::io::stdin()
@@ -84,4 +88,24 @@ pub fn sources(list: &str) -> Result<Vec<String>, BatchError> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(str::to_owned)
         .collect())
+}
+
+fn rasters_in(dir: &str) -> Result<Vec<String>, BatchError> {
+    let read = |source| BatchError::Read {
+        list: dir.to_owned(),
+        source,
+    };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read)? {
+        let path = entry.map_err(read)?.path();
+        let raster = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"));
+        if raster && path.is_file() {
+            out.push(path.display().to_string());
+        }
+    }
+    out.sort();
+    Ok(out)
 }

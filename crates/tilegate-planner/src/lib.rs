@@ -6,9 +6,10 @@
 //! `tilegate-source` under the tenant's source policy before anything is enqueued.
 
 pub mod plan;
+pub mod product;
 
 pub use plan::{
     Enqueue, Plan, PlanError, PlanOptions, PlanTimings, Sent, derive, enqueue_windows, plan,
-    plan_resolved, plan_with,
+    plan_record, plan_resolved, plan_with,
 };
 pub use tilegate_source::{SourceError, SourcePolicy};

@@ -175,6 +175,18 @@ pub async fn plan_resolved(
         ..PlanTimings::default()
     };
     let record = derive_resolved(resolved, opts, &mut timings).await?;
+    plan_record(b, record, opts.resume, enqueue, timings).await
+}
+
+/// Write a derived job row (create-if-absent) and enqueue its windows as `enqueue` says:
+/// what every plan does once its row is derived (a source's, a product tile's).
+pub async fn plan_record(
+    b: &Backends,
+    record: JobRecord,
+    resume: bool,
+    enqueue: Enqueue,
+    mut timings: PlanTimings,
+) -> Result<Plan, PlanError> {
     let mut clock = std::time::Instant::now();
     let (job, newly_planned) = match b.jobs.create_job(&record).await? {
         CreateOutcome::Created => (record, true),
@@ -211,13 +223,13 @@ pub async fn plan_resolved(
         );
         return Ok(plan);
     }
-    if opts.resume && !newly_planned && !plan.job.windows_enqueued && age_ms <= STALL_AFTER_MS {
+    if resume && !newly_planned && !plan.job.windows_enqueued && age_ms <= STALL_AFTER_MS {
         // A second `run` of the same job started beside the first: the first is enqueueing
         // its windows now. Wait for its mark, then send only what it did not (nothing, unless
         // it died), rather than a second copy of every window.
         wait_for_enqueue_mark(b, &mut plan.job).await?;
     }
-    let only_missing = opts.resume || enqueue == Enqueue::Once;
+    let only_missing = resume || enqueue == Enqueue::Once;
     let sent = enqueue_windows(b, &plan.job, only_missing).await?;
     (plan.enqueued, plan.already_recorded) = (sent.enqueued, sent.recorded);
     // Every plan marks the row once its windows are all enqueued: a row without the mark,

@@ -7,7 +7,7 @@ use crate::regenerate::{self, RegenerateError};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tilegate_cog::{CogError, EncodeRequest, ReducedWindow, StepTimes};
+use tilegate_cog::{CogError, EncodeRequest, ProductSource, ReducedWindow, StepTimes};
 use tilegate_core::ObjectKey;
 use tilegate_core::Reason;
 use tilegate_core::announce::Announcement;
@@ -17,8 +17,9 @@ use tilegate_core::message::{MessageError, WindowMessage};
 use tilegate_core::metrics as m;
 use tilegate_core::object::{Describe, ObjectMeta, PutOptions, PutOutcome};
 use tilegate_core::queue::Received;
+use tilegate_core::recipe::Operation;
 use tilegate_core::table::{CreateOutcome, JobRecord, ManifestEntry, TileOrigin, WindowFacts};
-use tilegate_core::{JobId, StoreError, Window, now_millis};
+use tilegate_core::{JobId, SourceInfo, StoreError, Window, now_millis};
 use tilegate_ledger::LedgerError;
 use tilegate_source::{SourceError, gdal_path};
 use tracing::Instrument as _;
@@ -471,7 +472,7 @@ async fn process_window(
     }
     // The policy judges the source before GDAL opens it: the job row is the operator's, but
     // this worker's policy (and the addresses a name resolves to now) decide what it reads.
-    tilegate_source::admit(&shared.cfg.sources.of(job.tenant.as_str()), &job.source).await?;
+    admit_sources(shared, job).await?;
     let (bytes, reduced, times, images) =
         encode(shared, job, window, msg.receive_count, deltas).await?;
     // Pinned after the read: a source that changed before or during the read no longer has
@@ -569,8 +570,7 @@ async fn regenerate_window(
             .map_err(attempt_failure)?;
         if row.row.state == AttemptState::Uploading {
             verify_source(shared, job, deltas).await?;
-            tilegate_source::admit(&shared.cfg.sources.of(job.tenant.as_str()), &job.source)
-                .await?;
+            admit_sources(shared, job).await?;
             let (bytes, _, _, _) = encode(shared, job, window, receive_count, deltas).await?;
             verify_source(shared, job, deltas).await?;
             let meta = tilegate_ledger::attempt::put(&shared.b, &row.row, bytes)
@@ -639,14 +639,26 @@ async fn verify_source(
     deltas: &mut Deltas,
 ) -> Result<(), Failure> {
     let policy = shared.cfg.sources.of(job.tenant.as_str());
-    tilegate_source::verify(&shared.b, &policy, &shared.guard, &job.source)
-        .await
-        .map_err(|e| {
-            if matches!(e, SourceError::Changed { .. }) {
-                deltas.bump(shared, m::SOURCE_CHANGED);
-            }
-            e.into()
-        })
+    for source in job.sources() {
+        tilegate_source::verify(&shared.b, &policy, &shared.guard, source)
+            .await
+            .map_err(|e| {
+                if matches!(e, SourceError::Changed { .. }) {
+                    deltas.bump(shared, m::SOURCE_CHANGED);
+                }
+                Failure::from(e)
+            })?;
+    }
+    Ok(())
+}
+
+/// The policy's judgement of every source the job reads, right before GDAL opens them.
+async fn admit_sources(shared: &Shared, job: &JobRecord) -> Result<(), Failure> {
+    let policy = shared.cfg.sources.of(job.tenant.as_str());
+    for source in job.sources() {
+        tilegate_source::admit(&policy, source).await?;
+    }
+    Ok(())
 }
 
 /// A window's output, its first overview level when the pool collects them, the step times,
@@ -682,6 +694,7 @@ async fn encode(
         return Ok((tile, None, times, Vec::new()));
     }
     let req = encode_request(job, window)?;
+    let inputs = product_sources(job)?;
     let pyramid = crate::pyramid::spec(job).is_some();
     let reduce = (shared.cfg.reduce_into.as_ref())
         .filter(|r| r.job() == &job.job_id)
@@ -703,6 +716,16 @@ async fn encode(
                         ..StepTimes::default()
                     };
                     (index, None, times, images)
+                });
+            }
+            if let Some(inputs) = &inputs {
+                return tilegate_cog::encode_product_window(&req, inputs).map(|tile| {
+                    (
+                        Bytes::from(tile),
+                        None,
+                        tilegate_cog::last_step_times(),
+                        Vec::new(),
+                    )
                 });
             }
             tilegate_cog::encode_window_reducing(&req, reduce).map(|(tile, reduced)| {
@@ -732,18 +755,72 @@ pub fn encode_request(job: &JobRecord, window: Window) -> Result<EncodeRequest, 
         .grid
         .rect(window)
         .expect("window was checked against the grid");
-    // The cache key changes whenever the file may have: GDAL handles are reopened then.
-    let cache_key = match &job.source.stat {
-        Some(s) => format!("{}:{}:{}:{}", s.dev, s.inode, s.size, s.mtime_ns),
-        None => job.source.etag.to_string(),
+    let path = match job.recipe.operation {
+        // A product tile reads its inputs ([`product_sources`]), never its own source.
+        Operation::Product(_) => job.source.uri.clone(),
+        _ => gdal_path(&job.source)?,
     };
     Ok(EncodeRequest {
-        path: gdal_path(&job.source)?,
-        cache_key,
+        path,
+        cache_key: cache_key(&job.source),
         scene: job.scene.clone(),
         recipe: job.recipe.clone(),
         rect,
     })
+}
+
+/// The cache key of a source's GDAL handles: it changes whenever the file may have, and the
+/// handles are reopened then.
+fn cache_key(source: &SourceInfo) -> String {
+    match &source.stat {
+        Some(s) => format!("{}:{}:{}:{}", s.dev, s.inode, s.size, s.mtime_ns),
+        None => source.etag.to_string(),
+    }
+}
+
+/// The encoding of one window of `job`, to run on a blocking thread outside a pool: what
+/// `regenerate` and `repair` recompute (a product tile's from its inputs).
+pub(crate) fn blocking_encoder(
+    job: &JobRecord,
+    window: Window,
+) -> Result<impl FnOnce() -> Result<Vec<u8>, CogError> + Send + 'static, SourceError> {
+    let req = encode_request(job, window)?;
+    let inputs = product_sources(job)?;
+    Ok(move || match inputs {
+        Some(inputs) => tilegate_cog::encode_product_window(&req, &inputs),
+        None => tilegate_cog::encode_window(&req),
+    })
+}
+
+/// Verify every source `job` reads (see [`tilegate_source::verify`]).
+pub(crate) async fn verify_sources(
+    b: &tilegate_core::Backends,
+    policy: &Arc<tilegate_source::SourcePolicy>,
+    guard: &tilegate_source::SourceGuard,
+    job: &JobRecord,
+) -> Result<(), SourceError> {
+    for source in job.sources() {
+        tilegate_source::verify(b, policy, guard, source).await?;
+    }
+    Ok(())
+}
+
+/// A product tile's inputs as the encoder reads them (`None` for any other job).
+pub fn product_sources(job: &JobRecord) -> Result<Option<Vec<ProductSource>>, SourceError> {
+    let Operation::Product(spec) = &job.recipe.operation else {
+        return Ok(None);
+    };
+    spec.inputs
+        .iter()
+        .map(|i| {
+            Ok(ProductSource {
+                path: gdal_path(&i.source)?,
+                cache_key: cache_key(&i.source),
+                scene: i.scene.clone(),
+            })
+        })
+        .collect::<Result<_, _>>()
+        .map(Some)
 }
 
 /// Write the manifest row, on both `Written` and `AlreadyPresent`: a worker may have crashed

@@ -7,7 +7,6 @@
 //! attempt can be finished here ([`run`]) or by any worker that receives the message; a
 //! redelivery continues the same attempt ([`finish`] is idempotent per attempt ID).
 
-use crate::handle::encode_request;
 use bytes::Bytes;
 use tilegate_cog::CogError;
 use tilegate_core::Reason;
@@ -137,12 +136,12 @@ pub async fn encode(
     window: Window,
 ) -> Result<Bytes, RegenerateError> {
     let guard = SourceGuard::new();
-    tilegate_source::verify(b, policy, &guard, &job.source).await?;
-    let req = encode_request(job, window)?;
-    let bytes = tokio::task::spawn_blocking(move || tilegate_cog::encode_window(&req))
+    crate::handle::verify_sources(b, policy, &guard, job).await?;
+    let encode = crate::handle::blocking_encoder(job, window)?;
+    let bytes = tokio::task::spawn_blocking(encode)
         .await
         .expect("encoder task panicked")?;
-    tilegate_source::verify(b, policy, &guard, &job.source).await?;
+    crate::handle::verify_sources(b, policy, &guard, job).await?;
     Ok(Bytes::from(bytes))
 }
 

@@ -6,7 +6,6 @@
 //! was lost and whose retry found its own bytes in place is refused too. Each write therefore
 //! carries an attempt token in the object's metadata, read back after a refusal.
 
-use crate::handle::encode_request;
 use bytes::Bytes;
 use tilegate_cog::CogError;
 use tilegate_core::ObjectKey;
@@ -102,12 +101,12 @@ pub async fn prepare(
         .await?
         .ok_or_else(|| RepairError::NoTile(key.to_string()))?;
     let guard = SourceGuard::new();
-    tilegate_source::verify(b, policy, &guard, &job.source).await?;
-    let req = encode_request(&job, window)?;
-    let bytes = tokio::task::spawn_blocking(move || tilegate_cog::encode_window(&req))
+    crate::handle::verify_sources(b, policy, &guard, &job).await?;
+    let encode = crate::handle::blocking_encoder(&job, window)?;
+    let bytes = tokio::task::spawn_blocking(encode)
         .await
         .expect("encoder task panicked")?;
-    tilegate_source::verify(b, policy, &guard, &job.source).await?;
+    crate::handle::verify_sources(b, policy, &guard, &job).await?;
     Ok(Prepared {
         job,
         window,

@@ -108,6 +108,21 @@ fn every_commands_json_validates() {
     ledger(&mut c, &job);
     dead_letters_and_announcements(&mut c, dir, &data, &job);
     demo_keys_and_service(&mut c, dir, &data);
+    // Last: its tiles' windows stay on the queue.
+    c.run(
+        "product-plan",
+        &[
+            "product",
+            "plan",
+            "pj",
+            s,
+            "--grid",
+            "utm:2km@10m",
+            "--recipe",
+            "mosaic",
+        ],
+        0,
+    );
     validate(&c, dir);
 }
 

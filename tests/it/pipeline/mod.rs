@@ -12,6 +12,7 @@ mod embedded;
 mod ingest;
 mod lambda;
 mod ledger;
+mod product;
 mod pyramid;
 mod recipes;
 mod reconcile;

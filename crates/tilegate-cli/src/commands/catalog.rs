@@ -70,6 +70,7 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         ("plan", schema_for!(PlanReport)),
         ("plan-from", schema_for!(PlanBatch)),
         ("plan-estimate", schema_for!(PlanEstimate)),
+        ("product-plan", schema_for!(ProductPlanReport)),
         ("backfill", schema_for!(BackfillReport)),
         ("work", schema_for!(WorkSummary)),
         ("run", schema_for!(RunReport)),

@@ -14,6 +14,7 @@ mod ingest;
 mod ledger;
 mod look;
 mod plan;
+mod product;
 mod reconcile;
 mod service;
 mod setup;

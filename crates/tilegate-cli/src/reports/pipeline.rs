@@ -823,3 +823,54 @@ pub fn catalogue_text(all: &[RecipeEntry]) -> String {
     s.push_str("--recipe NAME picks one; a registered recipe takes --param NAME=VALUE.");
     s
 }
+
+/// `product plan`: the scenes added and the tiles planned.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ProductPlanReport {
+    pub product: String,
+    pub grid: String,
+    pub scenes: Vec<tilegate_planner::product::AddedScene>,
+    pub tiles: Vec<ProductTileReport>,
+    pub elapsed_s: f64,
+}
+
+/// One tile a `product plan` planned.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ProductTileReport {
+    pub tile: String,
+    pub job_id: JobId,
+    /// The tile's input scenes now.
+    pub inputs: usize,
+    /// False when the tile's job was planned before (its input set did not change).
+    pub newly_planned: bool,
+    pub windows: u64,
+    pub enqueued: u64,
+}
+
+impl Report for ProductPlanReport {
+    fn text(&self, _: &Out) -> String {
+        let new = self.tiles.iter().filter(|t| t.newly_planned).count();
+        let mut s = format!(
+            "product {} ({}): {} scene(s) added, {} tile(s) touched, {} with a new input set",
+            self.product,
+            self.grid,
+            self.scenes.len(),
+            self.tiles.len(),
+            new
+        );
+        for t in &self.tiles {
+            s.push_str(&format!(
+                "\n  {} job {} — {} input(s), {}",
+                t.tile,
+                t.job_id,
+                t.inputs,
+                if t.newly_planned {
+                    format!("planned, {} window(s) enqueued", t.enqueued)
+                } else {
+                    "unchanged".to_owned()
+                }
+            ));
+        }
+        s
+    }
+}

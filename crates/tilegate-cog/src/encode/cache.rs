@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tilegate_core::recipe::Operation;
 use tilegate_core::source::SceneMeta;
 
-/// How many sources each thread keeps open (least recently used is closed first).
-const CACHE_CAPACITY: usize = 4;
+/// How many sources each thread keeps open (least recently used is closed first): a product
+/// tile's window reads every scene that touches it.
+const CACHE_CAPACITY: usize = 16;
 
 /// A small per-thread cache by key, most recently used last; when it holds [`CACHE_CAPACITY`]
 /// entries, the least recently used goes first.
@@ -174,7 +175,7 @@ fn open_checked(req: &EncodeRequest) -> Result<CachedSource, CogError> {
     // A warp job's grid is the target's: only the source's bands and type are planned.
     let warped = matches!(
         req.recipe.operation,
-        Operation::Warp(_) | Operation::Pyramid(_)
+        Operation::Warp(_) | Operation::Pyramid(_) | Operation::Product(_)
     );
     let found = probe::scene_meta_for(&ds, &req.path, warped)?;
     let plan = &req.scene;

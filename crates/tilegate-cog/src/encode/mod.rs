@@ -12,6 +12,7 @@
 
 mod cache;
 mod pixels;
+mod product;
 mod write;
 
 use crate::error::CogError;
@@ -24,6 +25,7 @@ use tilegate_core::recipe::{Operation, Recipe};
 use tilegate_core::source::SceneMeta;
 
 pub use cache::source_opens;
+pub use product::ProductSource;
 pub use write::vsimem_leftovers;
 
 /// The nodata value of an NDVI tile: written where either input is nodata (or NaN) or where
@@ -55,7 +57,17 @@ pub struct EncodeRequest {
 /// The tile's geotransform is the scene's with its origin moved to the window's top-left
 /// corner (left as GDAL's default where the scene has none); its CRS is the scene's.
 pub fn encode_window(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
-    Ok(encode(req, true, None)?.0)
+    Ok(encode(req, true, None, &[])?.0)
+}
+
+/// A product tile's window (`req.recipe` a product's, `req.scene` the tile's grid) from its
+/// `inputs`, in the order of the recipe's inputs: each warped onto the window and combined
+/// (see [`tilegate_core::product`]), then encoded as [`encode_window`] encodes a tile.
+pub fn encode_product_window(
+    req: &EncodeRequest,
+    inputs: &[ProductSource],
+) -> Result<Vec<u8>, CogError> {
+    Ok(encode(req, true, None, inputs)?.0)
 }
 
 /// [`encode_window`], and with `reduce` the window reduced 2× — its share of the scene's first
@@ -65,19 +77,20 @@ pub fn encode_window_reducing(
     req: &EncodeRequest,
     reduce: Option<Resampling>,
 ) -> Result<(Vec<u8>, Option<ReducedWindow>), CogError> {
-    encode(req, true, reduce)
+    encode(req, true, reduce, &[])
 }
 
 /// [`encode_window`] through GDAL's COG driver for every window, never the native tile writer:
 /// the reference the native writer is tested against.
 pub fn encode_window_with_gdal(req: &EncodeRequest) -> Result<Vec<u8>, CogError> {
-    Ok(encode(req, false, None)?.0)
+    Ok(encode(req, false, None, &[])?.0)
 }
 
 fn encode(
     req: &EncodeRequest,
     native: bool,
     reduce: Option<Resampling>,
+    inputs: &[ProductSource],
 ) -> Result<(Vec<u8>, Option<ReducedWindow>), CogError> {
     let _gdal_log = ffi::ErrorScope::new();
     LAST_STEP_TIMES.with(|c| c.set(StepTimes::default()));
@@ -100,7 +113,11 @@ fn encode(
         ));
     }
     let started = Instant::now();
-    let tile = cache::with_source(req, |src| pixels::read(src, req, &bands))
+    let pixels = match &req.recipe.operation {
+        Operation::Product(spec) => product::read(req, spec, inputs),
+        _ => cache::with_source(req, |src| pixels::read(src, req, &bands)),
+    };
+    let tile = pixels
         .and_then(|pixels| {
             let read = started.elapsed();
             let _times = StepTimesGuard { read, started };

@@ -72,6 +72,7 @@ pub(super) fn read(
             output,
         } => read_custom(src, req, name, params, fingerprint, output.as_ref()),
         Operation::Noop => unreachable!("a noop window reads nothing"),
+        Operation::Product(_) => unreachable!("a product window reads its inputs (`product`)"),
     }
 }
 

@@ -1,0 +1,257 @@
+//! Products through the binary: overlapping scenes in two UTM zones (nodata holes, cloud
+//! masks) planned onto a `utm:` grid with `product plan`, worked and assembled by `work`, each
+//! tile's COG compared with a reference made by Debian's GDAL and NumPy
+//! (`tests/fixtures/product_pixels.py`: every scene warped with `gdalwarp -r near -et 0` onto
+//! the tile, then first-valid in order or `numpy.nan…`); a scene added later gives exactly
+//! the tiles it touches a new job, and adding it again changes nothing.
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tilegate_tests::*;
+
+const GRID: &str = "utm:20km@100m";
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+fn checked(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run a checker");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The seven scenes of `product_scenes.py` in `dir`, s1…s7.
+fn scenes(dir: &Path) -> Vec<PathBuf> {
+    checked(
+        Command::new("/usr/bin/python3")
+            .arg(fixture("product_scenes.py"))
+            .arg(dir),
+    );
+    (1..=7).map(|i| dir.join(format!("s{i}.tif"))).collect()
+}
+
+/// A list file of `scenes` for `--from`.
+fn list(dir: &Path, name: &str, scenes: &[PathBuf]) -> PathBuf {
+    let path = dir.join(name);
+    let text: Vec<String> = scenes.iter().map(|s| s.display().to_string()).collect();
+    std::fs::write(&path, text.join("\n")).unwrap();
+    path
+}
+
+/// `product plan NAME --recipe …` over the scenes listed in `from`.
+fn plan(data: &Path, name: &str, recipe: &[&str], from: &Path) -> Value {
+    let mut args = vec![
+        "product",
+        "plan",
+        name,
+        "--grid",
+        GRID,
+        "--window",
+        "128",
+        "--from",
+        from.to_str().unwrap(),
+        "--recipe",
+    ];
+    args.extend_from_slice(recipe);
+    tg_json(data, &args)
+}
+
+fn work(data: &Path) {
+    let out = tg(data, &["work", "--assemble", "--until-empty"], &[]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// Each planned tile's code → its job ID.
+fn tile_jobs(plan: &Value) -> BTreeMap<String, String> {
+    plan["tiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["tile"].as_str().unwrap().to_owned(),
+                t["job_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Compare every tile of `jobs` with the reference of `recipe` over `scenes`.
+/// With `complete`, `jobs` must hold every tile where some scene has a valid pixel.
+fn check_pixels(
+    data: &Path,
+    jobs: &BTreeMap<String, String>,
+    recipe: &str,
+    scenes: &[PathBuf],
+    complete: bool,
+) -> Value {
+    let mut tiles = serde_json::Map::new();
+    tiles.insert(
+        "grid".into(),
+        json!({"size": 20_000, "resolution": 100, "complete": complete}),
+    );
+    for (code, job) in jobs {
+        let mut parts = code.split('-');
+        let zone: u32 = parts.next().unwrap().trim_end_matches('N').parse().unwrap();
+        let col: f64 = parts.next().unwrap().parse().unwrap();
+        let row: f64 = parts.next().unwrap().parse().unwrap();
+        let cog = data.join(format!("objects/tilegate/scenes/{job}.tif"));
+        assert!(cog.exists(), "tile {code}'s COG {}", cog.display());
+        tiles.insert(
+            code.clone(),
+            json!({
+                "cog": cog,
+                "epsg": 32_600 + zone,
+                "bounds": [col * 2e4, row * 2e4, (col + 1.0) * 2e4, (row + 1.0) * 2e4],
+                "size": 200,
+            }),
+        );
+    }
+    let path = data.join(format!("tiles-{}.json", recipe.replace(':', "-")));
+    std::fs::write(&path, serde_json::to_vec(&Value::Object(tiles)).unwrap()).unwrap();
+    let out = checked(
+        Command::new("/usr/bin/python3")
+            .arg(fixture("product_pixels.py"))
+            .arg(&path)
+            .arg(recipe)
+            .args(scenes),
+    );
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn six_scenes_in_two_zones_make_tiles_equal_to_their_references() {
+    let dir = tempdir();
+    let all = scenes(dir.path());
+    let six = &all[..6];
+    let from = list(dir.path(), "six.txt", six);
+    let data = dir.path().join("data");
+    let recipes: [(&str, &[&str]); 5] = [
+        ("mosaic:newest", &["mosaic", "--order", "newest"]),
+        ("mosaic:least-cloud", &["mosaic", "--order", "least-cloud"]),
+        ("composite:median", &["composite", "--stat", "median"]),
+        ("composite:p25", &["composite", "--stat", "p25"]),
+        ("composite:count", &["composite", "--stat", "count"]),
+    ];
+    let mut planned = Vec::new();
+    for (i, (name, args)) in recipes.iter().enumerate() {
+        let p = plan(&data, &format!("p{i}"), args, &from);
+        assert_eq!(p["scenes"].as_array().unwrap().len(), 6, "{p}");
+        planned.push((*name, tile_jobs(&p)));
+    }
+    // The scenes reach tiles of both zones; each recipe plans the same tiles.
+    let tiles: Vec<&String> = planned[0].1.keys().collect();
+    assert!(tiles.iter().any(|t| t.starts_with("32N")), "{tiles:?}");
+    assert!(tiles.iter().any(|t| t.starts_with("33N")), "{tiles:?}");
+    for (_, jobs) in &planned {
+        assert_eq!(jobs.keys().collect::<Vec<_>>(), tiles);
+    }
+    work(&data);
+    for (i, (recipe, jobs)) in planned.iter().enumerate() {
+        // Every recipe plans the same tiles: that none is missing is checked once.
+        let seen = check_pixels(&data, jobs, recipe, six, i == 0);
+        assert_eq!(seen["tiles"], tiles.len(), "{recipe}: {seen}");
+        assert!(seen["valid_pixels"].as_u64().unwrap() > 100_000, "{seen}");
+    }
+    // Planning the same scenes again plans the same jobs and enqueues nothing.
+    let again = plan(&data, "p0", recipes[0].1, &from);
+    assert_eq!(tile_jobs(&again), planned[0].1);
+    for t in again["tiles"].as_array().unwrap() {
+        assert_eq!(
+            (&t["newly_planned"], &t["enqueued"]),
+            (&json!(false), &json!(0))
+        );
+    }
+    // A product's definition is fixed by its first plan.
+    let out = tg(
+        &data,
+        &[
+            "--json",
+            "product",
+            "plan",
+            "p0",
+            "--grid",
+            "utm:10km@100m",
+            "--recipe",
+            "mosaic",
+            "--from",
+            from.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
+}
+
+#[test]
+fn a_scene_added_later_gives_exactly_the_tiles_it_touches_a_new_job() {
+    let dir = tempdir();
+    let all = scenes(dir.path());
+    let data = dir.path().join("data");
+    let recipe: &[&str] = &["mosaic", "--order", "newest"];
+    let before = tile_jobs(&plan(
+        &data,
+        "m",
+        recipe,
+        &list(dir.path(), "six.txt", &all[..6]),
+    ));
+    work(&data);
+    let seventh = list(dir.path(), "seventh.txt", &all[6..]);
+    let added = plan(&data, "m", recipe, &seventh);
+    let touched: Vec<String> = added["scenes"][0]["tiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        added["scenes"][0]["new_in"].as_array().unwrap().len(),
+        touched.len()
+    );
+    let after = tile_jobs(&added);
+    assert_eq!(
+        after.keys().cloned().collect::<Vec<_>>(),
+        touched,
+        "only its tiles planned"
+    );
+    assert!(
+        touched.iter().any(|t| !before.contains_key(t)),
+        "{touched:?} reaches a new tile"
+    );
+    for t in added["tiles"].as_array().unwrap() {
+        let code = t["tile"].as_str().unwrap();
+        assert_eq!(t["newly_planned"], true, "{t}");
+        if let Some(old) = before.get(code) {
+            assert_ne!(
+                old,
+                t["job_id"].as_str().unwrap(),
+                "{code}: a new input set, a new job"
+            );
+        }
+    }
+    // Delivered again: nothing new anywhere.
+    let again = plan(&data, "m", recipe, &seventh);
+    assert_eq!(again["scenes"][0]["new_in"], json!([]), "{again}");
+    assert_eq!(tile_jobs(&again), after);
+    for t in again["tiles"].as_array().unwrap() {
+        assert_eq!(
+            (&t["newly_planned"], &t["enqueued"]),
+            (&json!(false), &json!(0))
+        );
+    }
+    work(&data);
+    // The updated tiles are the mosaic of all seven scenes.
+    let seen = check_pixels(&data, &after, "mosaic:newest", &all, false);
+    assert_eq!(seen["tiles"], touched.len(), "{seen}");
+}
