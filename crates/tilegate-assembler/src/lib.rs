@@ -15,6 +15,7 @@
 
 mod error;
 mod multipart;
+pub mod product;
 mod publish;
 mod pyramid;
 mod record;
@@ -226,6 +227,7 @@ pub async fn assemble(
     if let (Some(scene), true) = (&job.scene_output, record) {
         // A job assembled before scenes had Items gets its Item now (one HEAD otherwise).
         publish_item(b, &job, scene, None).await?;
+        product::point(b, &job, scene).await?;
         return Ok(report);
     }
     if !record {

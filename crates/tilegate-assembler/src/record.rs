@@ -82,6 +82,7 @@ pub(crate) async fn record_scene(
     checksum: Option<String>,
 ) -> Result<(), AssembleError> {
     publish_item(b, job_row, &output, checksum).await?;
+    crate::product::point(b, job_row, &output).await?;
     let job = &job_row.job_id;
     for _ in 0..16 {
         let Some(row) = b.jobs.get_job(job).await? else {

@@ -475,6 +475,30 @@ impl ProductSpec {
     }
 }
 
+/// A product tile's pointer (`products/NAME/tiles/TILE/current.json`): the job whose COG is
+/// the tile now. It moves once per new input set, with a conditional write, and only to a
+/// set that holds every scene of the one it leaves — so a tile assembled late for an older
+/// input set never takes the pointer back, and it ends on the newest set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TilePointer {
+    pub job_id: crate::JobId,
+    /// The tile's COG.
+    pub key: String,
+    pub e_tag: crate::ETag,
+    pub size: u64,
+    /// The identities of the input scenes, sorted.
+    pub inputs: Vec<String>,
+    pub updated_at: crate::UnixMillis,
+}
+
+impl TilePointer {
+    /// Whether a pointer to `inputs` should replace this one: it holds every scene this one
+    /// does, and more.
+    pub fn moves_to(&self, inputs: &[String]) -> bool {
+        inputs.len() > self.inputs.len() && self.inputs.iter().all(|i| inputs.contains(i))
+    }
+}
+
 /// Check a product's name: it is a key segment and part of a URI.
 pub fn check_name(name: &str) -> Result<(), ProductError> {
     let ok = !name.is_empty()
@@ -602,6 +626,29 @@ mod tests {
         assert_eq!(Stat::parse("p90"), Some(Stat::Percentile(90)));
         assert_eq!(Stat::parse("p95"), None);
         assert_eq!(Stat::parse("p5"), None);
+    }
+
+    #[test]
+    fn pointers_move_only_to_a_larger_input_set() {
+        let at = |inputs: &[&str]| TilePointer {
+            job_id: crate::JobId::parse(&"a".repeat(32)).unwrap(),
+            key: "k".into(),
+            e_tag: crate::ETag::new("e"),
+            size: 1,
+            inputs: inputs.iter().map(|s| (*s).to_owned()).collect(),
+            updated_at: 0,
+        };
+        let ids = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert!(at(&["a", "b"]).moves_to(&ids(&["a", "b", "c"])));
+        assert!(!at(&["a", "b"]).moves_to(&ids(&["a", "b"])), "the same set");
+        assert!(
+            !at(&["a", "b", "c"]).moves_to(&ids(&["a", "b"])),
+            "an older set"
+        );
+        assert!(
+            !at(&["a", "b"]).moves_to(&ids(&["a", "c", "d"])),
+            "not a superset"
+        );
     }
 
     #[test]

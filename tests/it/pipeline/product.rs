@@ -87,6 +87,20 @@ fn tile_jobs(plan: &Value) -> BTreeMap<String, String> {
 }
 
 /// Compare every tile of `jobs` with the reference of `recipe` over `scenes`.
+/// The tile pointer of `product`'s `tile`: the job it names and its input count.
+fn pointer(data: &Path, product: &str, tile: &str) -> (String, usize) {
+    let path = data.join(format!(
+        "objects/tilegate/products/{product}/tiles/{tile}/current.json"
+    ));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let cog = data.join("objects").join(doc["key"].as_str().unwrap());
+    assert!(cog.exists(), "the pointer names {}", cog.display());
+    (
+        doc["job_id"].as_str().unwrap().to_owned(),
+        doc["inputs"].as_array().unwrap().len(),
+    )
+}
+
 /// With `complete`, `jobs` must hold every tile where some scene has a valid pixel.
 fn check_pixels(
     data: &Path,
@@ -162,6 +176,12 @@ fn six_scenes_in_two_zones_make_tiles_equal_to_their_references() {
         let seen = check_pixels(&data, jobs, recipe, six, i == 0);
         assert_eq!(seen["tiles"], tiles.len(), "{recipe}: {seen}");
         assert!(seen["valid_pixels"].as_u64().unwrap() > 100_000, "{seen}");
+    }
+    // Every tile's pointer names its job.
+    for (i, (_, jobs)) in planned.iter().enumerate() {
+        for (tile, job) in jobs {
+            assert_eq!(&pointer(&data, &format!("p{i}"), tile).0, job);
+        }
     }
     // Planning the same scenes again plans the same jobs and enqueues nothing.
     let again = plan(&data, "p0", recipes[0].1, &from);
@@ -251,7 +271,53 @@ fn a_scene_added_later_gives_exactly_the_tiles_it_touches_a_new_job() {
         );
     }
     work(&data);
+    // The pointers moved onto the new jobs; the other tiles' stayed where they were.
+    for (tile, job) in &before {
+        let want = after.get(tile).unwrap_or(job);
+        assert_eq!(&pointer(&data, "m", tile).0, want, "{tile}");
+    }
     // The updated tiles are the mosaic of all seven scenes.
     let seen = check_pixels(&data, &after, "mosaic:newest", &all, false);
     assert_eq!(seen["tiles"], touched.len(), "{seen}");
+}
+
+#[test]
+fn a_pointer_never_goes_back_to_an_older_input_set() {
+    let dir = tempdir();
+    let all = scenes(dir.path());
+    let data = dir.path().join("data");
+    let recipe: &[&str] = &["composite", "--stat", "max"];
+    let old = tile_jobs(&plan(
+        &data,
+        "c",
+        recipe,
+        &list(dir.path(), "six.txt", &all[..6]),
+    ));
+    let new = tile_jobs(&plan(
+        &data,
+        "c",
+        recipe,
+        &list(dir.path(), "s7.txt", &all[6..]),
+    ));
+    let out = tg(&data, &["work", "--until-empty"], &[]);
+    assert!(out.status.success(), "{out:?}");
+    // The newer input set is assembled first, the older one after it.
+    let (tile, newer) = new
+        .iter()
+        .find(|(t, _)| old.contains_key(*t))
+        .expect("the seventh scene reaches a tile of the six");
+    let older = &old[tile];
+    for job in [newer, older] {
+        let out = tg(&data, &["--json", "assemble", job], &[]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let (at, inputs) = pointer(&data, "c", tile);
+    assert_eq!(
+        &at, newer,
+        "{tile}: the pointer stays on the larger input set"
+    );
+    // Assembling the newer one again moves nothing.
+    let out = tg(&data, &["--json", "assemble", newer], &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(pointer(&data, "c", tile), (at, inputs));
 }
