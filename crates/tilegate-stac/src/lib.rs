@@ -152,6 +152,18 @@ pub fn item(job: &JobRecord, scene: &OutputRef, checksum: &str) -> Value {
             }
         },
     });
+    if let tilegate_core::recipe::Operation::Product(p) = &job.recipe.operation {
+        // A product tile: derived from each of its input scenes, named by its grid and tile.
+        item["properties"]["tilegate:product"] = json!(p.product);
+        item["properties"]["tilegate:grid"] = json!(p.grid);
+        item["properties"]["tilegate:tile"] = json!(p.tile);
+        let links = item["links"].as_array_mut().expect("links");
+        links.clear();
+        links.extend(p.inputs.iter().map(|i| {
+            json!({ "rel": "derived_from", "href": tilegate_core::redact::redact(&i.source.uri),
+                "title": format!("input scene {}", i.id) })
+        }));
+    }
     if let tilegate_core::recipe::Operation::Pyramid(p) = &job.recipe.operation {
         // A web pyramid: the archive is the data, and web maps read it (or its `z/x/y`
         // objects) by the web-map-links relations.

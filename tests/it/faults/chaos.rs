@@ -1117,9 +1117,19 @@ impl Assembly {
                 }
             }
             Self::BStarted(a, b_child) => {
-                // C goes once A's lease has lapsed (or B, started late, took over and finished).
+                // C goes once A's lease has lapsed mid-upload (or B, started late, took over
+                // and finished). Mid-upload: A's multipart upload is open, and the lease is a
+                // second past its end — a renewal late by a moment on a loaded machine (while
+                // A still builds, its renewals running) is no lapse, and a C started then
+                // would find A's lease renewed and leave, with nobody left to take over.
+                let uploading = || {
+                    !rt.block_on(b.objects.list_multipart(scene_key, None))
+                        .unwrap()
+                        .is_empty()
+                };
                 let lapsed_or_done = claim().is_some_and(|c| {
-                    c.row.expires_at < now_millis() || c.row.state == ClaimState::Done
+                    c.row.state == ClaimState::Done
+                        || (c.row.expires_at + 1000 < now_millis() && uploading())
                 });
                 if lapsed_or_done {
                     let c = ChildDoc::spawn(target, data, job, &[], logs.join("assemble-c.log"));

@@ -5,6 +5,7 @@
 //! the tile, then first-valid in order or `numpy.nan…`); a scene added later gives exactly
 //! the tiles it touches a new job, and adding it again changes nothing.
 
+use crate::per_backend::per_backend;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -49,7 +50,7 @@ fn list(dir: &Path, name: &str, scenes: &[PathBuf]) -> PathBuf {
 }
 
 /// `product plan NAME --recipe …` over the scenes listed in `from`.
-fn plan(data: &Path, name: &str, recipe: &[&str], from: &Path) -> Value {
+fn plan(target: &Target, data: &Path, name: &str, recipe: &[&str], from: &Path) -> Value {
     let mut args = vec![
         "product",
         "plan",
@@ -63,12 +64,26 @@ fn plan(data: &Path, name: &str, recipe: &[&str], from: &Path) -> Value {
         "--recipe",
     ];
     args.extend_from_slice(recipe);
-    tg_json(data, &args)
+    target.json(data, &args)
 }
 
-fn work(data: &Path) {
-    let out = tg(data, &["work", "--assemble", "--until-empty"], &[]);
+fn work(target: &Target, data: &Path, assemble: bool) {
+    let mut cmd = target.command(data);
+    cmd.args(["work", "--until-empty"]);
+    if assemble {
+        cmd.arg("--assemble");
+    }
+    let out = cmd.output().expect("run tilegate");
     assert!(out.status.success(), "{out:?}");
+}
+
+/// A copy of the store's object `key` in `data`'s directory, for GDAL and the test to read.
+fn fetched(target: &Target, data: &Path, key: &str) -> PathBuf {
+    let dir = data.join("fetched");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(key.replace('/', "_"));
+    target.copy_object(data, key, &out);
+    out
 }
 
 /// Each planned tile's code → its job ID.
@@ -88,13 +103,12 @@ fn tile_jobs(plan: &Value) -> BTreeMap<String, String> {
 
 /// Compare every tile of `jobs` with the reference of `recipe` over `scenes`.
 /// The tile pointer of `product`'s `tile`: the job it names and its input count.
-fn pointer(data: &Path, product: &str, tile: &str) -> (String, usize) {
-    let path = data.join(format!(
-        "objects/tilegate/products/{product}/tiles/{tile}/current.json"
-    ));
+fn pointer(target: &Target, data: &Path, product: &str, tile: &str) -> (String, usize) {
+    let key = format!("tilegate/products/{product}/tiles/{tile}/current.json");
+    let path = fetched(target, data, &key);
     let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let cog = data.join("objects").join(doc["key"].as_str().unwrap());
-    assert!(cog.exists(), "the pointer names {}", cog.display());
+    // The COG it names is in place.
+    fetched(target, data, doc["key"].as_str().unwrap());
     (
         doc["job_id"].as_str().unwrap().to_owned(),
         doc["inputs"].as_array().unwrap().len(),
@@ -103,6 +117,7 @@ fn pointer(data: &Path, product: &str, tile: &str) -> (String, usize) {
 
 /// With `complete`, `jobs` must hold every tile where some scene has a valid pixel.
 fn check_pixels(
+    target: &Target,
     data: &Path,
     jobs: &BTreeMap<String, String>,
     recipe: &str,
@@ -119,8 +134,7 @@ fn check_pixels(
         let zone: u32 = parts.next().unwrap().trim_end_matches('N').parse().unwrap();
         let col: f64 = parts.next().unwrap().parse().unwrap();
         let row: f64 = parts.next().unwrap().parse().unwrap();
-        let cog = data.join(format!("objects/tilegate/scenes/{job}.tif"));
-        assert!(cog.exists(), "tile {code}'s COG {}", cog.display());
+        let cog = fetched(target, data, &format!("tilegate/scenes/{job}.tif"));
         tiles.insert(
             code.clone(),
             json!({
@@ -145,6 +159,8 @@ fn check_pixels(
 
 #[test]
 fn six_scenes_in_two_zones_make_tiles_equal_to_their_references() {
+    let target = Target::Embedded;
+    let t = &target;
     let dir = tempdir();
     let all = scenes(dir.path());
     let six = &all[..6];
@@ -159,7 +175,7 @@ fn six_scenes_in_two_zones_make_tiles_equal_to_their_references() {
     ];
     let mut planned = Vec::new();
     for (i, (name, args)) in recipes.iter().enumerate() {
-        let p = plan(&data, &format!("p{i}"), args, &from);
+        let p = plan(t, &data, &format!("p{i}"), args, &from);
         assert_eq!(p["scenes"].as_array().unwrap().len(), 6, "{p}");
         planned.push((*name, tile_jobs(&p)));
     }
@@ -170,21 +186,21 @@ fn six_scenes_in_two_zones_make_tiles_equal_to_their_references() {
     for (_, jobs) in &planned {
         assert_eq!(jobs.keys().collect::<Vec<_>>(), tiles);
     }
-    work(&data);
+    work(t, &data, true);
     for (i, (recipe, jobs)) in planned.iter().enumerate() {
         // Every recipe plans the same tiles: that none is missing is checked once.
-        let seen = check_pixels(&data, jobs, recipe, six, i == 0);
+        let seen = check_pixels(t, &data, jobs, recipe, six, i == 0);
         assert_eq!(seen["tiles"], tiles.len(), "{recipe}: {seen}");
         assert!(seen["valid_pixels"].as_u64().unwrap() > 100_000, "{seen}");
     }
     // Every tile's pointer names its job.
     for (i, (_, jobs)) in planned.iter().enumerate() {
         for (tile, job) in jobs {
-            assert_eq!(&pointer(&data, &format!("p{i}"), tile).0, job);
+            assert_eq!(&pointer(t, &data, &format!("p{i}"), tile).0, job);
         }
     }
     // Planning the same scenes again plans the same jobs and enqueues nothing.
-    let again = plan(&data, "p0", recipes[0].1, &from);
+    let again = plan(t, &data, "p0", recipes[0].1, &from);
     assert_eq!(tile_jobs(&again), planned[0].1);
     for t in again["tiles"].as_array().unwrap() {
         assert_eq!(
@@ -193,9 +209,9 @@ fn six_scenes_in_two_zones_make_tiles_equal_to_their_references() {
         );
     }
     // A product's definition is fixed by its first plan.
-    let out = tg(
-        &data,
-        &[
+    let out = t
+        .command(&data)
+        .args([
             "--json",
             "product",
             "plan",
@@ -206,29 +222,35 @@ fn six_scenes_in_two_zones_make_tiles_equal_to_their_references() {
             "mosaic",
             "--from",
             from.to_str().unwrap(),
-        ],
-        &[],
-    );
+        ])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
 }
 
-#[test]
-fn a_scene_added_later_gives_exactly_the_tiles_it_touches_a_new_job() {
+per_backend!(a_scene_added_later_gives_exactly_the_tiles_it_touches_a_new_job: [embedded, aws, gcs, azure]);
+
+fn a_scene_added_later_gives_exactly_the_tiles_it_touches_a_new_job(target: Target) {
+    let t = &target;
     let dir = tempdir();
     let all = scenes(dir.path());
     let data = dir.path().join("data");
+    if let Target::Objects(_) = t {
+        t.json(&data, &["init", "--create-bucket"]);
+    }
     let recipe: &[&str] = &["mosaic", "--order", "newest"];
     let before = tile_jobs(&plan(
+        t,
         &data,
         "m",
         recipe,
         &list(dir.path(), "six.txt", &all[..6]),
     ));
-    work(&data);
+    work(t, &data, true);
     let seventh = list(dir.path(), "seventh.txt", &all[6..]);
-    let added = plan(&data, "m", recipe, &seventh);
+    let added = plan(t, &data, "m", recipe, &seventh);
     let touched: Vec<String> = added["scenes"][0]["tiles"]
         .as_array()
         .unwrap()
@@ -261,7 +283,7 @@ fn a_scene_added_later_gives_exactly_the_tiles_it_touches_a_new_job() {
         }
     }
     // Delivered again: nothing new anywhere.
-    let again = plan(&data, "m", recipe, &seventh);
+    let again = plan(t, &data, "m", recipe, &seventh);
     assert_eq!(again["scenes"][0]["new_in"], json!([]), "{again}");
     assert_eq!(tile_jobs(&again), after);
     for t in again["tiles"].as_array().unwrap() {
@@ -270,37 +292,50 @@ fn a_scene_added_later_gives_exactly_the_tiles_it_touches_a_new_job() {
             (&json!(false), &json!(0))
         );
     }
-    work(&data);
+    work(t, &data, true);
+    // Each updated tile's STAC Item is derived from its seven or fewer scenes, and valid.
+    for (tile, job) in &after {
+        let path = fetched(t, &data, &format!("tilegate/scenes/{job}.json"));
+        let item: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(item["properties"]["tilegate:tile"], tile.as_str());
+        let derived = item["links"].as_array().unwrap().iter();
+        let inputs = derived.filter(|l| l["rel"] == "derived_from").count();
+        assert_eq!(inputs, pointer(t, &data, "m", tile).1, "{tile}: {item}");
+        validate_stac(&path).unwrap();
+    }
     // The pointers moved onto the new jobs; the other tiles' stayed where they were.
     for (tile, job) in &before {
         let want = after.get(tile).unwrap_or(job);
-        assert_eq!(&pointer(&data, "m", tile).0, want, "{tile}");
+        assert_eq!(&pointer(t, &data, "m", tile).0, want, "{tile}");
     }
     // The updated tiles are the mosaic of all seven scenes.
-    let seen = check_pixels(&data, &after, "mosaic:newest", &all, false);
+    let seen = check_pixels(t, &data, &after, "mosaic:newest", &all, false);
     assert_eq!(seen["tiles"], touched.len(), "{seen}");
 }
 
-#[test]
-fn a_pointer_never_goes_back_to_an_older_input_set() {
+per_backend!(a_pointer_never_goes_back_to_an_older_input_set);
+
+fn a_pointer_never_goes_back_to_an_older_input_set(target: Target) {
+    let t = &target;
     let dir = tempdir();
     let all = scenes(dir.path());
     let data = dir.path().join("data");
     let recipe: &[&str] = &["composite", "--stat", "max"];
     let old = tile_jobs(&plan(
+        t,
         &data,
         "c",
         recipe,
         &list(dir.path(), "six.txt", &all[..6]),
     ));
     let new = tile_jobs(&plan(
+        t,
         &data,
         "c",
         recipe,
         &list(dir.path(), "s7.txt", &all[6..]),
     ));
-    let out = tg(&data, &["work", "--until-empty"], &[]);
-    assert!(out.status.success(), "{out:?}");
+    work(t, &data, false);
     // The newer input set is assembled first, the older one after it.
     let (tile, newer) = new
         .iter()
@@ -308,16 +343,14 @@ fn a_pointer_never_goes_back_to_an_older_input_set() {
         .expect("the seventh scene reaches a tile of the six");
     let older = &old[tile];
     for job in [newer, older] {
-        let out = tg(&data, &["--json", "assemble", job], &[]);
-        assert!(out.status.success(), "{out:?}");
+        t.json(&data, &["assemble", job]);
     }
-    let (at, inputs) = pointer(&data, "c", tile);
+    let (at, inputs) = pointer(t, &data, "c", tile);
     assert_eq!(
         &at, newer,
         "{tile}: the pointer stays on the larger input set"
     );
     // Assembling the newer one again moves nothing.
-    let out = tg(&data, &["--json", "assemble", newer], &[]);
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(pointer(&data, "c", tile), (at, inputs));
+    t.json(&data, &["assemble", newer]);
+    assert_eq!(pointer(t, &data, "c", tile), (at, inputs));
 }
