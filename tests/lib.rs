@@ -34,8 +34,8 @@ pub use support::bin::{
 pub use support::chromium::{Browser, chromium, elements, render_in_chromium};
 pub use support::emulators::{azure_container, azure_emulator, gcs_emulator, no_emulator, unique};
 pub use support::files::{
-    artifacts_dir, blake3_hex, check_crash_payload, crash_payload, snapshot, snapshot_tree,
-    tempdir, tiles_dir,
+    artifacts_dir, blake3_hex, check_crash_payload, checked, crash_payload, fixture, snapshot,
+    snapshot_tree, tempdir, tiles_dir,
 };
 pub use support::http::{HttpServer, allow_loopback_sources};
 /// The tests' one HTTP/1.1 client.

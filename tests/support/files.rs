@@ -126,3 +126,23 @@ pub fn check_crash_payload(bytes: &[u8]) -> Result<(String, u64), String> {
     }
     Ok((key.to_owned(), version.parse().map_err(|_| "bad version")?))
 }
+
+/// The path of `tests/fixtures/NAME` (the reference scripts and documents tests hand to tools).
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// Run a checker, require success, and return its trimmed standard output (its output and
+/// errors in the panic otherwise).
+pub fn checked(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().expect("run a checker");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}

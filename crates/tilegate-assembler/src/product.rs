@@ -42,14 +42,18 @@ pub async fn point(
     };
     let body = Bytes::from(serde_json::to_vec_pretty(&mine).expect("a pointer serializes"));
     for _ in 0..16 {
-        if b.objects.head(&key).await?.is_none() {
-            if let PutOutcome::Written(_) = b.objects.put_create(&key, body.clone()).await? {
-                tracing::info!(job_id = %job.job_id, tile = %spec.tile, "tile pointer set");
-                return Ok(Some(Pointed::Moved));
+        // One read: its answer is both whether a pointer is there and the version judged.
+        let found = match b.objects.get_bytes(&key).await {
+            Ok(found) => found,
+            Err(StoreError::NotFound { .. }) => {
+                if let PutOutcome::Written(_) = b.objects.put_create(&key, body.clone()).await? {
+                    tracing::info!(job_id = %job.job_id, tile = %spec.tile, "tile pointer set");
+                    return Ok(Some(Pointed::Moved));
+                }
+                continue;
             }
-            continue;
-        }
-        let found = b.objects.get_bytes(&key).await?;
+            Err(e) => return Err(e.into()),
+        };
         let current: TilePointer =
             serde_json::from_slice(&found.bytes).map_err(|e| StoreError::Corrupt {
                 what: "product tile pointer",

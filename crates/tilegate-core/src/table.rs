@@ -89,6 +89,35 @@ impl JobRecord {
         !self.settled
     }
 
+    /// A job row as planning writes it: its ID derived from the source, recipe and where
+    /// its outputs go, nothing recorded yet.
+    pub fn planned(
+        source: SourceInfo,
+        recipe: Recipe,
+        grid: Grid,
+        prefix: Prefix,
+        tenant: Tenant,
+        scene: SceneMeta,
+        manifest_shards: u32,
+    ) -> Self {
+        Self {
+            job_id: JobId::of(&source, &recipe, &prefix, &tenant),
+            source,
+            recipe,
+            grid,
+            prefix,
+            tenant,
+            scene,
+            created_at: crate::now_millis(),
+            scene_output: None,
+            manifest_shards: manifest_shards.clamp(1, MAX_MANIFEST_SHARDS),
+            redrives: 0,
+            outbox: Vec::new(),
+            windows_enqueued: false,
+            settled: false,
+        }
+    }
+
     /// What the job reads: its source, or a product tile's input scenes (its source is the
     /// tile itself, pinned by them). Every one is admitted and verified as a source is.
     pub fn sources(&self) -> Vec<&SourceInfo> {

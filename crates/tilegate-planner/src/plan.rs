@@ -10,9 +10,9 @@ use tilegate_core::message::WindowMessage;
 use tilegate_core::recipe::{Operation, RecipeError};
 use tilegate_core::source::SceneMeta;
 use tilegate_core::stall::STALL_AFTER_MS;
-use tilegate_core::table::{CreateOutcome, JobRecord, MAX_MANIFEST_SHARDS};
+use tilegate_core::table::{CreateOutcome, JobRecord};
 use tilegate_core::{
-    Backends, Grid, JobId, KeyError, Prefix, Recipe, StoreError, Tenant, Window, now_millis,
+    Backends, Grid, KeyError, Prefix, Recipe, StoreError, Tenant, Window, now_millis,
 };
 use tilegate_source::{Origin, ResolvedSource, SourceError, SourcePolicy, resolve};
 
@@ -372,23 +372,15 @@ async fn derive_resolved(
     recipe.window = Grid::fitted_window(scene.width, scene.height, recipe.window);
     let grid = Grid::new(scene.width, scene.height, recipe.window)?;
     let root = opts.tenant.root(&opts.prefix)?;
-    let job_id = JobId::of(&resolved.info, &recipe, &root, &opts.tenant);
-    let record = JobRecord {
-        job_id,
-        source: resolved.info,
+    let record = JobRecord::planned(
+        resolved.info,
         recipe,
         grid,
-        prefix: root,
-        tenant: opts.tenant.clone(),
+        root,
+        opts.tenant.clone(),
         scene,
-        created_at: now_millis(),
-        scene_output: None,
-        manifest_shards: opts.manifest_shards.clamp(1, MAX_MANIFEST_SHARDS),
-        redrives: 0,
-        outbox: Vec::new(),
-        windows_enqueued: false,
-        settled: false,
-    };
+        opts.manifest_shards,
+    );
     Ok(record)
 }
 

@@ -12,14 +12,14 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tilegate_core::ObjectKey;
 use tilegate_core::object::{ObjectStoreExt as _, PutOutcome};
 use tilegate_core::product::{
     GridTile, Method, ProductError, ProductInput, ProductSpec, Stat, UtmGrid, scene_id,
 };
 use tilegate_core::recipe::{Operation, RecipeError, WARP_RESAMPLINGS};
-use tilegate_core::table::{JobRecord, MAX_MANIFEST_SHARDS};
-use tilegate_core::{Backends, Compression, Grid, JobId, Prefix, Recipe, StoreError, Tenant};
-use tilegate_core::{ObjectKey, now_millis};
+use tilegate_core::table::JobRecord;
+use tilegate_core::{Backends, Compression, Grid, Prefix, Recipe, StoreError, Tenant};
 use tilegate_source::{Origin, SourcePolicy};
 
 /// A product's definition, fixed when it is first planned.
@@ -275,21 +275,13 @@ async fn tile_job(
         compression: opts.compression,
         window,
     };
-    let job_id = JobId::of(&source, &recipe, root, &opts.tenant);
-    Ok(JobRecord {
-        job_id,
+    Ok(JobRecord::planned(
         source,
         recipe,
-        grid: Grid::new(scene.width, scene.height, window)?,
-        prefix: root.clone(),
-        tenant: opts.tenant.clone(),
+        Grid::new(scene.width, scene.height, window)?,
+        root.clone(),
+        opts.tenant.clone(),
         scene,
-        created_at: now_millis(),
-        scene_output: None,
-        manifest_shards: opts.manifest_shards.clamp(1, MAX_MANIFEST_SHARDS),
-        redrives: 0,
-        outbox: Vec::new(),
-        windows_enqueued: false,
-        settled: false,
-    })
+        opts.manifest_shards,
+    ))
 }

@@ -14,23 +14,6 @@ use tilegate_tests::*;
 
 const GRID: &str = "utm:20km@100m";
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
-
-fn checked(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run a checker");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// The seven scenes of `product_scenes.py` in `dir`, s1…s7.
 fn scenes(dir: &Path) -> Vec<PathBuf> {
     checked(

@@ -14,12 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use tilegate_tests::*;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
-
 /// The venv with `pmtiles` and `morecantile` (`bash .ci/tiles-venv` makes it).
 fn tiles_python() -> PathBuf {
     if let Some(p) = std::env::var_os("TILEGATE_TILES_PYTHON") {
@@ -32,17 +26,6 @@ fn tiles_python() -> PathBuf {
          .ci/tiles-venv`)"
     );
     p
-}
-
-fn checked(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run a checker");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 fn pyramid_dir(data: &Path, job: &str) -> PathBuf {
