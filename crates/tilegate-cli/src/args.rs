@@ -391,6 +391,12 @@ pub struct IngestArgs {
     /// with --assets; their hrefs must reach hosts and buckets the source policy lists.
     #[arg(long = "collection", value_name = "ID")]
     pub collections: Vec<String>,
+    /// Add each arrival to product NAME (define it first with `tilegate product plan NAME
+    /// --grid … --recipe …`, no scene needed; under the same --prefix and --tenant): the
+    /// tiles it touches are planned over their scenes, with the product's recipe. A scene
+    /// delivered again plans nothing.
+    #[arg(long, value_name = "NAME")]
+    pub product: Option<String>,
     /// Exit once a round finds no message and no new file.
     #[arg(long)]
     pub until_idle: bool,

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tilegate_core::arrival::{self, Arrival, Record};
 use tilegate_core::{Backends, JobId, Prefix, Reason, Recipe, Tenant};
+use tilegate_planner::product::{PlannedTile, ProductOptions, plan_product_resolved};
 use tilegate_planner::{Enqueue, PlanError, PlanOptions, plan_resolved};
 use tilegate_source::{Origin, Policies, SourceError, resolve};
 
@@ -54,6 +55,10 @@ pub struct IngestConfig {
     /// Plan only STAC Items of these collections; none: any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub collections: Vec<String>,
+    /// Add each arrival to this product (defined before, under the prefix and tenant) and
+    /// plan the tiles it touches, instead of planning it as a job with the recipe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
 }
 
 impl Default for IngestConfig {
@@ -68,6 +73,7 @@ impl Default for IngestConfig {
             key_prefixes: Vec::new(),
             key_suffixes: Vec::new(),
             collections: Vec::new(),
+            product: None,
         }
     }
 }
@@ -93,6 +99,16 @@ pub enum Ingested {
     },
     /// The job was planned and enqueued before: a duplicate notification, absorbed.
     Duplicate { arrival: String, job_id: JobId },
+    /// Added to the configuration's product: the tiles it touches, each planned over its
+    /// scenes. A scene the product had before plans nothing new ([`Ingested::Duplicate`]'s
+    /// counterpart: `tiles` all unchanged).
+    Product {
+        arrival: String,
+        product: String,
+        scene: String,
+        tiles: Vec<PlannedTile>,
+        duplicate: bool,
+    },
     /// Not for this configuration (a key or collection filtered out, a removal event).
     Skipped { arrival: String, why: String },
 }
@@ -379,6 +395,9 @@ impl Ingest {
         started: Instant,
         opts: &PlanOptions,
     ) -> Result<Ingested, IngestError> {
+        if let Some(product) = &self.cfg.product {
+            return self.add_to_product(product, name, resolved, opts).await;
+        }
         let planned = match resolved {
             Ok(r) => plan_resolved(&self.b, r, started, opts, Enqueue::Once).await,
             Err(e) => Err(e.into()),
@@ -401,6 +420,52 @@ impl Ingest {
             job_id,
             windows: p.windows,
             enqueued: p.enqueued,
+        })
+    }
+}
+
+impl Ingest {
+    /// Add an arrival to the product: the tiles it touches, planned over their scenes.
+    async fn add_to_product(
+        &self,
+        product: &str,
+        name: String,
+        resolved: Result<tilegate_source::ResolvedSource, SourceError>,
+        opts: &PlanOptions,
+    ) -> Result<Ingested, IngestError> {
+        let planned = async {
+            let resolved = resolved?;
+            let root = opts.tenant.root(&opts.prefix)?;
+            let definition = tilegate_planner::product::definition(&self.b, &root, product).await?;
+            let popts = ProductOptions {
+                definition,
+                prefix: opts.prefix.clone(),
+                tenant: opts.tenant.clone(),
+                policy: opts.policy.clone(),
+                manifest_shards: opts.manifest_shards,
+            };
+            plan_product_resolved(&self.b, &popts, vec![resolved]).await
+        }
+        .await
+        .map_err(|source| IngestError::Plan {
+            arrival: tilegate_core::redact::redact(&name).into_owned(),
+            source: Box::new(source),
+        })?;
+        let duplicate = planned.changed_nothing();
+        let scene = planned
+            .scenes
+            .first()
+            .map(|s| s.id.clone())
+            .unwrap_or_default();
+        let tiles = planned.planned_tiles();
+        tracing::info!(arrival = %name, %product, %scene, tiles = tiles.len(), duplicate,
+            "arrival added to the product");
+        Ok(Ingested::Product {
+            arrival: name,
+            product: product.to_owned(),
+            scene,
+            tiles,
+            duplicate,
         })
     }
 }

@@ -19,8 +19,8 @@ use tilegate_core::product::{
 };
 use tilegate_core::recipe::{Operation, RecipeError, WARP_RESAMPLINGS};
 use tilegate_core::table::JobRecord;
-use tilegate_core::{Backends, Compression, Grid, Prefix, Recipe, StoreError, Tenant};
-use tilegate_source::{Origin, SourcePolicy};
+use tilegate_core::{Backends, Compression, Grid, JobId, Prefix, Recipe, StoreError, Tenant};
+use tilegate_source::{Origin, ResolvedSource, SourcePolicy};
 
 /// A product's definition, fixed when it is first planned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -31,14 +31,16 @@ pub struct ProductDefinition {
     #[serde(flatten)]
     pub method: Method,
     pub resampling: String,
+    /// The tile COGs' compression.
+    pub compression: Compression,
+    /// The window side a tile is planned with (fitted to the tile).
+    pub window: u32,
 }
 
 /// What to plan: the product and where its outputs go.
 #[derive(Debug, Clone)]
 pub struct ProductOptions {
     pub definition: ProductDefinition,
-    pub compression: Compression,
-    pub window: u32,
     pub prefix: Prefix,
     pub tenant: Tenant,
     pub policy: Arc<SourcePolicy>,
@@ -62,6 +64,49 @@ pub struct ProductPlan {
     pub tiles: Vec<(String, Plan)>,
 }
 
+/// One tile a product's planning planned, as reports say it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct PlannedTile {
+    pub tile: String,
+    pub job_id: JobId,
+    /// The tile's input scenes now.
+    pub inputs: usize,
+    /// False when the tile's job was planned before (its input set did not change).
+    pub newly_planned: bool,
+    pub windows: u64,
+    pub enqueued: u64,
+}
+
+impl ProductPlan {
+    /// Each tile planned, as reports say it.
+    pub fn planned_tiles(&self) -> Vec<PlannedTile> {
+        self.tiles
+            .iter()
+            .map(|(tile, p)| PlannedTile {
+                tile: tile.clone(),
+                job_id: p.job.job_id.clone(),
+                inputs: match &p.job.recipe.operation {
+                    Operation::Product(s) => s.inputs.len(),
+                    _ => 0,
+                },
+                newly_planned: p.newly_planned,
+                windows: p.windows,
+                enqueued: p.enqueued,
+            })
+            .collect()
+    }
+
+    /// Whether it changed nothing: every scene was the product's before and every tile's job
+    /// was planned and enqueued before (a scene delivered again).
+    pub fn changed_nothing(&self) -> bool {
+        self.scenes.iter().all(|s| s.new_in.is_empty())
+            && self
+                .tiles
+                .iter()
+                .all(|(_, p)| !p.newly_planned && p.enqueued == 0)
+    }
+}
+
 fn refuse(e: ProductError) -> PlanError {
     PlanError::Recipe(RecipeError::Custom(e.to_string()))
 }
@@ -79,9 +124,55 @@ pub async fn plan_product(
     sources: &[String],
     origin: Origin<'_>,
 ) -> Result<ProductPlan, PlanError> {
-    let def = &opts.definition;
+    check(&opts.definition)?;
+    let root = opts.tenant.root(&opts.prefix)?;
+    define(b, &root, &opts.definition).await?;
+    let mut resolved = Vec::with_capacity(sources.len());
+    for source in sources {
+        resolved.push(if tilegate_source::stac::is_item(source) {
+            tilegate_source::stac::resolve_item(b, &opts.policy, source, &[], origin).await?
+        } else {
+            tilegate_source::resolve(b, &opts.policy, source, origin).await?
+        });
+    }
+    add_scenes(b, opts, &root, resolved).await
+}
+
+/// Add scenes already resolved (and judged by the policy: an arrival's) to a product defined
+/// before, and plan every tile they touch. Adding a scene the product has plans nothing new.
+pub async fn plan_product_resolved(
+    b: &Backends,
+    opts: &ProductOptions,
+    resolved: Vec<ResolvedSource>,
+) -> Result<ProductPlan, PlanError> {
+    check(&opts.definition)?;
+    let root = opts.tenant.root(&opts.prefix)?;
+    define(b, &root, &opts.definition).await?;
+    add_scenes(b, opts, &root, resolved).await
+}
+
+/// The stored definition of product `name` under `root`, to add arrivals to.
+pub async fn definition(
+    b: &Backends,
+    root: &Prefix,
+    name: &str,
+) -> Result<ProductDefinition, PlanError> {
+    tilegate_core::product::check_name(name).map_err(refuse)?;
+    let key = root.product_key(name);
+    match read_json(b, &key).await {
+        Err(PlanError::Store(StoreError::NotFound { .. })) => {
+            Err(refuse(ProductError::Inputs(format!(
+                "product `{name}` is not defined under {root}: define it first with \
+                 `tilegate product plan {name} --grid … --recipe …` (no scene needed)"
+            ))))
+        }
+        other => other,
+    }
+}
+
+fn check(def: &ProductDefinition) -> Result<(), PlanError> {
     tilegate_core::product::check_name(&def.name).map_err(refuse)?;
-    let grid = grid_of(def)?;
+    grid_of(def)?;
     if !WARP_RESAMPLINGS.contains(&def.resampling.as_str()) {
         return Err(RecipeError::Custom(format!(
             "resampling `{}`: expected one of {}",
@@ -90,12 +181,21 @@ pub async fn plan_product(
         ))
         .into());
     }
-    let root = opts.tenant.root(&opts.prefix)?;
-    define(b, &root, def).await?;
-    let mut scenes = Vec::with_capacity(sources.len());
+    Ok(())
+}
+
+async fn add_scenes(
+    b: &Backends,
+    opts: &ProductOptions,
+    root: &Prefix,
+    resolved: Vec<ResolvedSource>,
+) -> Result<ProductPlan, PlanError> {
+    let def = &opts.definition;
+    let grid = grid_of(def)?;
+    let mut scenes = Vec::with_capacity(resolved.len());
     let mut touched = std::collections::BTreeSet::new();
-    for source in sources {
-        let input = pin(b, &opts.policy, source, origin).await?;
+    for source in resolved {
+        let input = pin(source).await?;
         let placement = input.scene.placement.as_ref().ok_or_else(|| {
             refuse(ProductError::Inputs(format!(
                 "`{}` has no CRS: a product places every scene on its grid",
@@ -124,7 +224,7 @@ pub async fn plan_product(
     }
     let mut tiles = Vec::with_capacity(touched.len());
     for tile in touched {
-        let record = tile_job(b, opts, &root, &grid, &tile).await?;
+        let record = tile_job(b, opts, root, &grid, &tile).await?;
         let plan = plan_record(b, record, false, Enqueue::Once, PlanTimings::default()).await?;
         tiles.push((tile.to_string(), plan));
     }
@@ -141,12 +241,15 @@ async fn define(b: &Backends, root: &Prefix, def: &ProductDefinition) -> Result<
     let stored: ProductDefinition = read_json(b, &key).await?;
     if stored != *def {
         return Err(refuse(ProductError::Inputs(format!(
-            "product `{}` is defined as {} {} ({} resampling); plan it with the same grid, \
-             method and resampling, or name another product",
+            "product `{}` is defined as {} {} ({} resampling, {} compression, window {}); plan \
+             it with the same grid, method, resampling, compression and window, or name \
+             another product",
             def.name,
             stored.grid,
             method_text(&stored.method),
-            stored.resampling
+            stored.resampling,
+            stored.compression.gdal_name().to_ascii_lowercase(),
+            stored.window
         ))));
     }
     Ok(())
@@ -173,18 +276,8 @@ async fn read_json<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Pin and probe one scene of the product.
-async fn pin(
-    b: &Backends,
-    policy: &Arc<SourcePolicy>,
-    source: &str,
-    origin: Origin<'_>,
-) -> Result<ProductInput, PlanError> {
-    let resolved = if tilegate_source::stac::is_item(source) {
-        tilegate_source::stac::resolve_item(b, policy, source, &[], origin).await?
-    } else {
-        tilegate_source::resolve(b, policy, source, origin).await?
-    };
+/// Probe one resolved (pinned) scene of the product.
+async fn pin(resolved: ResolvedSource) -> Result<ProductInput, PlanError> {
     let path = resolved.gdal_path.clone();
     let (scene, cloud_cover) = tokio::task::spawn_blocking(move || {
         let scene = tilegate_cog::probe(&path)?;
@@ -269,10 +362,10 @@ async fn tile_job(
         inputs,
     };
     let source = spec.source();
-    let window = Grid::fitted_window(scene.width, scene.height, opts.window);
+    let window = Grid::fitted_window(scene.width, scene.height, def.window);
     let recipe = Recipe {
         operation: Operation::Product(Box::new(spec)),
-        compression: opts.compression,
+        compression: def.compression,
         window,
     };
     Ok(JobRecord::planned(

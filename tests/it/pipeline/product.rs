@@ -2,8 +2,9 @@
 //! masks) planned onto a `utm:` grid with `product plan`, worked and assembled by `work`, each
 //! tile's COG compared with a reference made by Debian's GDAL and NumPy
 //! (`tests/fixtures/product_pixels.py`: every scene warped with `gdalwarp -r near -et 0` onto
-//! the tile, then first-valid in order or `numpy.nan…`); a scene added later gives exactly
-//! the tiles it touches a new job, and adding it again changes nothing.
+//! the tile, then first-valid in order or `numpy.nan…`); a scene arriving later (`ingest
+//! --product`) gives exactly the tiles it touches a new job, and delivering it again changes
+//! nothing.
 
 use crate::per_backend::per_backend;
 use serde_json::{Value, json};
@@ -48,6 +49,28 @@ fn plan(target: &Target, data: &Path, name: &str, recipe: &[&str], from: &Path) 
     ];
     args.extend_from_slice(recipe);
     target.json(data, &args)
+}
+
+/// One `ingest --product PRODUCT` round over `inbox`: the one arrival's line.
+fn ingest(target: &Target, data: &Path, inbox: &Path, product: &str) -> Value {
+    let doc = target.json(
+        data,
+        &[
+            "ingest",
+            "--watch",
+            inbox.to_str().unwrap(),
+            "--settle",
+            "0",
+            "--poll-s",
+            "0.1",
+            "--until-idle",
+            "--product",
+            product,
+        ],
+    );
+    let arrivals = doc["arrivals"].as_array().unwrap();
+    assert_eq!(arrivals.len(), 1, "{doc}");
+    arrivals[0].clone()
 }
 
 fn work(target: &Target, data: &Path, assemble: bool) {
@@ -232,22 +255,27 @@ fn a_scene_added_later_gives_exactly_the_tiles_it_touches_a_new_job(target: Targ
         &list(dir.path(), "six.txt", &all[..6]),
     ));
     work(t, &data, true);
-    let seventh = list(dir.path(), "seventh.txt", &all[6..]);
-    let added = plan(t, &data, "m", recipe, &seventh);
-    let touched: Vec<String> = added["scenes"][0]["tiles"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(
-        added["scenes"][0]["new_in"].as_array().unwrap().len(),
-        touched.len()
-    );
+    // The seventh scene arrives: `ingest --product` on the inbox it lands in.
+    let inbox = dir.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    std::fs::copy(&all[6], inbox.join("s7.tif")).unwrap();
+    let added = ingest(t, &data, &inbox, "m");
+    assert_eq!(added["outcome"], "planned", "{added}");
+    assert_eq!(added["product"], "m", "{added}");
     let after = tile_jobs(&added);
+    let touched: Vec<String> = after.keys().cloned().collect();
+    // Exactly the tiles its footprint reaches on the grid (the planner's own reckoning, by
+    // `product plan` of the same file into a second product).
+    let reckoned = plan(
+        t,
+        &data,
+        "m-check",
+        recipe,
+        &list(dir.path(), "seventh.txt", &all[6..]),
+    );
     assert_eq!(
-        after.keys().cloned().collect::<Vec<_>>(),
-        touched,
+        reckoned["scenes"][0]["tiles"],
+        json!(touched),
         "only its tiles planned"
     );
     assert!(
@@ -265,9 +293,9 @@ fn a_scene_added_later_gives_exactly_the_tiles_it_touches_a_new_job(target: Targ
             );
         }
     }
-    // Delivered again: nothing new anywhere.
-    let again = plan(t, &data, "m", recipe, &seventh);
-    assert_eq!(again["scenes"][0]["new_in"], json!([]), "{again}");
+    // Delivered again (a restarted `ingest` sees the file anew): nothing new anywhere.
+    let again = ingest(t, &data, &inbox, "m");
+    assert_eq!(again["outcome"], "duplicate", "{again}");
     assert_eq!(tile_jobs(&again), after);
     for t in again["tiles"].as_array().unwrap() {
         assert_eq!(
@@ -336,4 +364,32 @@ fn a_pointer_never_goes_back_to_an_older_input_set(target: Target) {
     // Assembling the newer one again moves nothing.
     t.json(&data, &["assemble", newer]);
     assert_eq!(pointer(t, &data, "c", tile), (at, inputs));
+}
+
+/// An arrival for a product nobody defined is refused, named, and plans nothing.
+#[test]
+fn an_arrival_for_an_undefined_product_is_refused() {
+    let t = &Target::Embedded;
+    let dir = tempdir();
+    let all = scenes(dir.path());
+    let data = dir.path().join("data");
+    let inbox = dir.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    std::fs::copy(&all[0], inbox.join("s1.tif")).unwrap();
+    let out = t
+        .command(&data)
+        .args(["--json", "ingest", "--watch", inbox.to_str().unwrap()])
+        .args(["--settle", "0", "--poll-s", "0.1", "--until-idle"])
+        .args(["--product", "nowhere"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let line = &doc["arrivals"][0];
+    assert_eq!(line["outcome"], "refused", "{doc}");
+    assert_eq!(line["reason"], "bad-recipe", "{doc}");
+    let why = line["why"].as_str().unwrap();
+    assert!(why.contains("product `nowhere` is not defined"), "{why}");
+    assert!(!data.join("objects/tilegate/products").exists());
+    assert!(!data.join("objects/tilegate/tiles").exists());
 }

@@ -49,6 +49,7 @@ async fn ingest_cmd(cx: &Ctx, a: IngestArgs) -> anyhow::Result<ExitCode> {
         key_prefixes: a.key_prefixes.clone(),
         key_suffixes: a.key_suffixes.clone(),
         collections: a.collections.clone(),
+        product: a.product.clone(),
     };
     if a.print_config {
         println!("{}", serde_json::to_string(&cfg)?);
@@ -271,6 +272,8 @@ fn line_of(i: Ingested) -> IngestLine {
         enqueued: None,
         why: None,
         reason: None,
+        product: None,
+        tiles: Vec::new(),
     };
     match i {
         Ingested::Planned {
@@ -292,6 +295,19 @@ fn line_of(i: Ingested) -> IngestLine {
             why: Some(why),
             ..blank("skipped", arrival)
         },
+        Ingested::Product {
+            arrival,
+            product,
+            tiles,
+            duplicate,
+            ..
+        } => IngestLine {
+            product: Some(product),
+            windows: Some(tiles.iter().map(|t| t.windows).sum()),
+            enqueued: Some(tiles.iter().map(|t| t.enqueued).sum()),
+            tiles,
+            ..blank(if duplicate { "duplicate" } else { "planned" }, arrival)
+        },
     }
 }
 
@@ -304,6 +320,8 @@ fn refused(arrival: String, e: &IngestError) -> IngestLine {
         enqueued: None,
         why: Some(tilegate_core::redact::redact(&tilegate_core::error::chain(e)).into_owned()),
         reason: Some(e.reason_code().as_str().to_owned()),
+        product: None,
+        tiles: Vec::new(),
     }
 }
 

@@ -3,7 +3,7 @@
 use crate::args::{ProductCommand, ProductPlanArgs};
 use crate::ctx::Ctx;
 use crate::errors::refused;
-use crate::reports::{ProductPlanReport, ProductTileReport};
+use crate::reports::ProductPlanReport;
 use std::process::ExitCode;
 use tilegate_core::product::{Method, Order, Stat};
 use tilegate_core::{Compression, Prefix, Reason, Tenant};
@@ -38,22 +38,8 @@ impl ProductPlanArgs {
         cx.out.emit(&ProductPlanReport {
             product: self.name,
             grid: opts.definition.grid,
+            tiles: plan.planned_tiles(),
             scenes: plan.scenes,
-            tiles: plan
-                .tiles
-                .into_iter()
-                .map(|(tile, p)| ProductTileReport {
-                    tile,
-                    job_id: p.job.job_id,
-                    inputs: match &p.job.recipe.operation {
-                        tilegate_core::recipe::Operation::Product(s) => s.inputs.len(),
-                        _ => 0,
-                    },
-                    newly_planned: p.newly_planned,
-                    windows: p.windows,
-                    enqueued: p.enqueued,
-                })
-                .collect(),
             elapsed_s: started.elapsed().as_secs_f64(),
         });
         Ok(ExitCode::SUCCESS)
@@ -96,9 +82,9 @@ impl ProductPlanArgs {
                 grid: grid.canonical(),
                 method,
                 resampling: self.resampling.clone(),
+                compression,
+                window: self.window,
             },
-            compression,
-            window: self.window,
             policy: cx.policy_of(&tenant),
             prefix,
             tenant,

@@ -750,11 +750,28 @@ pub struct IngestLine {
     pub why: Option<String>,
     /// The refusal's stable reason code.
     pub reason: Option<String>,
+    /// The product the arrival was added to (`ingest --product`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    /// Each product tile the arrival touches, planned over its scenes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiles: Vec<tilegate_planner::product::PlannedTile>,
 }
 
 impl IngestLine {
     /// The line a person reads as it happens.
     pub fn text(&self) -> String {
+        if let Some(product) = &self.product {
+            let new = self.tiles.iter().filter(|t| t.newly_planned).count();
+            return format!(
+                "{:<10} {} → product {product}: {} tile(s) touched, {new} with a new input set, \
+                 {} window(s) enqueued",
+                self.outcome,
+                self.arrival,
+                self.tiles.len(),
+                self.enqueued.unwrap_or(0)
+            );
+        }
         match (self.outcome.as_str(), &self.job_id) {
             ("planned", Some(job)) => format!(
                 "planned    {} → job {job}: {} windows, {} enqueued",
@@ -830,21 +847,8 @@ pub struct ProductPlanReport {
     pub product: String,
     pub grid: String,
     pub scenes: Vec<tilegate_planner::product::AddedScene>,
-    pub tiles: Vec<ProductTileReport>,
+    pub tiles: Vec<tilegate_planner::product::PlannedTile>,
     pub elapsed_s: f64,
-}
-
-/// One tile a `product plan` planned.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct ProductTileReport {
-    pub tile: String,
-    pub job_id: JobId,
-    /// The tile's input scenes now.
-    pub inputs: usize,
-    /// False when the tile's job was planned before (its input set did not change).
-    pub newly_planned: bool,
-    pub windows: u64,
-    pub enqueued: u64,
 }
 
 impl Report for ProductPlanReport {
