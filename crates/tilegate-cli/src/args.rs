@@ -928,14 +928,36 @@ pub enum ProductCommand {
     ///   tilegate work --assemble --until-empty
     #[command(verbatim_doc_comment)]
     Plan(ProductPlanArgs),
+    /// Write the indexes others serve a product with, from its tiles' pointers as they are
+    /// now: a STAC Collection over the tiles' Items, a MosaicJSON document (titiler,
+    /// cogeo-mosaic) and a GDAL VRT per CRS of the grid (a UTM grid: one per zone), under
+    /// PREFIX/products/NAME/. Run it after the tiles are assembled; it rewrites them whole.
+    ///
+    ///   tilegate product index alps
+    ///   gdalinfo tilegate/products/alps/index-32N.vrt
+    #[command(verbatim_doc_comment)]
+    Index(ProductIndexArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProductIndexArgs {
+    /// The product's name.
+    pub name: String,
+    /// Output key prefix the product was planned under.
+    #[arg(long, default_value = "tilegate")]
+    pub prefix: String,
+    /// Whose product it is (see `plan --tenant`).
+    #[arg(long, default_value = "default", env = "TILEGATE_TENANT")]
+    pub tenant: String,
 }
 
 #[derive(Debug, Args)]
 pub struct ProductPlanArgs {
     /// The product's name: 1 to 64 of a-z, 0-9, `-` and `_`.
     pub name: String,
-    /// Scenes to add: paths, URIs or STAC Items.
-    #[arg(value_name = "SCENE", required_unless_present = "from")]
+    /// Scenes to add: paths, URIs or STAC Items. None (and no --from): the product is only
+    /// defined, for `ingest --product` to add arrivals to.
+    #[arg(value_name = "SCENE")]
     pub scenes: Vec<String>,
     /// More scenes to add: a file listing one per line (paths, URIs or STAC Items; blank lines
     /// and `#` comments skipped), a STAC ItemCollection (.json), or a directory (its

@@ -74,6 +74,7 @@ reasons![
     tilegate_pipeline::batch::BatchError,
     tilegate_pipeline::estimate::EstimateError,
     tilegate_pipeline::ingest::IngestError,
+    tilegate_pipeline::product_index::IndexError,
     tilegate_pipeline::regenerate::SceneError,
     tilegate_planner::PlanError,
     tilegate_source::SourceError,

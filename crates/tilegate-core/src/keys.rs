@@ -175,6 +175,23 @@ impl Prefix {
         ObjectKey::built(format!("{}/products/{product}/product.json", self.0))
     }
 
+    /// `{prefix}/products/{name}/tiles/`: every tile of a product (its scenes and pointer).
+    pub fn product_tiles_dir(&self, product: &str) -> String {
+        format!("{}/products/{product}/tiles/", self.0)
+    }
+
+    /// `{prefix}/products/{name}/{file}`: one of a product's index documents
+    /// (`collection.json`, `mosaic.json`, `index-{zone}.vrt`), rewritten by each index run.
+    pub fn product_index_key(&self, product: &str, file: &str) -> ObjectKey {
+        debug_assert!(crate::product::check_name(product).is_ok());
+        debug_assert!(
+            file.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && !file.starts_with('.')
+        );
+        ObjectKey::built(format!("{}/products/{product}/{file}", self.0))
+    }
+
     /// `{prefix}/products/{name}/tiles/{tile}/scenes/` — the input scenes of a product tile,
     /// one object each: listed to plan the tile (its cost follows the tile's inputs).
     pub fn product_scenes_dir(&self, product: &str, tile: &str) -> String {

@@ -453,6 +453,20 @@ impl Recipe {
                 nodata: Some(NDVI_NODATA),
             },
             Operation::Copy { bands: Some(b) } => same(u32::try_from(b.len()).unwrap_or(u32::MAX)),
+            // A composite's statistic is NaN where nothing was observed: said by the method,
+            // since a row (JSON) cannot hold the NaN its scene was planned with.
+            Operation::Product(p)
+                if matches!(
+                    p.method,
+                    crate::product::Method::Composite { stat } if stat != crate::product::Stat::Count
+                ) =>
+            {
+                OutputSpec {
+                    bands: scene.bands,
+                    dtype: scene.dtype.clone(),
+                    nodata: Some(f64::NAN),
+                }
+            }
             // A product tile's scene is the tile's output already.
             Operation::Copy { bands: None }
             | Operation::Warp(_)

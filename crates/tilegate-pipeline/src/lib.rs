@@ -10,6 +10,7 @@ pub mod complete;
 pub mod estimate;
 pub mod ingest;
 pub mod logging;
+pub mod product_index;
 pub mod reconcile;
 pub mod regenerate;
 pub mod run;

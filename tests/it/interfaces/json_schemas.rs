@@ -123,6 +123,8 @@ fn every_commands_json_validates() {
         ],
         0,
     );
+    // Nothing assembled yet: an index of no tile.
+    c.run("product-index", &["product", "index", "pj"], 0);
     validate(&c, dir);
 }
 

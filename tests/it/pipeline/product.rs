@@ -393,3 +393,132 @@ fn an_arrival_for_an_undefined_product_is_refused() {
     assert!(!data.join("objects/tilegate/products").exists());
     assert!(!data.join("objects/tilegate/tiles").exists());
 }
+
+/// The venv with cogeo-mosaic and rio-tiler (`bash .ci/mosaic-venv` makes it).
+fn mosaic_python() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci-cache/mosaic-venv/bin/python");
+    assert!(p.exists(), "{}: run `bash .ci/mosaic-venv`", p.display());
+    p
+}
+
+/// `product index` writes what others serve a product with: the MosaicJSON validates against
+/// cogeo-mosaic's model and a rio-tiler point read through it gives each tile's pixel; each
+/// zone's VRT holds its tiles' pixels and validity at their places; the STAC Collection over
+/// the tiles' Items passes stac-validator.
+#[test]
+fn a_product_index_serves_its_tiles_to_cogeo_mosaic_gdal_and_stac() {
+    let t = &Target::Embedded;
+    let dir = tempdir();
+    let all = scenes(dir.path());
+    let from = list(dir.path(), "six.txt", &all[..6]);
+    let data = dir.path().join("data");
+    // A scene without nodata (its mask alone says what is valid): a mosaic with it has no
+    // nodata every input shares, so its tiles keep validity in a mask, and so must the VRT.
+    let bare = dir.path().join("s1-bare.tif");
+    checked(
+        Command::new("gdal_translate")
+            .args(["-q", "-a_nodata", "none"])
+            .arg(&all[0])
+            .arg(&bare),
+    );
+    let mut mixed = vec![bare];
+    mixed.extend_from_slice(&all[1..6]);
+    let mixed = list(dir.path(), "mixed.txt", &mixed);
+    let products: [(&str, &[&str], &Path); 3] = [
+        ("m", &["mosaic", "--order", "newest"], &from),
+        ("c", &["composite", "--stat", "median"], &from),
+        ("k", &["mosaic", "--order", "oldest"], &mixed),
+    ];
+    let mut planned = Vec::new();
+    for (name, recipe, scenes) in products {
+        planned.push((name, tile_jobs(&plan(t, &data, name, recipe, scenes))));
+    }
+    work(t, &data, true);
+    let objects = data.join("objects");
+    for (name, jobs) in &planned {
+        let index = t.json(&data, &["product", "index", name]);
+        assert_eq!(index["tiles"], jobs.len(), "{index}");
+        let zones: Vec<&str> = index["vrts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["zone"].as_str().unwrap())
+            .collect();
+        assert_eq!(zones, ["32N", "33N"], "{index}");
+        let vrt_tiles: u64 = index["vrts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["tiles"].as_u64().unwrap())
+            .sum();
+        assert_eq!(vrt_tiles, jobs.len() as u64);
+        let mut tiles = serde_json::Map::new();
+        for (tile, job) in jobs {
+            let cog = objects.join(format!("tilegate/scenes/{job}.tif"));
+            let cog = cog.to_str().unwrap().to_owned();
+            tiles.insert(tile.clone(), json!({ "cog": cog, "asset": cog }));
+        }
+        let tiles_path = dir.path().join(format!("index-tiles-{name}.json"));
+        std::fs::write(&tiles_path, serde_json::to_vec(&tiles).unwrap()).unwrap();
+        let at = |key: &Value| objects.join(key.as_str().unwrap());
+        // Product `k`'s tiles that the bare scene reaches keep validity in a mask, the others
+        // in nodata: so do the VRTs.
+        let masked = index["vrts"].as_array().unwrap().iter().filter(|v| {
+            let text = std::fs::read_to_string(at(&v["key"])).unwrap();
+            text.contains("<MaskBand>")
+        });
+        assert_eq!(masked.count() > 0, *name == "k", "{name}: {index}");
+        let mut check = Command::new(mosaic_python());
+        check
+            .arg(fixture("product_index_check.py"))
+            .arg(at(&index["mosaicjson"]))
+            .arg(&tiles_path);
+        for v in index["vrts"].as_array().unwrap() {
+            check.arg(at(&v["key"]));
+        }
+        let seen: Value = serde_json::from_str(&checked(&mut check)).unwrap();
+        // A tile the scenes' outlines reach may hold no valid pixel (planning is conservative).
+        let empty = seen["empty"].as_u64().unwrap();
+        assert!(empty <= 2, "{name}: {seen}");
+        assert_eq!(
+            seen["points"].as_u64().unwrap() + empty,
+            jobs.len() as u64,
+            "{name}: {seen}"
+        );
+        assert_eq!(seen["vrt_tiles"], jobs.len(), "{name}: {seen}");
+        assert!(
+            seen["vrt_valid_pixels"].as_u64().unwrap() > 100_000,
+            "{seen}"
+        );
+        // The Collection links every tile's Item, and is valid STAC.
+        let collection = at(&index["collection"]);
+        let doc: Value = serde_json::from_slice(&std::fs::read(&collection).unwrap()).unwrap();
+        let items = doc["links"].as_array().unwrap().iter();
+        let items: Vec<&Value> = items.filter(|l| l["rel"] == "item").collect();
+        assert_eq!(items.len(), jobs.len(), "{doc}");
+        for link in items {
+            let item = collection
+                .parent()
+                .unwrap()
+                .join(link["href"].as_str().unwrap());
+            assert!(item.exists(), "{}", item.display());
+        }
+        validate_stac(&collection).unwrap();
+    }
+    // A pointer planted in the bucket, naming another key, is not believed: named, refused.
+    let (tile, _) = planned[0].1.iter().next().unwrap();
+    let pointer = objects.join(format!("tilegate/products/m/tiles/{tile}/current.json"));
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&pointer).unwrap()).unwrap();
+    doc["key"] = json!("elsewhere/secret.tif");
+    std::fs::write(&pointer, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let out = t
+        .command(&data)
+        .args(["--json", "product", "index", "m"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains(tile.as_str()), "{doc}");
+}

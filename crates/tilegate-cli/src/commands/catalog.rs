@@ -71,6 +71,10 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         ("plan-from", schema_for!(PlanBatch)),
         ("plan-estimate", schema_for!(PlanEstimate)),
         ("product-plan", schema_for!(ProductPlanReport)),
+        (
+            "product-index",
+            schema_for!(tilegate_pipeline::product_index::ProductIndex),
+        ),
         ("backfill", schema_for!(BackfillReport)),
         ("work", schema_for!(WorkSummary)),
         ("run", schema_for!(RunReport)),

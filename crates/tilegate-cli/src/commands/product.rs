@@ -1,12 +1,13 @@
 //! `product`: scenes added to a product's grid tiles, each touched tile planned as a job.
 
-use crate::args::{ProductCommand, ProductPlanArgs};
+use crate::args::{ProductCommand, ProductIndexArgs, ProductPlanArgs};
 use crate::ctx::Ctx;
 use crate::errors::refused;
 use crate::reports::ProductPlanReport;
 use std::process::ExitCode;
 use tilegate_core::product::{Method, Order, Stat};
 use tilegate_core::{Compression, Prefix, Reason, Tenant};
+use tilegate_pipeline::product_index::index_product;
 use tilegate_planner::product::{ProductDefinition, ProductOptions, plan_product};
 use tilegate_source::Origin;
 
@@ -14,7 +15,22 @@ impl ProductCommand {
     pub async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
         match self {
             Self::Plan(a) => a.exec(cx).await,
+            Self::Index(a) => a.exec(cx).await,
         }
+    }
+}
+
+impl ProductIndexArgs {
+    async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
+        let tenant = Tenant::parse(&self.tenant)
+            .map_err(|e| refused(Reason::UnsafeKeySegment, e.to_string()))?;
+        let prefix = Prefix::parse(&self.prefix)
+            .map_err(|e| refused(Reason::UnsafeKeySegment, e.to_string()))?;
+        let root = tenant.root(&prefix)?;
+        let b = cx.open().await?;
+        let index = index_product(&b, &root, &self.name, &cx.sel.objects_root()).await?;
+        cx.out.emit(&index);
+        Ok(ExitCode::SUCCESS)
     }
 }
 

@@ -851,6 +851,29 @@ pub struct ProductPlanReport {
     pub elapsed_s: f64,
 }
 
+impl Report for tilegate_pipeline::product_index::ProductIndex {
+    fn text(&self, _: &Out) -> String {
+        let mut s = format!(
+            "product {}: {} tile(s) indexed\n  STAC Collection  {}\n  MosaicJSON       {} \
+             (zooms {}–{}, {} quadkey(s))",
+            self.product,
+            self.tiles,
+            self.collection,
+            self.mosaicjson,
+            self.minzoom,
+            self.maxzoom,
+            self.quadkeys
+        );
+        for v in &self.vrts {
+            s.push_str(&format!(
+                "\n  VRT {:<12} {} (EPSG:{}, {} tile(s), {}×{})",
+                v.zone, v.key, v.epsg, v.tiles, v.width, v.height
+            ));
+        }
+        s
+    }
+}
+
 impl Report for ProductPlanReport {
     fn text(&self, _: &Out) -> String {
         let new = self.tiles.iter().filter(|t| t.newly_planned).count();
