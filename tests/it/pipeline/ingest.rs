@@ -560,7 +560,7 @@ fn s3_event(bucket: &str, key: &str, size: u64) -> String {
 
 /// An AWS deployment's pieces on the emulator: a source bucket, an arrivals queue, an SNS topic
 /// read through an SQS subscription, and a webhook.
-struct Deployment {
+pub(crate) struct Deployment {
     aws: Aws,
     source_bucket: String,
     arrivals: String,
@@ -574,7 +574,7 @@ struct Deployment {
 }
 
 impl Deployment {
-    fn new(aws: Aws, data: &Path) -> Self {
+    pub(crate) fn new(aws: Aws, data: &Path) -> Self {
         let id = aws.queue.trim_start_matches("sqs://").to_owned();
         let arrivals = format!("sqs://{id}-arrivals");
         let init = aws.json(data, &["init", "--create-bucket", "--arrivals", &arrivals]);
@@ -965,33 +965,33 @@ fn a_duplicate_arrival_during_planning_enqueues_nothing() {
 
 /// Where the chaos runs: the embedded backend (arrivals: files dropped into a watched inbox) or
 /// the AWS emulator (arrivals: uploads, each notified twice on the arrivals queue).
-enum Flow {
+pub(crate) enum Flow {
     Embedded { data: PathBuf, inbox: PathBuf },
     Aws(Box<Deployment>, PathBuf),
 }
 
 impl Flow {
-    fn target(&self) -> tilegate_tests::Target {
+    pub(crate) fn target(&self) -> tilegate_tests::Target {
         match self {
             Self::Embedded { .. } => tilegate_tests::Target::Embedded,
             Self::Aws(d, _) => tilegate_tests::Target::Aws(d.aws.clone()),
         }
     }
 
-    fn data(&self) -> &Path {
+    pub(crate) fn data(&self) -> &Path {
         match self {
             Self::Embedded { data, .. } | Self::Aws(_, data) => data,
         }
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         match self {
             Self::Embedded { data, .. } => embedded(data, args),
             Self::Aws(d, data) => d.command(data, args),
         }
     }
 
-    fn ingest(&self) -> Command {
+    pub(crate) fn ingest(&self) -> Command {
         match self {
             Self::Embedded { inbox, .. } => self.command(&[
                 "ingest",
@@ -1036,7 +1036,7 @@ impl Flow {
         }
     }
 
-    fn status(&self, job: &str) -> Value {
+    pub(crate) fn status(&self, job: &str) -> Value {
         match self {
             Self::Embedded { data, .. } => tg_json(data, &["status", job]),
             Self::Aws(d, data) => d.aws.json(data, &["status", job]),
@@ -1069,7 +1069,7 @@ impl Flow {
     }
 
     /// The job's tile objects.
-    fn tiles(&self, job: &str) -> usize {
+    pub(crate) fn tiles(&self, job: &str) -> usize {
         match self {
             Self::Embedded { data, .. } => {
                 std::fs::read_dir(data.join("objects/tilegate/tiles").join(job))
@@ -1147,13 +1147,6 @@ fn safety_net(flow: &Flow, hook: &str) -> Vec<(&'static str, Command)> {
 /// beside them. Then [`after_the_flow`] checks the outcome.
 fn unattended_flow_under_chaos(flow: &Flow) {
     const SCENES: usize = 3;
-    let seed = crate::faults::chaos::seed();
-    let mut rng = crate::faults::chaos::Rng(seed);
-    println!("chaos[unattended] seed {seed} (TILEGATE_CHAOS_SEED replays it)");
-    let mut logs = ChaosLogs {
-        seed,
-        logs: Vec::new(),
-    };
     let tmp = tempdir();
     let scenes: Vec<_> = (0..SCENES)
         .map(|i| {
@@ -1162,11 +1155,54 @@ fn unattended_flow_under_chaos(flow: &Flow) {
             p
         })
         .collect();
+    let landing: Vec<(&Path, String)> = scenes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.as_path(), format!("scene {i}.tif")))
+        .collect();
+    let run = flow_under_chaos(flow, &|| flow.ingest(), &landing, &mut |hook| {
+        let keys: std::collections::BTreeSet<String> = published(&hook.received())
+            .iter()
+            .map(|m| m["idempotency_key"].as_str().unwrap().to_owned())
+            .collect();
+        keys.len() == SCENES
+    });
+    after_the_flow(flow, run.seed, &run.hook, &scenes, tmp.path());
+}
+
+/// A chaos run of the unattended flow, its processes stopped: its seed, the webhook that took
+/// its announcements, and its processes' logs (said on stderr if what follows panics).
+pub(crate) struct ChaosRun {
+    pub seed: u64,
+    pub hook: WebhookReceiver,
+    _logs: ChaosLogs,
+}
+
+/// The unattended flow under chaos until `done`: the scenes of `landing` land (file, name);
+/// two `ingest` processes (`ingest()`) race on every arrival (each notification delivered
+/// twice on AWS), one of them SIGKILLed once and restarted; three `work --assemble
+/// --announce` pools race to assemble, each armed to SIGKILL itself at one crash point in
+/// turn (on first deliveries only, so no message is cut short three times) and restarted, two
+/// more killed from outside; [`safety_net`]'s processes run beside them. `done` is asked
+/// every second, with the webhook that takes the announcements.
+pub(crate) fn flow_under_chaos(
+    flow: &Flow,
+    ingest: &dyn Fn() -> Command,
+    landing: &[(&Path, String)],
+    done: &mut dyn FnMut(&WebhookReceiver) -> bool,
+) -> ChaosRun {
+    let seed = crate::faults::chaos::seed();
+    let mut rng = crate::faults::chaos::Rng(seed);
+    println!("chaos[unattended] seed {seed} (TILEGATE_CHAOS_SEED replays it)");
+    let mut logs = ChaosLogs {
+        seed,
+        logs: Vec::new(),
+    };
     let hook = WebhookReceiver::start();
     let mut ingests = Procs::default();
     for i in 0..2 {
         logs.logs
-            .push(ingests.spawn(&format!("ingest-{i}"), flow.ingest()));
+            .push(ingests.spawn(&format!("ingest-{i}"), ingest()));
     }
     let mut net = Procs::default();
     for (name, cmd) in safety_net(flow, &hook.url) {
@@ -1183,18 +1219,18 @@ fn unattended_flow_under_chaos(flow: &Flow) {
     let ingest_kill_at = Duration::from_millis(rng.range(200, 1500));
     let mut ingest_killed = false;
     let t0 = Instant::now();
-    for (i, s) in scenes.iter().enumerate() {
-        flow.land(s, &format!("scene {i}.tif"));
+    for (scene, name) in landing {
+        flow.land(scene, name);
     }
-    let done = |hook: &WebhookReceiver| {
-        let keys: std::collections::BTreeSet<String> = published(&hook.received())
-            .iter()
-            .map(|m| m["idempotency_key"].as_str().unwrap().to_owned())
-            .collect();
-        keys.len() == SCENES
-    };
     let mut dlq_checked = Instant::now();
-    while !done(&hook) {
+    let mut asked = Instant::now();
+    loop {
+        if asked.elapsed() >= Duration::from_secs(1) {
+            asked = Instant::now();
+            if done(&hook) {
+                break;
+            }
+        }
         assert_making_progress(flow, seed, t0, &crashed, &hook, &mut dlq_checked);
         keep_pools(
             flow,
@@ -1231,7 +1267,7 @@ fn unattended_flow_under_chaos(flow: &Flow) {
             let _ = child.kill();
             let _ = child.wait();
             logs.logs
-                .push(ingests.spawn("ingest-0-restarted", flow.ingest()));
+                .push(ingests.spawn("ingest-0-restarted", ingest()));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -1250,8 +1286,11 @@ fn unattended_flow_under_chaos(flow: &Flow) {
         "chaos[unattended] seed {seed}: crashed at {crashed:?}, {outside_kills} kills from outside, \
          one ingest killed"
     );
-    after_the_flow(flow, seed, &hook, &scenes, tmp.path());
-    drop(logs);
+    ChaosRun {
+        seed,
+        hook,
+        _logs: logs,
+    }
 }
 
 /// The `work --assemble --announce` command line of a pool in the unattended chaos.

@@ -7,6 +7,7 @@
 //! nothing.
 
 use crate::per_backend::per_backend;
+use crate::pipeline::ingest::{Deployment, Flow, flow_under_chaos};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -521,4 +522,158 @@ fn a_product_index_serves_its_tiles_to_cogeo_mosaic_gdal_and_stac() {
     assert_eq!(doc["error"]["reason"], "bad-recipe", "{doc}");
     let message = doc["error"]["message"].as_str().unwrap();
     assert!(message.contains(tile.as_str()), "{doc}");
+}
+
+/// A product fed by arrivals under the unattended flow's chaos (`ingest --product` twice,
+/// one killed and restarted; three pools armed at crash points, two killed from outside; the
+/// reconciler beside them): `landed` scenes land at once, and every tile's pointer ends on
+/// the set of all the scenes that touch it. Every tile version (each job of the product) is
+/// assembled from its windows, each written once; the final tiles equal the reference mosaic.
+/// (Four scenes on the AWS emulator, whose one Python process every GDAL read of every
+/// version of every tile goes through: seven take it near the harness's 300 s.)
+fn product_under_chaos(flow: &Flow, tmp: &Path, landed: usize) {
+    let dir = tmp.join("scenes");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut all = scenes(&dir);
+    all.truncate(landed);
+    let recipe: &[&str] = &["mosaic", "--order", "newest"];
+    // What each tile will hold, as planning reckons it: the same files planned into a product
+    // of a data directory of its own.
+    let reckoned = plan(
+        &Target::Embedded,
+        &tmp.join("reckon"),
+        "r",
+        recipe,
+        &list(&dir, "all.txt", &all),
+    );
+    let expected: BTreeMap<String, usize> = reckoned["tiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let n = t["inputs"].as_u64().unwrap() as usize;
+            (t["tile"].as_str().unwrap().to_owned(), n)
+        })
+        .collect();
+    // The product is defined before anything arrives.
+    let out = flow
+        .command(&["product", "plan", "p", "--grid", GRID, "--window", "128"])
+        .args(["--recipe", "mosaic", "--order", "newest"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let b = rt.block_on(flow.target().backends(flow.data()));
+    let pointer = |tile: &str| -> Option<Value> {
+        use tilegate_core::object::ObjectStoreExt as _;
+        let key = format!("tilegate/products/p/tiles/{tile}/current.json");
+        let got = rt.block_on(b.objects.get_bytes(&tilegate_tests::object_key(&key)));
+        got.ok().map(|g| serde_json::from_slice(&g.bytes).unwrap())
+    };
+    let landing: Vec<(&Path, String)> = all
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.as_path(), format!("s{}.tif", i + 1)))
+        .collect();
+    let ingest = || {
+        let mut cmd = flow.ingest();
+        cmd.args(["--product", "p"]);
+        cmd
+    };
+    // Every job of the product: each version of each tile.
+    let product_jobs = || -> Vec<tilegate_core::table::JobRecord> {
+        let listed = rt.block_on(b.jobs.list_jobs(100_000)).unwrap();
+        listed
+            .into_iter()
+            .map(|v| v.row)
+            .filter(|j| {
+                matches!(&j.recipe.operation,
+                tilegate_core::recipe::Operation::Product(p) if p.product == "p")
+            })
+            .collect()
+    };
+    // Done when every tile's pointer names the set of all its scenes and every version planned
+    // on the way is published too (a pointer moves before its job's row records the scene:
+    // a pool killed between leaves the row to the reconciler).
+    // Asked every 3 s: each asking reads every pointer and the jobs table.
+    let mut asked: Option<std::time::Instant> = None;
+    let run = flow_under_chaos(flow, &ingest, &landing, &mut |_| {
+        if asked.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(3)) {
+            return false;
+        }
+        asked = Some(std::time::Instant::now());
+        expected.iter().all(|(tile, n)| {
+            pointer(tile).is_some_and(|p| p["inputs"].as_array().unwrap().len() == *n)
+        }) && product_jobs().iter().all(|j| j.scene_output.is_some())
+    });
+    let seed = run.seed;
+    // Every version of every tile: assembled from its windows, each written once.
+    let jobs: Vec<String> = product_jobs()
+        .iter()
+        .map(|j| j.job_id.to_string())
+        .collect();
+    assert!(jobs.len() >= expected.len(), "seed {seed}: {jobs:?}");
+    println!(
+        "chaos[product] seed {seed}: {} scenes, {} tiles, {} tile versions",
+        all.len(),
+        expected.len(),
+        jobs.len()
+    );
+    for job in &jobs {
+        let st = flow.status(job);
+        let windows = st["windows"].as_u64().unwrap();
+        assert_eq!(st["lifecycle"], "published", "seed {seed}: {st}");
+        assert_eq!(st["manifest_rows"], windows, "seed {seed}: {st}");
+        assert_eq!(st["queue"]["dead"], 0, "seed {seed}: {st}");
+        assert_eq!(flow.tiles(job) as u64, windows, "seed {seed}: job {job}");
+        assert!(
+            st["counters"]["tiles_written_total"].as_u64().unwrap_or(0) <= windows,
+            "seed {seed}: more creates than windows: {st}"
+        );
+    }
+    // The pointers end on the newest input set, and those tiles are the mosaic of them all.
+    let mut finals = BTreeMap::new();
+    for (tile, n) in &expected {
+        let p = pointer(tile).unwrap();
+        assert_eq!(
+            p["inputs"].as_array().unwrap().len(),
+            *n,
+            "seed {seed}: {p}"
+        );
+        finals.insert(tile.clone(), p["job_id"].as_str().unwrap().to_owned());
+    }
+    let seen = check_pixels(
+        &flow.target(),
+        flow.data(),
+        &finals,
+        "mosaic:newest",
+        &all,
+        true,
+    );
+    assert_eq!(seen["tiles"], expected.len(), "seed {seed}: {seen}");
+    drop(run);
+}
+
+#[test]
+fn a_product_fed_by_arrivals_survives_chaos_embedded() {
+    let tmp = tempdir();
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let flow = Flow::Embedded {
+        data: tmp.path().join("data"),
+        inbox,
+    };
+    product_under_chaos(&flow, tmp.path(), 7);
+}
+
+#[test]
+fn a_product_fed_by_arrivals_survives_chaos_aws() {
+    let Some(aws) = Aws::for_test("a_product_fed_by_arrivals_survives_chaos_aws") else {
+        return;
+    };
+    let tmp = tempdir();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let d = Deployment::new(aws, &data);
+    product_under_chaos(&Flow::Aws(Box::new(d), data), tmp.path(), 4);
 }
