@@ -567,7 +567,7 @@ fn product_under_chaos(flow: &Flow, tmp: &Path, landed: usize) {
     let pointer = |tile: &str| -> Option<Value> {
         use tilegate_core::object::ObjectStoreExt as _;
         let key = format!("tilegate/products/p/tiles/{tile}/current.json");
-        let got = rt.block_on(b.objects.get_bytes(&tilegate_tests::object_key(&key)));
+        let got = rt.block_on(b.objects.get_bytes(&object_key(&key)));
         got.ok().map(|g| serde_json::from_slice(&g.bytes).unwrap())
     };
     let landing: Vec<(&Path, String)> = all
