@@ -12,6 +12,7 @@ mod decode;
 mod fanout;
 mod ledger;
 mod measure;
+mod product;
 mod pyramid;
 mod reconcile;
 mod requests;
@@ -106,6 +107,36 @@ enum Cmd {
         #[arg(long)]
         smoke: bool,
         /// Print the results as JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The product benchmark: a median composite of overlapping scenes on a UTM grid,
+    /// `product plan` + `work --assemble` against GDAL + NumPy (`peers/product_median.py`),
+    /// in interleaved rounds; paired wall-time ratios, CPU, peak RSS, and the last round's
+    /// tiles compared pixel by pixel. Prints a Markdown table (or JSON).
+    Product {
+        /// Rounds (tilegate, then the peer, each round).
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+        /// Scenes composited.
+        #[arg(long, default_value_t = 6)]
+        scenes: u32,
+        /// Each scene's width and height in 10 m pixels.
+        #[arg(long, default_value_t = 6000)]
+        size: u32,
+        /// The grid.
+        #[arg(long, default_value = "utm:40km@10m")]
+        grid: String,
+        /// Directory holding the `tilegate` binary [default: this binary's directory].
+        #[arg(long)]
+        bin: Option<PathBuf>,
+        /// Scratch and cache directory (the scenes are cached here).
+        #[arg(long, default_value = ".ci-cache/bench")]
+        work: PathBuf,
+        /// A short configuration for CI: three 1024² scenes on utm:5km@10m, one round.
+        #[arg(long)]
+        smoke: bool,
+        /// Print the results as JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -425,6 +456,38 @@ fn main() -> anyhow::Result<()> {
             seconds,
         })?;
         return print(&doc, json, serve::table);
+    }
+    if let Cmd::Product {
+        rounds,
+        scenes,
+        size,
+        grid,
+        bin,
+        work,
+        smoke,
+        json,
+    } = command
+    {
+        let cfg = product::Config {
+            rounds: if smoke { 1 } else { rounds.max(1) },
+            scenes: if smoke { 3 } else { scenes.max(1) },
+            size: if smoke { 1024 } else { size },
+            grid: if smoke {
+                "utm:5km@10m".to_owned()
+            } else {
+                grid
+            },
+            bin: bin_dir(bin)?,
+            work: if smoke { work.join("smoke") } else { work },
+        };
+        let results = product::run_benchmark(&cfg)?;
+        let (table, doc) = product::report(&cfg, &results);
+        if json {
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        } else {
+            println!("{table}");
+        }
+        return Ok(());
     }
     if let Cmd::Pyramid {
         rounds,
