@@ -422,9 +422,7 @@ impl Ingest {
             enqueued: p.enqueued,
         })
     }
-}
 
-impl Ingest {
     /// Add an arrival to the product: the tiles it touches, planned over their scenes.
     async fn add_to_product(
         &self,

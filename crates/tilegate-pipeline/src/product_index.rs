@@ -253,21 +253,12 @@ const MERCATOR_Z0: f64 = 156_543.033_928_040_97;
 
 /// The MosaicJSON of the published tiles.
 fn mosaicjson(name: &str, tiles: &[Published], url: &dyn Fn(&str) -> String) -> Mosaic {
-    let bboxes: Vec<[f64; 4]> = tiles
-        .iter()
-        .filter_map(|p| p.job.scene.placement.as_ref().map(|pl| pl.bbox))
-        .collect();
-    let bounds = bboxes.iter().fold(None, |acc: Option<[f64; 4]>, b| {
-        Some(acc.map_or(*b, |a| {
-            [
-                a[0].min(b[0]),
-                a[1].min(b[1]),
-                a[2].max(b[2]),
-                a[3].max(b[3]),
-            ]
-        }))
-    });
-    let bounds = bounds.unwrap_or([-180.0, -90.0, 180.0, 90.0]);
+    let bounds = tilegate_stac::bbox_union(
+        tiles
+            .iter()
+            .filter_map(|p| p.job.scene.placement.as_ref().map(|pl| pl.bbox)),
+    )
+    .unwrap_or([-180.0, -90.0, 180.0, 90.0]);
     // Zooms as a web map reads the tiles: the finest whose pixel is no larger than a tile's
     // (its ground size in Web Mercator metres at the product's middle latitude), the coarsest
     // where a whole tile fits one 256-pixel map tile.

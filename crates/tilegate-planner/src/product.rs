@@ -138,8 +138,10 @@ pub async fn plan_product(
     add_scenes(b, opts, &root, resolved).await
 }
 
-/// Add scenes already resolved (and judged by the policy: an arrival's) to a product defined
-/// before, and plan every tile they touch. Adding a scene the product has plans nothing new.
+/// Add scenes already resolved (and judged by the policy: an arrival's) to a product whose
+/// definition `opts` carries as [`definition`] read it from the store (so it is not written
+/// or compared again), and plan every tile they touch. Adding a scene the product has plans
+/// nothing new.
 pub async fn plan_product_resolved(
     b: &Backends,
     opts: &ProductOptions,
@@ -147,7 +149,6 @@ pub async fn plan_product_resolved(
 ) -> Result<ProductPlan, PlanError> {
     check(&opts.definition)?;
     let root = opts.tenant.root(&opts.prefix)?;
-    define(b, &root, &opts.definition).await?;
     add_scenes(b, opts, &root, resolved).await
 }
 

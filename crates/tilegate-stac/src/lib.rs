@@ -220,17 +220,9 @@ pub fn to_bytes(v: &Value) -> Vec<u8> {
     b
 }
 
-/// A Collection over Items (`id`, their bboxes and datetimes), linking each by `hrefs`.
-pub fn collection(id: &str, description: &str, items: &[(Value, String)]) -> Value {
-    let bboxes: Vec<Value> = items
-        .iter()
-        .filter_map(|(i, _)| i.get("bbox").cloned())
-        .collect();
-    let union = bboxes.iter().filter_map(|b| {
-        let v: Vec<f64> = b.as_array()?.iter().filter_map(Value::as_f64).collect();
-        (v.len() == 4).then(|| [v[0], v[1], v[2], v[3]])
-    });
-    let bbox = union.fold(None, |acc: Option<[f64; 4]>, b| {
+/// The box around west-south-east-north boxes, or none for none.
+pub fn bbox_union(boxes: impl IntoIterator<Item = [f64; 4]>) -> Option<[f64; 4]> {
+    boxes.into_iter().fold(None, |acc, b| {
         Some(acc.map_or(b, |a| {
             [
                 a[0].min(b[0]),
@@ -239,7 +231,19 @@ pub fn collection(id: &str, description: &str, items: &[(Value, String)]) -> Val
                 a[3].max(b[3]),
             ]
         }))
-    });
+    })
+}
+
+/// A Collection over Items (`id`, their bboxes and datetimes), linking each by `hrefs`.
+pub fn collection(id: &str, description: &str, items: &[(Value, String)]) -> Value {
+    let bboxes: Vec<Value> = items
+        .iter()
+        .filter_map(|(i, _)| i.get("bbox").cloned())
+        .collect();
+    let bbox = bbox_union(bboxes.iter().filter_map(|b| {
+        let v: Vec<f64> = b.as_array()?.iter().filter_map(Value::as_f64).collect();
+        (v.len() == 4).then(|| [v[0], v[1], v[2], v[3]])
+    }));
     let mut times: Vec<&str> = items
         .iter()
         .filter_map(|(i, _)| i["properties"]["datetime"].as_str())

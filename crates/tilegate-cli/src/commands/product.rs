@@ -22,10 +22,7 @@ impl ProductCommand {
 
 impl ProductIndexArgs {
     async fn exec(self, cx: &Ctx) -> anyhow::Result<ExitCode> {
-        let tenant = Tenant::parse(&self.tenant)
-            .map_err(|e| refused(Reason::UnsafeKeySegment, e.to_string()))?;
-        let prefix = Prefix::parse(&self.prefix)
-            .map_err(|e| refused(Reason::UnsafeKeySegment, e.to_string()))?;
+        let (prefix, tenant) = place(&self.prefix, &self.tenant)?;
         let root = tenant.root(&prefix)?;
         let b = cx.open().await?;
         let index = index_product(&b, &root, &self.name, &cx.sel.objects_root()).await?;
@@ -88,10 +85,7 @@ impl ProductPlanArgs {
             .map_err(|e| refused(Reason::BadRecipe, e.to_string()))?;
         let compression = Compression::parse(&self.compress)
             .ok_or_else(|| bad("--compress", &self.compress, "deflate, zstd or lzw"))?;
-        let tenant = Tenant::parse(&self.tenant)
-            .map_err(|e| refused(Reason::UnsafeKeySegment, e.to_string()))?;
-        let prefix = Prefix::parse(&self.prefix)
-            .map_err(|e| refused(Reason::UnsafeKeySegment, e.to_string()))?;
+        let (prefix, tenant) = place(&self.prefix, &self.tenant)?;
         Ok(ProductOptions {
             definition: ProductDefinition {
                 name: self.name.clone(),
@@ -107,4 +101,14 @@ impl ProductPlanArgs {
             manifest_shards: 1,
         })
     }
+}
+
+/// A product's `--prefix` and `--tenant`, each a key segment (refused `unsafe-key-segment`).
+fn place(prefix: &str, tenant: &str) -> anyhow::Result<(Prefix, Tenant)> {
+    let unsafe_segment =
+        |e: tilegate_core::KeyError| refused(Reason::UnsafeKeySegment, e.to_string());
+    Ok((
+        Prefix::parse(prefix).map_err(unsafe_segment)?,
+        Tenant::parse(tenant).map_err(unsafe_segment)?,
+    ))
 }
