@@ -192,23 +192,19 @@ fn median(xs: &[f64]) -> f64 {
 
 /// The Markdown table and the JSON document of the results.
 pub fn report(c: &Config, r: &Results) -> (String, Value) {
-    let wall = |s: &[Sample]| median(&s.iter().map(|s| s.wall_s).collect::<Vec<_>>());
-    let cpu = |s: &[Sample]| median(&s.iter().map(|s| s.cpu_s).collect::<Vec<_>>());
-    let rss = |s: &[Sample]| median(&s.iter().map(|s| s.max_rss_mb).collect::<Vec<_>>());
-    let ratios: Vec<f64> = r
-        .tilegate
-        .iter()
-        .zip(&r.peer)
-        .map(|(t, p)| t.wall_s / p.wall_s)
-        .collect();
-    let rss_ratios: Vec<f64> = r
-        .tilegate
-        .iter()
-        .zip(&r.peer)
-        .map(|(t, p)| t.max_rss_mb / p.max_rss_mb)
-        .collect();
-    let (ratio, lo, hi) = spread(&ratios);
-    let (rss_ratio, _, _) = spread(&rss_ratios);
+    let of = |s: &[Sample], f: fn(&Sample) -> f64| median(&s.iter().map(f).collect::<Vec<_>>());
+    let wall = |s: &[Sample]| of(s, |s| s.wall_s);
+    let cpu = |s: &[Sample]| of(s, |s| s.cpu_s);
+    let rss = |s: &[Sample]| of(s, |s| s.max_rss_mb);
+    // Each round's tilegate figure over the peer's of the same round.
+    let paired = |f: fn(&Sample) -> f64| {
+        let ratios: Vec<f64> = (r.tilegate.iter().zip(&r.peer))
+            .map(|(t, p)| f(t) / f(p))
+            .collect();
+        spread(&ratios)
+    };
+    let (ratio, lo, hi) = paired(|s| s.wall_s);
+    let (rss_ratio, _, _) = paired(|s| s.max_rss_mb);
     let mut s = format!(
         "Median composite of {} scenes of {}² (10 m, UInt16) on `{}`: {} tiles, {:.0} Mpx; \
          {} round(s), medians\n\n",
